@@ -1,0 +1,70 @@
+"""Environment knobs of torchneuron, declared once and typed.
+
+Every `TORCHNEURON_*` variable the project reads is declared here; code asks this module
+instead of reading `os.environ` itself, so the full list of knobs is in one place and a bad
+value fails with an error that names the variable.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Callable, Generic, TypeVar
+
+T = TypeVar("T")
+
+
+class ConfigError(ValueError):
+    """An environment variable holds a value the project cannot use."""
+
+
+@dataclass(frozen=True)
+class Knob(Generic[T]):
+    name: str
+    parse: Callable[[str], T]
+    default: T
+    help: str
+
+    def get(self) -> T:
+        raw = os.environ.get(self.name)
+        if raw is None or raw == "":
+            return self.default
+        try:
+            return self.parse(raw)
+        except ValueError as exc:
+            raise ConfigError(f"{self.name}={raw!r}: {exc}") from None
+
+
+def _path_or_none(raw: str) -> str | None:
+    return raw
+
+
+def _bool(raw: str) -> bool:
+    lowered = raw.strip().lower()
+    if lowered in ("1", "true", "yes", "on"):
+        return True
+    if lowered in ("0", "false", "no", "off"):
+        return False
+    raise ValueError("expected one of 1/0, true/false, yes/no, on/off")
+
+
+def _target_name(raw: str) -> str:
+    # Validated against the target table lazily (target.py imports this module).
+    return raw.strip()
+
+
+DUMP_DIR: Knob[str | None] = Knob(
+    "TORCHNEURON_DUMP_DIR", _path_or_none, None,
+    "Directory where every compiled graph leaves its stages (.fx.txt, .linalg.mlir, .trn.mlir, "
+    ".isa.mlir, .neff) and a replay bundle (.inputs.npz, .expected.npz).",
+)
+TARGET: Knob[str] = Knob(
+    "TORCHNEURON_TARGET", _target_name, "trn2",
+    "Default target NeuronCore generation (trn2 or trn1).",
+)
+VERIFY_EACH: Knob[bool] = Knob(
+    "TORCHNEURON_VERIFY_EACH", _bool, True,
+    "Verify the IR after every compiler pass.",
+)
+
+ALL_KNOBS = (DUMP_DIR, TARGET, VERIFY_EACH)
