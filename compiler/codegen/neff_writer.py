@@ -1,0 +1,207 @@
+"""Emit a NEFF from a scheduled `nisa` function: one instruction stream per engine/queue,
+the tensor table (inputs, outputs, constants, scratch) and the debug-location table."""
+
+from __future__ import annotations
+
+import numpy as np
+from torch_mlir import ir
+
+import torchneuron
+from torchneuron.compiler import ir_utils as U
+from torchneuron.compiler.errors import CompileError
+from torchneuron.compiler.transforms.schedule import stream_names, stream_of
+from torchneuron.dialects.nisa import INSTRUCTION_OPS, instruction_roles, memory_of
+from torchneuron.format import isa
+from torchneuron.format.container import Neff, Stream, TensorDecl, write_neff
+
+_ELEMENT_DTYPES = {
+    "f32": isa.DType.F32, "bf16": isa.DType.BF16, "f16": isa.DType.F16,
+    "f8E4M3FN": isa.DType.F8E4M3, "f8E5M2": isa.DType.F8E5M2,
+    "i1": isa.DType.U8, "i8": isa.DType.I8, "ui8": isa.DType.U8, "i16": isa.DType.I16,
+    "ui16": isa.DType.U16, "i32": isa.DType.I32, "ui32": isa.DType.U32, "i64": isa.DType.I64,
+}
+
+
+def dtype_of(element_type: ir.Type) -> isa.DType:
+    try:
+        return _ELEMENT_DTYPES[str(element_type)]
+    except KeyError:
+        raise CompileError(f"element type {element_type} has no NeuronCore storage type") from None
+
+
+def function_to_neff(func: ir.Operation, metadata: dict | None = None) -> Neff:
+    name = ir.StringAttr(func.attributes["sym_name"]).value
+    target = ir.StringAttr(func.attributes["nisa.target"]).value
+    num_inputs = U.int_attr(func, "nisa.num_inputs")
+    block = U.entry_block(func)
+    tensors: list[TensorDecl] = []
+    tensor_of: dict = {}
+
+    def declare(value: ir.Value, kind: str, label: str, **extra) -> None:
+        mtype = ir.MemRefType(value.type)
+        decl = TensorDecl(len(tensors), label, dtype_of(mtype.element_type),
+                          tuple(mtype.shape), kind, **extra)
+        tensors.append(decl)
+        tensor_of[value] = decl.id
+
+    args = list(block.arguments)
+    for i, arg in enumerate(args[:num_inputs]):
+        declare(arg, "input", f"input{i}")
+    for i, arg in enumerate(args[num_inputs:]):
+        declare(arg, "output", f"output{i}")
+
+    base: dict = {}
+    locations = ["unknown"]
+    location_index: dict[str, int] = {}
+    per_stream: dict[str, list[isa.Instruction]] = {}
+    for op in U.body_ops(func):
+        if op.name == "nisa.hbm_constant":
+            declare(op.results[0], "constant", f"const{len(tensors)}",
+                    data=_constant_bytes(op))
+        elif op.name == "nisa.alloc":
+            memory = U.str_attr(op, "memory")
+            if "address" not in op.attributes:
+                raise CompileError("buffer has no address (run trn-plan-memory first)",
+                                   op.location)
+            if memory == "hbm":
+                declare(op.results[0], "scratch", f"scratch{len(tensors)}",
+                        scratch_offset=U.int_attr(op, "address"))
+            else:
+                base[op.results[0]] = U.int_attr(op, "address")
+        elif op.name in INSTRUCTION_OPS:
+            loc = str(op.location)
+            if loc not in location_index:
+                location_index[loc] = len(locations)
+                locations.append(loc)
+            ins = _instruction(op, tensor_of, base)
+            ins.loc = location_index[loc]
+            per_stream.setdefault(stream_of(op), []).append(ins)
+
+    num_semaphores = U.int_attr(func, "nisa.num_semaphores") \
+        if "nisa.num_semaphores" in func.attributes else 0
+    streams = []
+    for sname in stream_names(max([0] + [int(s[1:]) + 1 for s in per_stream if s[0] == "q"])):
+        if sname not in per_stream:
+            continue
+        engine = isa.Engine.DMA if sname.startswith("q") else isa.Engine.parse(sname)
+        queue = int(sname[1:]) if engine == isa.Engine.DMA else 0
+        records = isa.decode_records(isa.encode(per_stream[sname]))
+        streams.append(Stream(sname, engine, queue, records))
+    scratch = U.int_attr(func, "nisa.scratch_bytes") if "nisa.scratch_bytes" in func.attributes \
+        else 0
+    meta = {
+        "compiler": f"torchneuron {torchneuron.__version__}",
+        "sbuf_bytes_per_partition": _opt_int(func, "nisa.sbuf_bytes"),
+        "psum_bytes_per_partition": _opt_int(func, "nisa.psum_bytes"),
+        **(metadata or {}),
+    }
+    return Neff(name=name, target=target, tensors=tensors,
+                inputs=list(range(num_inputs)),
+                outputs=list(range(num_inputs, len(args))),
+                streams=streams, num_semaphores=num_semaphores, scratch_bytes=scratch,
+                locations=locations, metadata=meta)
+
+
+def emit_neff(module: ir.Module, metadata: dict | None = None) -> bytes:
+    funcs = list(U.functions(module.operation))
+    if len(funcs) != 1:
+        raise CompileError(f"a NEFF holds one program; the module has {len(funcs)} functions")
+    return write_neff(function_to_neff(funcs[0], metadata))
+
+
+def _opt_int(func: ir.Operation, name: str) -> int:
+    return U.int_attr(func, name) if name in func.attributes else 0
+
+
+def _constant_bytes(op: ir.Operation) -> bytes:
+    attr = op.attributes["value"]
+    mtype = ir.MemRefType(op.results[0].type)
+    dtype = dtype_of(mtype.element_type)
+    try:
+        array = np.array(attr)
+    except Exception as exc:
+        raise CompileError(f"cannot read constant of type {mtype}: {exc}", op.location) from None
+    if array.size == 1 and np.prod(mtype.shape) != 1:
+        array = np.full(mtype.shape, array.reshape(()))
+    return np.ascontiguousarray(array.astype(dtype.numpy())).tobytes()
+
+
+_OPCODES = {
+    "nisa.dma": isa.Opcode.DMA, "nisa.matmul": isa.Opcode.MATMUL,
+    "nisa.transpose": isa.Opcode.TRANSPOSE, "nisa.activation": isa.Opcode.ACTIVATE,
+    "nisa.tensor_tensor": isa.Opcode.TENSOR_TENSOR,
+    "nisa.tensor_scalar": isa.Opcode.TENSOR_SCALAR,
+    "nisa.tensor_reduce": isa.Opcode.TENSOR_REDUCE, "nisa.tensor_copy": isa.Opcode.TENSOR_COPY,
+    "nisa.memset": isa.Opcode.MEMSET, "nisa.iota": isa.Opcode.IOTA,
+    "nisa.select": isa.Opcode.SELECT, "nisa.nop": isa.Opcode.NOP,
+}
+# Operand slot of each role (isa.py's instruction table).
+_SLOTS = {
+    "dst": 0, "src": 1, "stationary": 1, "moving": 2, "lhs": 1, "rhs": 2, "bias": 2,
+    "scale": 3, "accum": 4, "operand0": 2, "operand1": 3, "mask": 1, "on_true": 2,
+    "on_false": 3,
+}
+
+
+def _instruction(op: ir.Operation, tensor_of: dict, base: dict) -> isa.Instruction:
+    name = op.name
+    engine_label = U.str_attr(op, "engine")
+    engine = isa.Engine.parse(engine_label)
+    ins = isa.Instruction(opcode=_OPCODES[name], engine=engine)
+    if engine == isa.Engine.DMA:
+        ins.queue = U.int_attr(op, "queue")
+    aps = [list(ir.DenseI64ArrayAttr(a)) for a in ir.ArrayAttr(op.attributes["aps"])]
+    for role, buffer, ap in zip(instruction_roles(op), op.operands, aps):
+        ins.operands[_SLOTS[role]] = _operand(buffer, ap, tensor_of, base, op)
+    if "waits" in op.attributes:
+        w = U.array_attr(op, "waits")
+        ins.waits = [(w[i], w[i + 1]) for i in range(0, len(w), 2)]
+    if "signal" in op.attributes:
+        ins.signal = U.int_attr(op, "signal")
+    if name == "nisa.matmul":
+        if ir.BoolAttr(op.attributes["accumulate"]).value:
+            ins.flags |= isa.FLAG_ACCUMULATE
+    elif name == "nisa.activation":
+        ins.func = isa.ActFunc.parse(U.str_attr(op, "func"))
+        ins.imm = (U.float_attr(op, "scale"), 0.0, 0.0, 0.0)
+    elif name in ("nisa.tensor_tensor", "nisa.tensor_reduce"):
+        ins.alu0 = isa.AluOp.parse(U.str_attr(op, "op"))
+        if name == "nisa.tensor_reduce":
+            ins.reduce_dims = U.int_attr(op, "reduce_dims")
+    elif name == "nisa.tensor_scalar":
+        ins.alu0 = isa.AluOp.parse(U.str_attr(op, "op0"))
+        ins.alu1 = isa.AluOp.parse(U.str_attr(op, "op1"))
+        ins.imm = (U.float_attr(op, "imm0"), U.float_attr(op, "imm1"), 0.0, 0.0)
+        if ir.BoolAttr(op.attributes["reverse0"]).value:
+            ins.flags |= isa.FLAG_REVERSE0
+        if ir.BoolAttr(op.attributes["reverse1"]).value:
+            ins.flags |= isa.FLAG_REVERSE1
+    elif name == "nisa.memset":
+        ins.imm = (U.float_attr(op, "value"), 0.0, 0.0, 0.0)
+    elif name == "nisa.iota":
+        ins.imm = (U.float_attr(op, "base"), U.float_attr(op, "partition_step"),
+                   U.float_attr(op, "free_step"), 0.0)
+    return ins
+
+
+def _operand(buffer: ir.Value, ap: list[int], tensor_of: dict, base: dict,
+             op: ir.Operation) -> isa.Operand:
+    mtype = ir.MemRefType(buffer.type)
+    dtype = dtype_of(mtype.element_type)
+    memory = memory_of(buffer)
+    offset, (pstride, pcount) = ap[0], (ap[1], ap[2])
+    free = [(ap[i], ap[i + 1]) for i in range(3, len(ap), 2)]
+    strides = tuple(s for s, _ in free)
+    sizes = tuple(n for _, n in free)
+    if memory == "hbm":
+        if buffer not in tensor_of:
+            raise CompileError("HBM operand is not a program tensor", op.location)
+        return isa.Operand(isa.Memory.HBM, dtype, pcount, sizes, strides, offset=offset,
+                           partition_stride=pstride, tensor=tensor_of[buffer])
+    if buffer not in base:
+        raise CompileError("on-chip operand has no address (run trn-plan-memory first)",
+                           op.location)
+    row = list(mtype.shape)[1]
+    return isa.Operand(isa.Memory.SBUF if memory == "sbuf" else isa.Memory.PSUM, dtype, pcount,
+                       sizes, strides, offset=base[buffer] + (offset % row) * dtype.itemsize,
+                       partition_start=offset // row)

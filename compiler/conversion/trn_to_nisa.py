@@ -1,0 +1,171 @@
+"""convert-trn-to-nisa: tile trn kernels into NeuronCore instructions.
+
+The function's tensors become HBM buffers: arguments (inputs), then one argument per result
+(outputs, written in place); intermediates get `nisa.alloc {memory = "hbm"}` scratch and
+constants `nisa.hbm_constant`. View ops become strided views of those buffers (no code).
+Every `trn.kernel` (every loose compute op is first put in a kernel of its own) is expanded
+into DMAs, PE/ACT/DVE/POOL instructions on SBUF/PSUM tiles created with `nisa.alloc`; tile
+addresses and semaphores are left to trn-plan-memory and trn-schedule.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from torch_mlir import ir
+from torch_mlir.dialects import func as func_d
+
+from torchneuron.compiler import ir_utils as U
+from torchneuron.compiler.errors import CompileError, UnsupportedOpError
+from torchneuron.compiler.kernels.elementwise import lower_elementwise
+from torchneuron.compiler.kernels.emitter import Emitter
+from torchneuron.compiler.kernels.matmul import lower_matmul
+from torchneuron.compiler.kernels.tile_ops import ELEMENTWISE_OPS, VIEW_OPS
+from torchneuron.compiler.kernels.views import HbmView, apply_view_op
+from torchneuron.compiler.passes import Pass, register
+from torchneuron.compiler.transforms.fuse import outline
+from torchneuron.compiler.transforms.tile import annotate, kernel_body
+from torchneuron.target import get_target
+
+NUM_INPUTS_ATTR = "nisa.num_inputs"
+TARGET_ATTR = "nisa.target"
+
+
+@register
+@dataclasses.dataclass
+class ConvertTrnToNisa(Pass):
+    NAME = "convert-trn-to-nisa"
+    SUMMARY = "Tile trn kernels into nisa instructions on SBUF/PSUM tiles and HBM buffers"
+    target: str = ""
+
+    def run(self, module: ir.Operation) -> None:
+        target = get_target(self.target or None)
+        for func in list(U.functions(module)):
+            _FunctionLowering(func, Emitter(target)).run()
+
+
+class _FunctionLowering:
+    def __init__(self, func: ir.Operation, em: Emitter):
+        self.old = func
+        self.em = em
+        self.views: dict[ir.Value, HbmView] = {}
+
+    def run(self) -> None:
+        old = self.old
+        body = U.body_ops(old)
+        for op in body:
+            if op.name in ELEMENTWISE_OPS or op.name == "trn.matmul":
+                outline([op])
+            elif not (op.name in VIEW_OPS or op.name in ("trn.kernel", "arith.constant",
+                                                         "func.return")):
+                raise UnsupportedOpError(
+                    f"'{op.name}' cannot be lowered to NeuronCore instructions here "
+                    "(expected trn ops; run convert-linalg-to-trn first)", op.location)
+        body = U.body_ops(old)
+        ret = body[-1]
+        ftype = ir.FunctionType(ir.TypeAttr(old.attributes["function_type"]).value)
+        inputs = [_hbm_type(t) for t in ftype.inputs]
+        outputs = [_hbm_type(t) for t in ftype.results]
+        name = ir.StringAttr(old.attributes["sym_name"]).value
+        with ir.InsertionPoint(old), old.location:
+            new = func_d.FuncOp(name + ".nisa", ir.FunctionType.get(inputs + outputs, []))
+            new.attributes[NUM_INPUTS_ATTR] = U.i64(len(inputs))
+            new.attributes[TARGET_ATTR] = U.string(self.em.target.name)
+            block = new.add_entry_block()
+        new_args = list(block.arguments)
+        for old_arg, new_arg in zip(U.entry_block(old).arguments, new_args):
+            self.views[old_arg] = HbmView.of(new_arg)
+        out_args = new_args[len(inputs):]
+
+        # A kernel whose result is returned writes straight into the output buffer.
+        claims: dict[ir.Value, ir.Value] = {}
+        for value, out in zip(ret.operands, out_args):
+            owner = U.defining_op(value)
+            if owner is not None and owner.name == "trn.kernel" and value not in claims:
+                claims[value] = out
+
+        with ir.InsertionPoint(block):
+            for op in body[:-1]:
+                with op.location:
+                    self._lower_op(op, claims)
+            with ret.location:
+                for value, out in zip(ret.operands, out_args):
+                    if claims.get(value) is not out:
+                        self._copy(self.views[value], HbmView.of(out))
+                func_d.ReturnOp([])
+        old.erase()
+        new.attributes["sym_name"] = U.string(name)
+
+    def _lower_op(self, op: ir.Operation, claims: dict) -> None:
+        if op.name == "arith.constant":
+            value = op.attributes["value"]
+            if isinstance(value, ir.DenseElementsAttr):
+                mtype = _hbm_type(op.results[0].type)
+                const = U.create("nisa.hbm_constant", [mtype], [], {"value": value})
+                self.views[op.results[0]] = HbmView.of(const.results[0])
+            return
+        if op.name in VIEW_OPS:
+            self.views[op.results[0]] = self._view(op, self.views[op.operands[0]])
+            return
+        # trn.kernel
+        result = op.results[0]
+        buffer = claims.get(result)
+        if buffer is None:
+            buffer = self.em.alloc_hbm(U.shape(result), U.element_type(result))
+        out = HbmView.of(buffer)
+        self._lower_kernel(op, out)
+        self.views[result] = out
+
+    def _view(self, op: ir.Operation, source: HbmView) -> HbmView:
+        view = apply_view_op(op, source)
+        if view is None:
+            # Not expressible as a strided view: copy the source to a contiguous buffer.
+            contiguous = HbmView.of(self.em.alloc_hbm(list(source.shape), source.element_type))
+            self._copy(source, contiguous)
+            view = apply_view_op(op, contiguous)
+        return view
+
+    def _copy(self, src: HbmView, dst: HbmView) -> None:
+        lower_elementwise(self.em, [], {_Marker.SOURCE: src}, [(_Marker.SOURCE, dst)],
+                          free_tile=4096)
+
+    def _lower_kernel(self, kernel: ir.Operation, out: HbmView) -> None:
+        annotate(kernel, self.em.target)
+        body = kernel_body(kernel)
+        views = dict(self.views)
+        compute = []
+        for op in body[:-1]:
+            if op.name in VIEW_OPS:
+                source = views.get(op.operands[0])
+                if source is None:
+                    raise UnsupportedOpError(f"'{op.name}' of a value computed inside the kernel",
+                                             op.location)
+                view = apply_view_op(op, source)
+                if view is None:
+                    raise UnsupportedOpError(f"'{op.name}' that no strided view expresses",
+                                             op.location)
+                views[op.results[0]] = view
+            else:
+                compute.append(op)
+        yielded = body[-1].operands[0]
+        matmuls = [op for op in compute if op.name == "trn.matmul"]
+        if matmuls:
+            if len(matmuls) > 1 or compute[0] != matmuls[0]:
+                raise CompileError("a matmul kernel must start with its only matmul",
+                                   kernel.location)
+            lower_matmul(self.em, matmuls[0], compute[1:], views, [(yielded, out)],
+                         U.str_attr(kernel, "orientation"))
+        else:
+            lower_elementwise(self.em, compute, views, [(yielded, out)],
+                              U.int_attr(kernel, "free_tile"))
+
+
+class _Marker:
+    """Key standing for the copied value in a copy kernel (which has no MLIR value)."""
+    SOURCE = object()
+
+
+def _hbm_type(t: ir.Type) -> ir.MemRefType:
+    tensor = ir.RankedTensorType(t)
+    return ir.MemRefType.get(list(tensor.shape), tensor.element_type,
+                             memory_space=ir.StringAttr.get("hbm"))

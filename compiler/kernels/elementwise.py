@@ -1,0 +1,126 @@
+"""Tiled lowering of elementwise kernels: DMA tiles in, compute on ACT/DVE/POOL, DMA out."""
+
+from __future__ import annotations
+
+import itertools
+
+from torch_mlir import ir
+
+from torchneuron.compiler import ir_utils as U
+from torchneuron.compiler.errors import CompileError
+from torchneuron.compiler.kernels.emitter import Emitter, Tile
+from torchneuron.compiler.kernels.tile_ops import ConstantVectors, emit_elementwise
+from torchneuron.compiler.kernels.views import HbmView
+
+# Smallest free extent (elements) worth spreading a 1-D tensor over partitions for.
+_MIN_FREE_PER_PARTITION = 32
+
+
+def lower_elementwise(em: Emitter, compute: list[ir.Operation], views: dict,
+                      outputs: list[tuple[ir.Value, HbmView]], free_tile: int) -> None:
+    """`compute`: elementwise trn ops (one iteration shape); `views`: HbmView of every value
+    they read from HBM; `outputs`: (value, destination view) pairs."""
+    shape = tuple(outputs[0][1].shape)
+    for op in compute:
+        if tuple(U.shape(op.results[0])) != shape:
+            raise CompileError(f"elementwise kernel mixes shapes {list(shape)} and "
+                               f"{U.shape(op.results[0])}", op.location)
+    leaves: list[ir.Value] = []
+    for op in compute:
+        for v in op.operands:
+            if v in views and v not in leaves:
+                leaves.append(v)
+    for v, _ in outputs:
+        if v in views and v not in leaves:
+            leaves.append(v)
+    all_views = [views[v] for v in leaves] + [view for _, view in outputs]
+    for view in all_views:
+        if tuple(view.shape) != shape:
+            raise CompileError(f"elementwise kernel operand of shape {list(view.shape)} in an "
+                               f"iteration space of shape {list(shape)}")
+
+    shape2, strides = _tiling_layout(shape, [v.strides for v in all_views])
+    merged = [HbmView(v.buffer, v.offset, shape2, s) for v, s in zip(all_views, strides)]
+    leaf_views = dict(zip(leaves, merged[:len(leaves)]))
+    out_views = [(v, view) for (v, _), view in zip(outputs, merged[len(leaves):])]
+
+    parts, free = shape2[-2], shape2[-1]
+    tp = min(parts, em.target.num_partitions)
+    tf = min(free, free_tile)
+    consts = ConstantVectors(em)
+    fills: dict[ir.Value, Tile] = {}
+    for op in compute:
+        if op.name == "trn.fill":
+            tile = em.alloc("sbuf", tp, tf, U.element_type(op.results[0]))
+            emit_elementwise(em, op, [], tile, consts)
+            fills[op.results[0]] = tile
+
+    for outer in itertools.product(*(range(n) for n in shape2[:-2])):
+        def at(view: HbmView, p0: int, pn: int, f0: int, fn: int) -> HbmView:
+            for index in outer:
+                view = view.select(0, index)
+            return view.slice(0, p0, pn).slice(1, f0, fn)
+
+        for p0 in range(0, parts, tp):
+            pn = min(tp, parts - p0)
+            for f0 in range(0, free, tf):
+                fn = min(tf, free - f0)
+                tiles: dict[ir.Value, Tile] = {}
+                for v, view in leaf_views.items():
+                    tile = em.alloc("sbuf", pn, fn, view.element_type)
+                    em.load(tile, at(view, p0, pn, f0, fn), 0, [1])
+                    tiles[v] = tile
+                for op in compute:
+                    result = op.results[0]
+                    if op.name == "trn.fill":
+                        tiles[result] = Tile(fills[result].buffer, pn, fn)
+                        continue
+                    dst = em.alloc("sbuf", pn, fn, U.element_type(result))
+                    emit_elementwise(em, op, [tiles[v] for v in op.operands], dst, consts)
+                    tiles[result] = dst
+                for v, view in out_views:
+                    em.store(at(view, p0, pn, f0, fn), 0, [1], tiles[v])
+
+
+def _tiling_layout(shape: tuple[int, ...], strides: list[tuple[int, ...]]):
+    """Drop unit dims, merge adjacent dims that are contiguous in every view, then shape the
+    space as [outer loops..., partitions, free]."""
+    keep = [i for i, n in enumerate(shape) if n != 1]
+    dims = [shape[i] for i in keep]
+    sts = [[s[i] for i in keep] for s in strides]
+    i = len(dims) - 2
+    while i >= 0:
+        if all(s[i] == s[i + 1] * dims[i + 1] for s in sts):
+            dims[i + 1] *= dims[i]     # the merged dim keeps the inner stride
+            del dims[i]
+            for s in sts:
+                del s[i]
+        i -= 1
+    if not dims:
+        dims, sts = [1], [[1] for _ in sts]
+    if len(dims) == 1:
+        n = dims[0]
+        parts = _partition_split(n)
+        dims = [parts, n // parts]
+        sts = [[s[0] * (n // parts), s[0]] for s in sts]
+    return tuple(dims), [tuple(s) for s in sts]
+
+
+def _partition_split(n: int) -> int:
+    """How many partitions to spread a 1-D extent of n over: the largest divisor of n that
+    is at most 128 and leaves at least a useful run per partition (else 1)."""
+    for p in range(min(128, n), 1, -1):
+        if n % p == 0 and n // p >= _MIN_FREE_PER_PARTITION:
+            return p
+    return 1
+
+
+def choose_free_tile(num_buffers: int, itemsize: int, sbuf_partition_bytes: int) -> int:
+    """Free elements per tile so that about three iterations' buffers fit in a third of SBUF
+    (leaving room for prefetch), capped to keep instruction counts sane."""
+    budget = sbuf_partition_bytes // 3
+    per_iteration = max(1, num_buffers) * itemsize * 3
+    size = min(8192, budget // per_iteration)
+    granule = 512 if size >= 512 else 64      # whole 2 KiB fp32 DMA runs where possible
+    return max(granule, size // granule * granule)
+

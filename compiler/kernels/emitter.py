@@ -1,0 +1,164 @@
+"""Builds `nisa` instruction ops on on-chip tiles: the vocabulary the kernel generators use."""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+
+from torch_mlir import ir
+
+from torchneuron.compiler import ir_utils as U
+from torchneuron.compiler.kernels.views import HbmView
+from torchneuron.target import Target
+
+
+@dataclasses.dataclass(frozen=True)
+class Tile:
+    """A rectangle [partitions, free] of an on-chip buffer (a `nisa.alloc` result), starting at
+    free element `col` of every partition."""
+    buffer: ir.Value
+    partitions: int
+    free: int
+    col: int = 0
+
+    @property
+    def row(self) -> int:
+        return ir.MemRefType(self.buffer.type).shape[1]
+
+    @property
+    def element_type(self) -> ir.Type:
+        return ir.MemRefType(self.buffer.type).element_type
+
+    @property
+    def memory(self) -> str:
+        return ir.StringAttr(ir.MemRefType(self.buffer.type).memory_space).value
+
+    def ap(self, free_shape: tuple[int, ...] | None = None) -> list[int]:
+        """[offset, row, partitions, 1, free] (or the free extent split as `free_shape`)."""
+        ap = [self.col, self.row, self.partitions]
+        shape = free_shape or (self.free,)
+        stride = 1
+        dims = []
+        for size in reversed(shape):
+            dims.append((stride, size))
+            stride *= size
+        for stride, size in reversed(dims):
+            ap += [stride, size]
+        return ap
+
+    def columns(self, start: int, width: int) -> "Tile":
+        return Tile(self.buffer, self.partitions, width, self.col + start)
+
+    def rows(self, count: int) -> "Tile":
+        return Tile(self.buffer, count, self.free, self.col)
+
+
+class Emitter:
+    """Emits nisa ops at the current MLIR insertion point, choosing DMA queues and copy
+    engines round-robin so that independent work spreads over the machine."""
+
+    def __init__(self, target: Target):
+        self.target = target
+        loads = max(1, target.dma_queues * 3 // 4)
+        # Loads and stores use disjoint queues: a store waiting on compute must not hold up
+        # the prefetch of the next tile behind it in an in-order queue.
+        self._load_queues = itertools.cycle(range(loads))
+        self._store_queues = itertools.cycle(range(loads, target.dma_queues) or range(loads))
+        self._copy_engines = itertools.cycle(("dve", "act"))
+
+    # -- buffers -----------------------------------------------------------------------------
+
+    def alloc(self, memory: str, partitions: int, free: int, element_type: ir.Type) -> Tile:
+        mtype = ir.MemRefType.get([partitions, free], element_type,
+                                  memory_space=ir.StringAttr.get(memory))
+        op = U.create("nisa.alloc", [mtype], [], {"memory": U.string(memory)})
+        return Tile(op.results[0], partitions, free)
+
+    def alloc_hbm(self, shape: list[int], element_type: ir.Type) -> ir.Value:
+        mtype = ir.MemRefType.get(list(shape), element_type, memory_space=ir.StringAttr.get("hbm"))
+        return U.create("nisa.alloc", [mtype], [], {"memory": U.string("hbm")}).results[0]
+
+    # -- instructions ------------------------------------------------------------------------
+
+    def _instr(self, name: str, engine: str, operands: list[tuple[ir.Value, list[int]]],
+               segments: list[int] | None = None, **attrs) -> ir.Operation:
+        attributes = {
+            "engine": U.string(engine),
+            "aps": ir.ArrayAttr.get([U.i64_array(ap) for _, ap in operands]),
+            **attrs,
+        }
+        if segments is not None:
+            attributes["operandSegmentSizes"] = ir.DenseI32ArrayAttr.get(segments)
+        return U.create(name, [], [v for v, _ in operands], attributes)
+
+    def dma(self, dst: ir.Value, dst_ap: list[int], src: ir.Value, src_ap: list[int],
+            store: bool = False) -> None:
+        queue = next(self._store_queues if store else self._load_queues)
+        self._instr("nisa.dma", "dma", [(dst, dst_ap), (src, src_ap)], queue=U.i64(queue))
+
+    def load(self, tile: Tile, view: HbmView, partition_dim: int | None,
+             free_dims: list[int]) -> None:
+        """DMA `view` (already sliced to the tile) into `tile`, partition dim first."""
+        src_ap = view.access_pattern(partition_dim, free_dims)
+        self.dma(tile.buffer, tile.ap(), view.buffer, src_ap)
+
+    def store(self, view: HbmView, partition_dim: int | None, free_dims: list[int],
+              tile: Tile) -> None:
+        dst_ap = view.access_pattern(partition_dim, free_dims)
+        self.dma(view.buffer, dst_ap, tile.buffer, tile.ap(), store=True)
+
+    def matmul(self, dst: Tile, stationary: Tile, moving: Tile, accumulate: bool) -> None:
+        self._instr("nisa.matmul", "pe",
+                    [(dst.buffer, dst.ap()), (stationary.buffer, stationary.ap()),
+                     (moving.buffer, moving.ap())],
+                    accumulate=U.bool_attr(accumulate))
+
+    def transpose(self, dst: Tile, src: Tile) -> None:
+        self._instr("nisa.transpose", "pe", [(dst.buffer, dst.ap()), (src.buffer, src.ap())])
+
+    def activation(self, dst: Tile, src: Tile, func: str, scale: float = 1.0,
+                   bias: Tile | None = None) -> None:
+        operands = [(dst.buffer, dst.ap()), (src.buffer, src.ap())]
+        if bias is not None:
+            operands.append((bias.buffer, bias.ap()))
+        self._instr("nisa.activation", "act", operands,
+                    segments=[1, 1, int(bias is not None), 0, 0],
+                    func=U.string(func), scale=U.f32(scale))
+
+    def tensor_tensor(self, dst: Tile, lhs: Tile, rhs: Tile, op: str,
+                      engine: str = "dve") -> None:
+        self._instr("nisa.tensor_tensor", engine,
+                    [(dst.buffer, dst.ap()), (lhs.buffer, lhs.ap()), (rhs.buffer, rhs.ap())],
+                    op=U.string(op))
+
+    def tensor_scalar(self, dst: Tile, src: Tile, op0: str, operand0: float | Tile,
+                      reverse0: bool = False, op1: str = "bypass",
+                      operand1: float | Tile = 0.0, reverse1: bool = False,
+                      engine: str = "dve") -> None:
+        operands = [(dst.buffer, dst.ap()), (src.buffer, src.ap())]
+        segments = [1, 1, 0, 0]
+        imms = []
+        for i, operand in enumerate((operand0, operand1)):
+            if isinstance(operand, Tile):
+                operands.append((operand.buffer, operand.ap()))
+                segments[2 + i] = 1
+                imms.append(0.0)
+            else:
+                imms.append(float(operand))
+        self._instr("nisa.tensor_scalar", engine, operands, segments=segments,
+                    op0=U.string(op0), imm0=U.f32(imms[0]), op1=U.string(op1),
+                    imm1=U.f32(imms[1]), reverse0=U.bool_attr(reverse0),
+                    reverse1=U.bool_attr(reverse1))
+
+    def copy(self, dst: Tile, src: Tile, engine: str | None = None) -> None:
+        """Copy (with dtype conversion), on `engine` or the next of DVE/ACT."""
+        self._instr("nisa.tensor_copy", engine or next(self._copy_engines),
+                    [(dst.buffer, dst.ap()), (src.buffer, src.ap())])
+
+    def memset(self, dst: Tile, value: float, engine: str = "pool") -> None:
+        self._instr("nisa.memset", engine, [(dst.buffer, dst.ap())], value=U.f32(value))
+
+    def select(self, dst: Tile, mask: Tile, on_true: Tile, on_false: Tile) -> None:
+        self._instr("nisa.select", "dve",
+                    [(dst.buffer, dst.ap()), (mask.buffer, mask.ap()),
+                     (on_true.buffer, on_true.ap()), (on_false.buffer, on_false.ap())])

@@ -1,0 +1,56 @@
+"""Instruction selection for trn elementwise ops on on-chip tiles."""
+
+from __future__ import annotations
+
+from torch_mlir import ir
+
+from torchneuron.compiler import ir_utils as U
+from torchneuron.compiler.errors import CompileError
+from torchneuron.compiler.kernels.emitter import Emitter, Tile
+
+ELEMENTWISE_OPS = ("trn.activation", "trn.tensor_tensor", "trn.tensor_scalar", "trn.select",
+                   "trn.convert", "trn.fill")
+VIEW_OPS = ("trn.transpose", "trn.broadcast", "trn.reshape")
+COMMUTATIVE = ("add", "mul", "max", "min", "eq", "ne", "and", "or", "xor")
+
+
+class ConstantVectors:
+    """Per-partition constant vectors [P, 1] (e.g. an activation's immediate bias), made once
+    per kernel with a memset and reused."""
+
+    def __init__(self, em: Emitter):
+        self.em = em
+        self._cache: dict[float, Tile] = {}
+
+    def get(self, value: float, partitions: int) -> Tile:
+        tile = self._cache.get(value)
+        if tile is None:
+            tile = self.em.alloc("sbuf", self.em.target.num_partitions, 1, ir.F32Type.get())
+            self.em.memset(tile, value)
+            self._cache[value] = tile
+        return tile.rows(partitions)
+
+
+def emit_elementwise(em: Emitter, op: ir.Operation, operands: list[Tile], dst: Tile,
+                     consts: ConstantVectors) -> None:
+    """Compute trn elementwise `op` of full tiles `operands` into `dst` (same [P, F])."""
+    name = op.name
+    if name == "trn.activation":
+        bias = U.float_attr(op, "bias")
+        bias_tile = consts.get(bias, dst.partitions) if bias != 0.0 else None
+        em.activation(dst, operands[0], U.str_attr(op, "func"), U.float_attr(op, "scale"),
+                      bias_tile)
+    elif name == "trn.tensor_tensor":
+        em.tensor_tensor(dst, operands[0], operands[1], U.str_attr(op, "op"))
+    elif name == "trn.tensor_scalar":
+        reverse = bool(ir.BoolAttr(op.attributes["reverse"]).value)
+        em.tensor_scalar(dst, operands[0], U.str_attr(op, "op"), U.float_attr(op, "scalar"),
+                         reverse0=reverse)
+    elif name == "trn.select":
+        em.select(dst, *operands)
+    elif name == "trn.convert":
+        em.copy(dst, operands[0], engine="dve")
+    elif name == "trn.fill":
+        em.memset(dst, U.float_attr(op, "value"))
+    else:
+        raise CompileError(f"'{name}' is not an elementwise op", op.location)

@@ -1,0 +1,124 @@
+"""The compiler's stages, in order. Each stage's output can be dumped and fed back in:
+
+    [fx]     torch.fx.GraphModule                       (NAME.fx.txt)
+      | torch_mlir.fx import + torch-mlir's backend pipeline   (frontend/fx_import.py)
+    [linalg] linalg-on-tensors                          (NAME.linalg.mlir)
+      | convert-linalg-to-trn, trn-fuse, trn-tile
+    [trn]    trn dialect, fused kernels with tiling decisions (NAME.trn.mlir)
+      | convert-trn-to-nisa, trn-plan-memory, trn-schedule
+    [isa]    nisa dialect: scheduled instructions on placed buffers (NAME.isa.mlir)
+      | codegen/neff_writer.py
+    [neff]   the binary                                 (NAME.neff)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import time
+
+from torch_mlir import ir
+
+from torchneuron.compiler.codegen.neff_writer import emit_neff
+from torchneuron.compiler.errors import CompileError
+from torchneuron.compiler.passes import build_pass_manager, parse_pipeline
+from torchneuron.dialects import make_context
+from torchneuron.target import get_target
+
+
+@dataclasses.dataclass(frozen=True)
+class CompileOptions:
+    """What the user can choose (torch.compile(..., options={...}) uses these names)."""
+    target: str = ""                  # "" -> TORCHNEURON_TARGET, default trn2
+    fuse_matmul_epilogue: bool = True
+    fuse_elementwise: bool = True
+
+    @staticmethod
+    def from_dict(options: dict | None) -> "CompileOptions":
+        options = dict(options or {})
+        known = {f.name for f in dataclasses.fields(CompileOptions)}
+        unknown = sorted(set(options) - known)
+        if unknown:
+            raise ValueError(f"unknown torchneuron option(s) {', '.join(unknown)}; "
+                             f"known: {', '.join(sorted(known))}")
+        return CompileOptions(**options)
+
+    @property
+    def target_name(self) -> str:
+        return get_target(self.target or None).name
+
+
+@dataclasses.dataclass(frozen=True)
+class Stage:
+    name: str          # also the dump file extension: NAME.<name>.mlir
+    summary: str
+    passes: str        # a pass pipeline for neuron-opt
+
+
+def stages(options: CompileOptions) -> list[Stage]:
+    """The MLIR stages after import, as one readable list."""
+    target = options.target_name
+    fuse = (f"trn-fuse{{matmul-epilogue={str(options.fuse_matmul_epilogue).lower()} "
+            f"elementwise={str(options.fuse_elementwise).lower()}}}")
+    return [
+        Stage("trn", "recognise engine ops, fuse kernels, choose layouts and tiles",
+              f"convert-linalg-to-trn,{fuse},trn-tile{{target={target}}}"),
+        Stage("isa", "tile into instructions, place buffers, synchronise engines",
+              f"convert-trn-to-nisa{{target={target}}},trn-plan-memory,trn-schedule"),
+    ]
+
+
+@dataclasses.dataclass
+class CompiledGraph:
+    name: str
+    neff: bytes
+    stage_seconds: dict[str, float]
+    stage_text: dict[str, str]
+
+
+def compile_linalg(linalg_text: str, name: str, options: CompileOptions,
+                   dump_dir: str | None = None) -> CompiledGraph:
+    """Compile linalg-on-tensors text (the frontend's output) down to a NEFF."""
+    seconds: dict[str, float] = {}
+    texts: dict[str, str] = {"linalg": linalg_text}
+    _dump(dump_dir, f"{name}.linalg.mlir", linalg_text)
+    context = make_context()
+    with context:
+        try:
+            module = ir.Module.parse(linalg_text)
+        except ir.MLIRError as exc:
+            raise CompileError(f"cannot parse the linalg module: {exc}") from None
+        for stage in stages(options):
+            start = time.perf_counter()
+            pm = build_pass_manager(parse_pipeline(stage.passes), context)
+            try:
+                pm.run(module.operation)
+            except ir.MLIRError as exc:
+                raise stage_error(stage.name, exc) from None
+            seconds[stage.name] = time.perf_counter() - start
+            texts[stage.name] = module.operation.get_asm(enable_debug_info=True)
+            _dump(dump_dir, f"{name}.{stage.name}.mlir", texts[stage.name])
+        start = time.perf_counter()
+        neff = emit_neff(module, metadata={"options": dataclasses.asdict(options)})
+        seconds["neff"] = time.perf_counter() - start
+    _dump(dump_dir, f"{name}.neff", neff)
+    return CompiledGraph(name, neff, seconds, texts)
+
+
+def stage_error(stage: str, exc: ir.MLIRError) -> CompileError:
+    """The first diagnostic of a failed stage as a CompileError naming the op's location."""
+    diags = list(exc.error_diagnostics)
+    if not diags:
+        return CompileError(f"stage {stage} failed: {exc}")
+    first = diags[0]
+    return CompileError(first.message, first.location)
+
+
+def _dump(dump_dir: str | None, filename: str, data: str | bytes) -> None:
+    if not dump_dir:
+        return
+    os.makedirs(dump_dir, exist_ok=True)
+    path = os.path.join(dump_dir, filename)
+    mode = "wb" if isinstance(data, bytes) else "w"
+    with open(path, mode) as f:
+        f.write(data)

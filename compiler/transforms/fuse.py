@@ -1,0 +1,115 @@
+"""trn-fuse: group trn ops into `trn.kernel`s whose intermediates never leave the chip.
+
+Groups formed:
+- matmul + epilogue: a matmul and the chain of elementwise ops that consume it one after the
+  other (bias add, activation, scaling, residual add ...), evaluated while PSUM is evacuated;
+- elementwise chains: elementwise ops each feeding only the next.
+View ops (transpose, broadcast, reshape) that feed a group from outside are copied into the
+kernel, so its lowering folds them into access patterns instead of materialising them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from torch_mlir import ir
+
+from torchneuron.compiler import ir_utils as U
+from torchneuron.compiler.kernels.tile_ops import ELEMENTWISE_OPS, VIEW_OPS
+from torchneuron.compiler.passes import Pass, register
+from torchneuron.dialects.trn import build_kernel, build_yield
+
+
+@register
+@dataclasses.dataclass
+class Fuse(Pass):
+    NAME = "trn-fuse"
+    SUMMARY = "Group trn ops into fused kernels (matmul + epilogue, elementwise chains)"
+    matmul_epilogue: bool = True
+    elementwise: bool = True
+
+    def run(self, module: ir.Operation) -> None:
+        for func in U.functions(module):
+            for group in self.groups(func):
+                outline(group)
+
+    def groups(self, func: ir.Operation) -> list[list[ir.Operation]]:
+        taken: set = set()
+        groups = []
+        for op in U.body_ops(func):
+            if op in taken:
+                continue
+            if op.name == "trn.matmul":
+                group = [op] + (self._chain(op) if self.matmul_epilogue else [])
+            elif op.name in ELEMENTWISE_OPS and op.name != "trn.fill":
+                group = [op] + (self._chain(op) if self.elementwise else [])
+            else:
+                continue
+            taken.update(group)
+            groups.append(group)
+        return groups
+
+    @staticmethod
+    def _chain(op: ir.Operation) -> list[ir.Operation]:
+        """Elementwise ops consuming `op` one after another, each the only user of the last."""
+        chain = []
+        shape = U.shape(op.results[0])
+        current = op
+        while True:
+            uses = list(current.results[0].uses)
+            if len(uses) != 1:
+                return chain
+            user = _owner(uses[0])
+            if user.name not in ELEMENTWISE_OPS or user.name == "trn.fill" \
+                    or U.shape(user.results[0]) != shape:
+                return chain
+            chain.append(user)
+            current = user
+
+
+def outline(group: list[ir.Operation], kind: str | None = None) -> ir.Operation:
+    """Replace `group` (ops of one block, in order, whose last op's result is the only value
+    used outside) by a trn.kernel computing it.
+
+    View ops feeding the group from outside are copied into the kernel (recursively), so the
+    kernel reads the views' sources from above."""
+    members = list(group)
+    inside = set(members)
+    views: list[ir.Operation] = []
+
+    def pull_views(value: ir.Value) -> None:
+        producer = U.defining_op(value)
+        if producer is not None and producer.name in VIEW_OPS and producer not in inside:
+            inside.add(producer)
+            pull_views(producer.operands[0])
+            views.append(producer)
+
+    for op in members:
+        for v in op.operands:
+            pull_views(v)
+    last = members[-1]
+    with ir.InsertionPoint(last), last.location:
+        kernel = build_kernel(kind or _kind(members), last.results[0].type)
+    block = kernel.regions[0].blocks[0]
+    mapping: dict = {}
+    with ir.InsertionPoint(block):
+        for op in views + members:
+            clone = U.clone_with_operands(op, [mapping.get(v, v) for v in op.operands])
+            mapping[op.results[0]] = clone.results[0]
+        build_yield(mapping[last.results[0]], loc=last.location)
+    last.results[0].replace_all_uses_with(kernel.results[0])
+    for op in reversed(members):
+        op.erase()
+    for op in reversed(views):
+        if not list(op.results[0].uses):
+            op.erase()
+    return kernel
+
+
+def _owner(use) -> ir.Operation:
+    owner = use.owner
+    return owner.operation if isinstance(owner, ir.OpView) else owner
+
+
+def _kind(ops: list[ir.Operation]) -> str:
+    return "matmul" if any(op.name == "trn.matmul" for op in ops) else "elementwise"

@@ -1,0 +1,177 @@
+"""trn-plan-memory: give every `nisa.alloc` an address, reusing memory of dead buffers.
+
+Liveness is taken in program order (from a buffer's first to its last use). SBUF tiles get a
+byte range of every partition; PSUM tiles a range inside one 2 KiB bank (a matmul accumulation
+group must not straddle banks); HBM scratch a range of the scratch arena. Among free blocks
+that fit, the one freed longest ago is reused, so consecutive loop iterations land in different
+buffers and the next tile's DMA can overlap this tile's compute (multi-buffering) without the
+schedule having to wait for the reuse.
+
+Peak use is recorded on the function (`nisa.sbuf_bytes`, `nisa.psum_bytes`,
+`nisa.scratch_bytes`, bytes per partition for the on-chip memories).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from torch_mlir import ir
+
+from torchneuron.compiler import ir_utils as U
+from torchneuron.compiler.errors import CompileError
+from torchneuron.compiler.passes import Pass, register
+from torchneuron.target import get_target
+
+_ALIGN = {"sbuf": 64, "psum": 4, "hbm": 64}
+
+
+@register
+@dataclasses.dataclass
+class PlanMemory(Pass):
+    NAME = "trn-plan-memory"
+    SUMMARY = "Assign SBUF/PSUM/HBM-scratch addresses to nisa.alloc buffers by liveness"
+    target: str = ""
+
+    def run(self, module: ir.Operation) -> None:
+        for func in U.functions(module):
+            name = func.attributes["nisa.target"] if "nisa.target" in func.attributes else None
+            target = get_target(self.target or (ir.StringAttr(name).value if name else None))
+            plan_function(func, target)
+
+
+class Arena:
+    """Next-fit allocator over [0, capacity): each allocation starts at the first free block
+    at or after where the previous one ended, wrapping around. Allocations rotate through the
+    whole memory, so a freed block is reused as late as possible."""
+
+    def __init__(self, capacity: int | None):
+        self.capacity = capacity if capacity is not None else 1 << 62
+        self.free: list[list[int]] = [[0, self.capacity]]    # sorted [start, end) blocks
+        self.cursor = 0
+        self.peak = 0
+
+    def allocate(self, size: int, align: int) -> int | None:
+        candidates = sorted(self.free, key=lambda b: (b[1] <= self.cursor, b[0]))
+        for block in candidates:
+            start = max(block[0], self.cursor if block[0] < self.cursor < block[1] else block[0])
+            start = -(-start // align) * align
+            if start + size > block[1]:
+                start = -(-block[0] // align) * align
+                if start + size > block[1]:
+                    continue
+            self.free.remove(block)
+            if block[0] < start:
+                self.free.append([block[0], start])
+            if start + size < block[1]:
+                self.free.append([start + size, block[1]])
+            self.free.sort()
+            self.cursor = start + size
+            self.peak = max(self.peak, start + size)
+            return start
+        return None
+
+    def release(self, start: int, size: int) -> None:
+        self.free.append([start, start + size])
+        self.free.sort()
+        merged = [self.free[0]]
+        for block in self.free[1:]:
+            if block[0] == merged[-1][1]:
+                merged[-1][1] = block[1]
+            else:
+                merged.append(block)
+        self.free = merged
+
+
+class Banks:
+    """PSUM: a tile lives inside one bank; banks are tried round-robin so that consecutive
+    accumulation groups use different banks."""
+
+    def __init__(self, count: int, bank_bytes: int):
+        self.bank_bytes = bank_bytes
+        self.banks = [Arena(bank_bytes) for _ in range(count)]
+        self.next = 0
+        self.peak = 0
+
+    def allocate(self, size: int, align: int) -> int | None:
+        for k in range(len(self.banks)):
+            index = (self.next + k) % len(self.banks)
+            address = self.banks[index].allocate(size, align)
+            if address is not None:
+                self.next = (index + 1) % len(self.banks)
+                self.peak = max(self.peak, index * self.bank_bytes + address + size)
+                return index * self.bank_bytes + address
+        return None
+
+    def release(self, address: int, size: int) -> None:
+        self.banks[address // self.bank_bytes].release(address % self.bank_bytes, size)
+
+
+def plan_function(func: ir.Operation, target) -> None:
+    ops = U.body_ops(func)
+    allocs = [op for op in ops if op.name == "nisa.alloc"]
+    first: dict = {}
+    last: dict = {}
+    index_of_alloc = {}
+    for i, op in enumerate(ops):
+        if op.name == "nisa.alloc":
+            index_of_alloc[op.results[0]] = i
+            continue
+        for v in op.operands:
+            if v in index_of_alloc:
+                first.setdefault(v, i)
+                last[v] = i
+    unused = [op for op in allocs if op.results[0] not in first]
+    allocs = [op for op in allocs if op.results[0] in first]
+    for op in unused:
+        op.erase()
+
+    bank = target.psum_bank_bytes
+    memories = {
+        "sbuf": Arena(target.sbuf_partition_bytes),
+        "psum": Banks(target.psum_banks, bank),
+        "hbm": Arena(None),
+    }
+    starts: dict[int, list[ir.Operation]] = {}
+    ends: dict[int, list[ir.Operation]] = {}
+    for op in allocs:
+        v = op.results[0]
+        starts.setdefault(first[v], []).append(op)
+        ends.setdefault(last[v], []).append(op)
+    placed: dict = {}
+    for i in sorted(set(starts) | set(ends)):
+        for op in starts.get(i, []):
+            memory = U.str_attr(op, "memory")
+            size = _bytes(op.results[0], memory)
+            address = memories[memory].allocate(size, _ALIGN[memory])
+            if address is None:
+                raise CompileError(_overflow_message(memory, size, memories[memory], target),
+                                   op.location)
+            op.attributes["address"] = U.i64(address)
+            placed[op.results[0]] = (memory, address, size)
+        for op in ends.get(i, []):
+            memory, address, size = placed[op.results[0]]
+            memories[memory].release(address, size)
+    func.attributes["nisa.sbuf_bytes"] = U.i64(memories["sbuf"].peak)
+    func.attributes["nisa.psum_bytes"] = U.i64(memories["psum"].peak)
+    func.attributes["nisa.scratch_bytes"] = U.i64(memories["hbm"].peak)
+
+
+def _bytes(buffer: ir.Value, memory: str) -> int:
+    mtype = ir.MemRefType(buffer.type)
+    shape = list(mtype.shape)
+    itemsize = U.element_bytes(mtype.element_type)
+    if memory == "hbm":
+        n = 1
+        for s in shape:
+            n *= s
+        return n * itemsize
+    return shape[1] * itemsize      # bytes per partition of a [partitions, free] tile
+
+
+def _overflow_message(memory: str, size: int, space, target) -> str:
+    if memory == "psum":
+        return (f"a PSUM tile of {size} bytes per partition does not fit in a "
+                f"{target.psum_bank_bytes}-byte bank, or all {target.psum_banks} banks are busy")
+    return (f"out of SBUF: a tile needs {size} more bytes per partition; {target.name} has "
+            f"{target.sbuf_partition_bytes} per partition and live tiles already reach "
+            f"{space.peak}")

@@ -1,0 +1,89 @@
+"""Helpers shared by the dialect definitions: typed attribute access and verifier errors."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from torch_mlir import ir
+
+# Attributes the `ext` constraint lowering cannot name (dense arrays) are declared `Any` and
+# checked by the op's Python verifier instead.
+AnyAttr = Any
+
+
+class VerifyError(Exception):
+    """Raised inside a verifier; `verifier` turns it into an MLIR diagnostic on the op."""
+
+
+def verifier(check):
+    """Wrap `check(op)` (which raises VerifyError) as an ext `verify_invariants` hook."""
+
+    def verify_invariants(op) -> bool:
+        try:
+            check(op)
+        except VerifyError as exc:
+            op.location.emit_error(f"'{op.name}' op {exc}")
+            return False
+        return True
+
+    return staticmethod(verify_invariants)
+
+
+def require(cond: bool, message: str) -> None:
+    if not cond:
+        raise VerifyError(message)
+
+
+def attr(op, name: str) -> ir.Attribute:
+    try:
+        return op.attributes[name]
+    except KeyError:
+        raise VerifyError(f"requires attribute '{name}'") from None
+
+
+def i64_array(op, name: str) -> list[int]:
+    a = attr(op, name)
+    if not isinstance(a, ir.DenseI64ArrayAttr):
+        try:
+            a = ir.DenseI64ArrayAttr(a)
+        except (ValueError, TypeError):
+            raise VerifyError(f"attribute '{name}' must be an array<i64: ...>") from None
+    return list(a)
+
+
+def string(op, name: str) -> str:
+    a = attr(op, name)
+    try:
+        return ir.StringAttr(a).value
+    except (ValueError, TypeError):
+        raise VerifyError(f"attribute '{name}' must be a string") from None
+
+
+def float_value(op, name: str) -> float:
+    a = attr(op, name)
+    try:
+        return ir.FloatAttr(a).value
+    except (ValueError, TypeError):
+        raise VerifyError(f"attribute '{name}' must be a float") from None
+
+
+def int_value(op, name: str) -> int:
+    a = attr(op, name)
+    try:
+        return ir.IntegerAttr(a).value
+    except (ValueError, TypeError):
+        raise VerifyError(f"attribute '{name}' must be an integer") from None
+
+
+def tensor_type(value: ir.Value, what: str) -> ir.RankedTensorType:
+    try:
+        return ir.RankedTensorType(value.type)
+    except (ValueError, TypeError):
+        raise VerifyError(f"{what} must be a ranked tensor, got {value.type}") from None
+
+
+def shape_of(value: ir.Value, what: str) -> list[int]:
+    t = tensor_type(value, what)
+    shape = list(t.shape)
+    require(all(d >= 0 for d in shape), f"{what} must have a static shape, got {t}")
+    return shape

@@ -1,0 +1,361 @@
+"""The `nisa` dialect: one op per NeuronCore instruction, on explicit buffers.
+
+Buffers are memrefs whose memory space names the memory: `memref<128x512xbf16, "sbuf">`.
+On-chip buffers (sbuf, psum) are 2-D `[partitions, free elements]` tiles created by
+`nisa.alloc` (which `trn-plan-memory` gives an `address`); HBM buffers are function arguments
+(program inputs and outputs), `nisa.alloc {memory = "hbm"}` scratch, or `nisa.hbm_constant`.
+
+Every instruction op takes its buffers as operands, in the order of its roles, and an `aps`
+array with one access pattern per operand. An access pattern is
+`array<i64: offset, partition_stride, partitions, stride0, size0, ...>` in elements of the
+buffer's row-major logical array: the first (stride, size) pair is the partition axis, the rest
+(at most four) are free axes. On chip, the partition stride must be one row of the tile.
+
+Every instruction names its `engine` (pe, act, dve, pool, sp, dma); DMAs also name a `queue`.
+`trn-schedule` adds `waits = array<i64: sem, value, ...>` and `signal = sem : i64`.
+"""
+
+
+import math
+from collections.abc import Sequence
+from typing import Optional
+
+from torch_mlir import ir
+from torch_mlir.dialects import ext
+
+from torchneuron.dialects.common import (
+    AnyAttr, VerifyError, attr, float_value, i64_array, int_value, require, string, verifier,
+)
+from torchneuron.dialects.trn import ACTIVATION_FUNCS, ALU_OPS, REDUCE_OPS
+
+MEMORIES = ("hbm", "sbuf", "psum")
+ENGINES = ("pe", "act", "dve", "pool", "sp", "dma")
+MAX_FREE_DIMS = 4
+
+
+class Nisa(ext.Dialect, name="nisa"):
+    pass
+
+
+def memory_of(value: ir.Value) -> str:
+    """The memory a buffer lives in ('hbm', 'sbuf' or 'psum')."""
+    try:
+        space = ir.MemRefType(value.type).memory_space
+    except (ValueError, TypeError):
+        raise VerifyError(f"buffer must be a memref, got {value.type}") from None
+    if space is None:
+        raise VerifyError(f"buffer type {value.type} has no memory space")
+    try:
+        name = ir.StringAttr(space).value
+    except (ValueError, TypeError):
+        name = str(space)
+    if name not in MEMORIES:
+        raise VerifyError(f"unknown memory space {name!r} in {value.type}")
+    return name
+
+
+def check_access_pattern(ap: list[int], buffer: ir.Value, role: str) -> None:
+    """An access pattern must address elements of its buffer only (see module docstring)."""
+    shape = list(ir.MemRefType(buffer.type).shape)
+    memory = memory_of(buffer)
+    require(len(ap) >= 3 and len(ap) % 2 == 1,
+            f"{role} access pattern {ap} must be [offset, pstride, partitions, (stride, size)...]")
+    offset, dims = ap[0], [(ap[i], ap[i + 1]) for i in range(1, len(ap), 2)]
+    require(len(dims) - 1 <= MAX_FREE_DIMS,
+            f"{role} access pattern has {len(dims) - 1} free dims (at most {MAX_FREE_DIMS})")
+    require(all(size >= 1 for _, size in dims), f"{role} access pattern {ap} has an empty dim")
+    require(all(stride >= 0 for stride, _ in dims) and offset >= 0,
+            f"{role} access pattern {ap} has a negative offset or stride")
+    last = offset + sum(stride * (size - 1) for stride, size in dims)
+    numel = math.prod(shape)
+    require(last < numel,
+            f"{role} access pattern {ap} reaches element {last} of a {numel}-element buffer")
+    if memory != "hbm":
+        require(len(shape) == 2, f"{role} on-chip buffer must be 2-D [partitions, free], got {shape}")
+        row = shape[1]
+        pstride, partitions = dims[0]
+        require(pstride == row or partitions == 1,
+                f"{role} partition stride {pstride} must be one tile row ({row} elements)")
+        free_last = offset % row + sum(stride * (size - 1) for stride, size in dims[1:])
+        require(free_last < row, f"{role} free pattern of {ap} runs past the end of a partition")
+
+
+# Instruction specs: roles (operand names in order; '?' marks optional), engines allowed, and
+# the memories each role may live in. Verified for every instruction op.
+_ONCHIP = ("sbuf", "psum")
+_SPECS: dict[str, tuple[tuple[str, ...], tuple[str, ...], dict[str, tuple[str, ...]]]] = {
+    "nisa.dma": (("dst", "src"), ("dma",), {"dst": ("hbm", "sbuf"), "src": ("hbm", "sbuf")}),
+    "nisa.matmul": (("dst", "stationary", "moving"), ("pe",),
+                    {"dst": ("psum",), "stationary": ("sbuf",), "moving": ("sbuf",)}),
+    "nisa.transpose": (("dst", "src"), ("pe",), {"dst": ("psum",), "src": ("sbuf",)}),
+    "nisa.activation": (("dst", "src", "bias?", "scale?", "accum?"), ("act",), {}),
+    "nisa.tensor_tensor": (("dst", "lhs", "rhs"), ("dve", "pool"), {}),
+    "nisa.tensor_scalar": (("dst", "src", "operand0?", "operand1?"), ("dve", "pool", "act"), {}),
+    "nisa.tensor_reduce": (("dst", "src"), ("dve", "pool"), {}),
+    "nisa.tensor_copy": (("dst", "src"), ("act", "dve", "pool"), {}),
+    "nisa.memset": (("dst",), ("act", "dve", "pool"), {}),
+    "nisa.iota": (("dst",), ("pool",), {}),
+    "nisa.select": (("dst", "mask", "on_true", "on_false"), ("dve", "pool"), {}),
+    "nisa.nop": ((), ENGINES, {}),
+}
+
+
+def instruction_roles(op) -> list[str]:
+    """Role names of the operands `op` actually has, in operand order."""
+    roles, _, _ = _SPECS[op.name]
+    present = []
+    if any(r.endswith("?") for r in roles):
+        sizes = list(ir.DenseI32ArrayAttr(op.attributes["operandSegmentSizes"]))
+        for role, n in zip(roles, sizes):
+            present += [role.rstrip("?")] * n
+    else:
+        present = list(roles)
+    return present
+
+
+def _check_instruction(op) -> None:
+    roles, engines, memories = _SPECS[op.name]
+    engine = string(op, "engine")
+    require(engine in engines,
+            f"cannot run on engine '{engine}'; allowed: {', '.join(engines)}")
+    present = instruction_roles(op)
+    aps = attr(op, "aps")
+    try:
+        aps = [list(ir.DenseI64ArrayAttr(a)) for a in ir.ArrayAttr(aps)]
+    except (ValueError, TypeError):
+        raise VerifyError("attribute 'aps' must be an array of array<i64: ...>") from None
+    require(len(aps) == len(present),
+            f"has {len(present)} buffer operands but {len(aps)} access patterns")
+    for role, value, ap in zip(present, op.operands, aps):
+        memory = memory_of(value)
+        allowed = memories.get(role, MEMORIES if engine == "dma" else _ONCHIP)
+        require(memory in allowed,
+                f"{role} is in {memory}; {engine} may use {role} only in {', '.join(allowed)}")
+        check_access_pattern(ap, value, role)
+    if engine == "dma":
+        int_value(op, "queue")
+    if "waits" in op.attributes:
+        waits = i64_array(op, "waits")
+        require(len(waits) % 2 == 0 and all(w >= 0 for w in waits),
+                "attribute 'waits' must hold (semaphore, value) pairs")
+    if "signal" in op.attributes:
+        require(int_value(op, "signal") >= 0, "attribute 'signal' must be a semaphore index")
+
+
+def _instruction_verifier(extra=None):
+    def check(op):
+        _check_instruction(op)
+        if extra:
+            extra(op)
+    return verifier(check)
+
+
+def _check_alloc(op) -> None:
+    memory = string(op, "memory")
+    require(memory in MEMORIES, f"unknown memory '{memory}'")
+    require(memory_of(op.results[0]) == memory,
+            f"result type {op.results[0].type} is not in memory '{memory}'")
+    shape = list(ir.MemRefType(op.results[0].type).shape)
+    if memory != "hbm":
+        require(len(shape) == 2, f"on-chip tiles are 2-D [partitions, free], got {shape}")
+    if "address" in op.attributes:
+        require(int_value(op, "address") >= 0, "address must be non-negative")
+
+
+class AllocOp(Nisa.Operation, name="alloc"):
+    """A buffer in `memory`; trn-plan-memory assigns its byte `address`."""
+    memory: ir.StringAttr
+    result: ext.Result[ir.MemRefType]
+    verify_invariants = verifier(_check_alloc)
+
+
+def _check_hbm_constant(op) -> None:
+    require(memory_of(op.results[0]) == "hbm", "constants live in hbm")
+    value = attr(op, "value")
+    require(isinstance(value, ir.DenseElementsAttr),
+            "attribute 'value' must be dense elements")
+    t = ir.ShapedType(ir.DenseElementsAttr(value).type)
+    mt = ir.MemRefType(op.results[0].type)
+    require(list(t.shape) == list(mt.shape) and t.element_type == mt.element_type,
+            f"value type {t} does not match buffer type {mt}")
+
+
+class HbmConstantOp(Nisa.Operation, name="hbm_constant"):
+    """A constant tensor stored in the program binary and placed in HBM at load time."""
+    value: AnyAttr
+    result: ext.Result[ir.MemRefType]
+    verify_invariants = verifier(_check_hbm_constant)
+
+
+Buffer = ext.Operand[ir.MemRefType]
+
+
+class DmaOp(Nisa.Operation, name="dma"):
+    """Copy between HBM and SBUF on a DMA queue, converting dtype."""
+    dst: Buffer
+    src: Buffer
+    engine: ir.StringAttr
+    aps: ir.ArrayAttr
+    verify_invariants = _instruction_verifier()
+
+
+def _check_matmul(op) -> None:
+    int_value(op, "accumulate")
+
+
+class MatmulOp(Nisa.Operation, name="matmul"):
+    """PE: dst[M, N] (+)= stationary[K, M]^T @ moving[K, N], fp32 in one PSUM bank."""
+    dst: Buffer
+    stationary: Buffer
+    moving: Buffer
+    engine: ir.StringAttr
+    aps: ir.ArrayAttr
+    accumulate: ir.IntegerAttr
+    verify_invariants = _instruction_verifier(_check_matmul)
+
+
+class TransposeOp(Nisa.Operation, name="transpose"):
+    """PE: dst[F, P] = src[P, F] (identity matmul into PSUM)."""
+    dst: Buffer
+    src: Buffer
+    engine: ir.StringAttr
+    aps: ir.ArrayAttr
+    verify_invariants = _instruction_verifier()
+
+
+def _check_activation(op) -> None:
+    func = string(op, "func")
+    require(func in ACTIVATION_FUNCS, f"unknown activation function '{func}'")
+    float_value(op, "scale")
+
+
+class ActivationOp(Nisa.Operation, name="activation"):
+    """ACT: dst = func(src * scale + bias); optional per-partition bias/scale, sum into accum."""
+    dst: Buffer
+    src: Buffer
+    engine: ir.StringAttr
+    aps: ir.ArrayAttr
+    func: ir.StringAttr
+    scale: ir.FloatAttr
+    bias: Optional[Buffer] = None
+    scale_vector: Optional[Buffer] = None
+    accum: Optional[Buffer] = None
+    verify_invariants = _instruction_verifier(_check_activation)
+
+
+def _check_tensor_tensor(op) -> None:
+    require(string(op, "op") in ALU_OPS, f"unknown ALU operation '{string(op, 'op')}'")
+
+
+class TensorTensorOp(Nisa.Operation, name="tensor_tensor"):
+    """DVE/POOL: dst = lhs <op> rhs."""
+    dst: Buffer
+    lhs: Buffer
+    rhs: Buffer
+    engine: ir.StringAttr
+    aps: ir.ArrayAttr
+    op: ir.StringAttr
+    verify_invariants = _instruction_verifier(_check_tensor_tensor)
+
+
+def _check_tensor_scalar(op) -> None:
+    for name in ("op0", "op1"):
+        alu = string(op, name)
+        require(alu in ALU_OPS or alu == "bypass", f"unknown ALU operation '{alu}'")
+    float_value(op, "imm0")
+    float_value(op, "imm1")
+    int_value(op, "reverse0")
+    int_value(op, "reverse1")
+
+
+class TensorScalarOp(Nisa.Operation, name="tensor_scalar"):
+    """dst = (src <op0> s0) <op1> s1 with immediates or per-partition operands."""
+    dst: Buffer
+    src: Buffer
+    engine: ir.StringAttr
+    aps: ir.ArrayAttr
+    op0: ir.StringAttr
+    imm0: ir.FloatAttr
+    op1: ir.StringAttr
+    imm1: ir.FloatAttr
+    reverse0: ir.IntegerAttr
+    reverse1: ir.IntegerAttr
+    operand0: Optional[Buffer] = None
+    operand1: Optional[Buffer] = None
+    verify_invariants = _instruction_verifier(_check_tensor_scalar)
+
+
+def _check_tensor_reduce(op) -> None:
+    require(string(op, "op") in REDUCE_OPS, f"unknown reduction '{string(op, 'op')}'")
+    require(1 <= int_value(op, "reduce_dims") <= MAX_FREE_DIMS,
+            f"reduce_dims must be 1..{MAX_FREE_DIMS}")
+
+
+class TensorReduceOp(Nisa.Operation, name="tensor_reduce"):
+    """DVE/POOL: dst = reduction of src's innermost `reduce_dims` free axes with `op`."""
+    dst: Buffer
+    src: Buffer
+    engine: ir.StringAttr
+    aps: ir.ArrayAttr
+    op: ir.StringAttr
+    reduce_dims: ir.IntegerAttr
+    verify_invariants = _instruction_verifier(_check_tensor_reduce)
+
+
+class TensorCopyOp(Nisa.Operation, name="tensor_copy"):
+    """ACT/DVE/POOL: dst = src, converting dtype."""
+    dst: Buffer
+    src: Buffer
+    engine: ir.StringAttr
+    aps: ir.ArrayAttr
+    verify_invariants = _instruction_verifier()
+
+
+def _check_memset(op) -> None:
+    float_value(op, "value")
+
+
+class MemsetOp(Nisa.Operation, name="memset"):
+    """dst = value."""
+    dst: Buffer
+    engine: ir.StringAttr
+    aps: ir.ArrayAttr
+    value: ir.FloatAttr
+    verify_invariants = _instruction_verifier(_check_memset)
+
+
+def _check_iota(op) -> None:
+    for name in ("base", "partition_step", "free_step"):
+        float_value(op, name)
+
+
+class IotaOp(Nisa.Operation, name="iota"):
+    """POOL: dst[p, i] = base + partition_step * p + free_step * i."""
+    dst: Buffer
+    engine: ir.StringAttr
+    aps: ir.ArrayAttr
+    base: ir.FloatAttr
+    partition_step: ir.FloatAttr
+    free_step: ir.FloatAttr
+    verify_invariants = _instruction_verifier(_check_iota)
+
+
+class SelectOp(Nisa.Operation, name="select"):
+    """DVE/POOL: dst = on_true where mask != 0 else on_false."""
+    dst: Buffer
+    mask: Buffer
+    on_true: Buffer
+    on_false: Buffer
+    engine: ir.StringAttr
+    aps: ir.ArrayAttr
+    verify_invariants = _instruction_verifier()
+
+
+class NopOp(Nisa.Operation, name="nop"):
+    """Waits on semaphores and/or signals one; does nothing else."""
+    engine: ir.StringAttr
+    aps: ir.ArrayAttr
+    verify_invariants = _instruction_verifier()
+
+
+INSTRUCTION_OPS = tuple(_SPECS)

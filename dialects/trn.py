@@ -1,0 +1,284 @@
+"""The `trn` dialect: tensor-level operations that map onto NeuronCore engines.
+
+Values are tensors (value semantics). Each op carries what the hardware needs: the activation
+function for the scalar engine, the ALU operation for the vector engine, the reduction kind.
+View-like ops (transpose, broadcast, reshape) cost nothing by themselves: lowering folds them
+into access patterns where it can. `trn.kernel` is an explicit fused kernel: a region whose ops
+are lowered together so intermediates stay on chip.
+
+Defined with `torch_mlir.dialects.ext` (lowered to IRDL); ops print in MLIR's generic form.
+"""
+
+
+import math
+
+from torch_mlir import ir
+from torch_mlir.dialects import ext
+
+from torchneuron.dialects.common import (
+    AnyAttr, VerifyError, float_value, i64_array, require, shape_of, string, tensor_type,
+    verifier,
+)
+
+# The scalar engine's function table (names match the ISA's ActFunc labels).
+ACTIVATION_FUNCS = (
+    "identity", "relu", "gelu", "gelu_tanh", "silu", "sigmoid", "tanh", "exp", "log", "sqrt",
+    "rsqrt", "reciprocal", "square", "abs", "sign", "erf", "softplus", "sin", "cos",
+)
+# Vector-engine ALU operations (names match the ISA's AluOp labels).
+ALU_OPS = (
+    "add", "sub", "mul", "div", "max", "min", "pow", "eq", "ne", "lt", "le", "gt", "ge",
+    "and", "or", "xor", "mod",
+)
+REDUCE_OPS = ("add", "max", "min", "mul")
+
+
+class Trn(ext.Dialect, name="trn"):
+    pass
+
+
+def _same_element_type(op, a: ir.Value, b: ir.Value, what: str) -> None:
+    ta, tb = tensor_type(a, "operand"), tensor_type(b, what)
+    require(ta.element_type == tb.element_type,
+            f"{what} element type {tb.element_type} differs from {ta.element_type}")
+
+
+def _check_matmul(op) -> None:
+    lhs = shape_of(op.operands[0], "lhs")
+    rhs = shape_of(op.operands[1], "rhs")
+    res = shape_of(op.results[0], "result")
+    require(len(lhs) >= 2 and len(lhs) == len(rhs) == len(res),
+            f"expects operands and result of equal rank >= 2, got {lhs}, {rhs} -> {res}")
+    require(lhs[:-2] == rhs[:-2] == res[:-2], f"batch dims differ: {lhs}, {rhs} -> {res}")
+    require(lhs[-1] == rhs[-2],
+            f"contraction dims differ: lhs has K={lhs[-1]}, rhs has K={rhs[-2]}")
+    require(res[-2:] == [lhs[-2], rhs[-1]],
+            f"result shape {res} does not match [M, N] = [{lhs[-2]}, {rhs[-1]}]")
+
+
+class MatmulOp(Trn.Operation, name="matmul", traits=[ext.Pure]):
+    """result[..., m, n] = sum_k lhs[..., m, k] * rhs[..., k, n] (fp32 accumulation)."""
+    lhs: ext.Operand[ir.RankedTensorType]
+    rhs: ext.Operand[ir.RankedTensorType]
+    result: ext.Result[ir.RankedTensorType]
+    verify_invariants = verifier(_check_matmul)
+
+
+def _check_transpose(op) -> None:
+    src = shape_of(op.operands[0], "input")
+    res = shape_of(op.results[0], "result")
+    perm = i64_array(op, "permutation")
+    require(sorted(perm) == list(range(len(src))),
+            f"permutation {perm} is not a permutation of {len(src)} dims")
+    require(res == [src[p] for p in perm],
+            f"result shape {res} is not the input shape {src} permuted by {perm}")
+    _same_element_type(op, op.operands[0], op.results[0], "result")
+
+
+class TransposeOp(Trn.Operation, name="transpose", traits=[ext.Pure]):
+    """result = permute(input, permutation); result dim i is input dim permutation[i]."""
+    input: ext.Operand[ir.RankedTensorType]
+    permutation: AnyAttr
+    result: ext.Result[ir.RankedTensorType]
+    verify_invariants = verifier(_check_transpose)
+
+
+def _check_broadcast(op) -> None:
+    src = shape_of(op.operands[0], "input")
+    res = shape_of(op.results[0], "result")
+    dims = i64_array(op, "dimensions")
+    require(dims == sorted(set(dims)) and all(0 <= d < len(res) for d in dims),
+            f"dimensions {dims} must be sorted, unique result dims")
+    kept = [s for i, s in enumerate(res) if i not in dims]
+    require(kept == src, f"input shape {src} is not result shape {res} without dims {dims}")
+    _same_element_type(op, op.operands[0], op.results[0], "result")
+
+
+class BroadcastOp(Trn.Operation, name="broadcast", traits=[ext.Pure]):
+    """result = input repeated along the result dims listed in `dimensions`."""
+    input: ext.Operand[ir.RankedTensorType]
+    dimensions: AnyAttr
+    result: ext.Result[ir.RankedTensorType]
+    verify_invariants = verifier(_check_broadcast)
+
+
+def _check_reshape(op) -> None:
+    src = shape_of(op.operands[0], "input")
+    res = shape_of(op.results[0], "result")
+    require(math.prod(src) == math.prod(res),
+            f"cannot reshape {src} ({math.prod(src)} elements) to {res} "
+            f"({math.prod(res)} elements)")
+    _same_element_type(op, op.operands[0], op.results[0], "result")
+
+
+class ReshapeOp(Trn.Operation, name="reshape", traits=[ext.Pure]):
+    """result = input with a new shape (row-major order, same element count)."""
+    input: ext.Operand[ir.RankedTensorType]
+    result: ext.Result[ir.RankedTensorType]
+    verify_invariants = verifier(_check_reshape)
+
+
+def _check_same_shape(op, operand_indices=(0,)) -> list[int]:
+    res = shape_of(op.results[0], "result")
+    for i in operand_indices:
+        shape = shape_of(op.operands[i], f"operand #{i}")
+        require(shape == res, f"operand #{i} shape {shape} differs from result shape {res}")
+    return res
+
+
+def _check_convert(op) -> None:
+    _check_same_shape(op)
+
+
+class ConvertOp(Trn.Operation, name="convert", traits=[ext.Pure]):
+    """result = input converted to the result's element type (round to nearest even)."""
+    input: ext.Operand[ir.RankedTensorType]
+    result: ext.Result[ir.RankedTensorType]
+    verify_invariants = verifier(_check_convert)
+
+
+def _check_activation(op) -> None:
+    _check_same_shape(op)
+    func = string(op, "func")
+    require(func in ACTIVATION_FUNCS,
+            f"unknown activation function '{func}'; expected one of {', '.join(ACTIVATION_FUNCS)}")
+    float_value(op, "scale")
+    float_value(op, "bias")
+
+
+class ActivationOp(Trn.Operation, name="activation", traits=[ext.Pure]):
+    """result = func(input * scale + bias), one scalar-engine function from its table."""
+    input: ext.Operand[ir.RankedTensorType]
+    func: ir.StringAttr
+    scale: ir.FloatAttr
+    bias: ir.FloatAttr
+    result: ext.Result[ir.RankedTensorType]
+    verify_invariants = verifier(_check_activation)
+
+
+def _check_alu(op, name: str) -> None:
+    alu = string(op, name)
+    require(alu in ALU_OPS, f"unknown ALU operation '{alu}'; expected one of {', '.join(ALU_OPS)}")
+
+
+def _check_tensor_tensor(op) -> None:
+    _check_same_shape(op, (0, 1))
+    _check_alu(op, "op")
+
+
+class TensorTensorOp(Trn.Operation, name="tensor_tensor", traits=[ext.Pure]):
+    """result = lhs <op> rhs elementwise (operands of the result's shape)."""
+    lhs: ext.Operand[ir.RankedTensorType]
+    rhs: ext.Operand[ir.RankedTensorType]
+    op: ir.StringAttr
+    result: ext.Result[ir.RankedTensorType]
+    verify_invariants = verifier(_check_tensor_tensor)
+
+
+def _check_tensor_scalar(op) -> None:
+    _check_same_shape(op)
+    _check_alu(op, "op")
+    float_value(op, "scalar")
+    try:
+        ir.BoolAttr(op.attributes["reverse"])
+    except (KeyError, ValueError, TypeError):
+        raise VerifyError("attribute 'reverse' must be a boolean") from None
+
+
+class TensorScalarOp(Trn.Operation, name="tensor_scalar", traits=[ext.Pure]):
+    """result = input <op> scalar, or scalar <op> input when `reverse` is true."""
+    input: ext.Operand[ir.RankedTensorType]
+    op: ir.StringAttr
+    scalar: ir.FloatAttr
+    reverse: ir.IntegerAttr
+    result: ext.Result[ir.RankedTensorType]
+    verify_invariants = verifier(_check_tensor_scalar)
+
+
+def _check_select(op) -> None:
+    _check_same_shape(op, (0, 1, 2))
+
+
+class SelectOp(Trn.Operation, name="select", traits=[ext.Pure]):
+    """result = on_true where mask != 0 else on_false."""
+    mask: ext.Operand[ir.RankedTensorType]
+    on_true: ext.Operand[ir.RankedTensorType]
+    on_false: ext.Operand[ir.RankedTensorType]
+    result: ext.Result[ir.RankedTensorType]
+    verify_invariants = verifier(_check_select)
+
+
+def _check_fill(op) -> None:
+    shape_of(op.results[0], "result")
+    float_value(op, "value")
+
+
+class FillOp(Trn.Operation, name="fill", traits=[ext.Pure]):
+    """result = a tensor with every element equal to `value`."""
+    value: ir.FloatAttr
+    result: ext.Result[ir.RankedTensorType]
+    verify_invariants = verifier(_check_fill)
+
+
+def _check_reduce(op) -> None:
+    src = shape_of(op.operands[0], "input")
+    res = shape_of(op.results[0], "result")
+    dims = i64_array(op, "dimensions")
+    require(dims == sorted(set(dims)) and all(0 <= d < len(src) for d in dims),
+            f"dimensions {dims} must be sorted, unique input dims")
+    kept = [s for i, s in enumerate(src) if i not in dims]
+    require(kept == res, f"result shape {res} is not input shape {src} without dims {dims}")
+    kind = string(op, "op")
+    require(kind in REDUCE_OPS, f"unknown reduction '{kind}'; expected one of {', '.join(REDUCE_OPS)}")
+
+
+class ReduceOp(Trn.Operation, name="reduce", traits=[ext.Pure]):
+    """result = reduction of input with `op` over `dimensions` (which are removed)."""
+    input: ext.Operand[ir.RankedTensorType]
+    op: ir.StringAttr
+    dimensions: AnyAttr
+    result: ext.Result[ir.RankedTensorType]
+    verify_invariants = verifier(_check_reduce)
+
+
+def _check_kernel(op) -> None:
+    require(len(op.regions) == 1 and len(op.regions[0].blocks) == 1,
+            "expects one region with one block")
+    block = op.regions[0].blocks[0]
+    require(len(block.arguments) == 0, "body block takes no arguments")
+    ops = list(block.operations)
+    require(ops and ops[-1].name == "trn.yield", "body must end with trn.yield")
+    require(ops[-1].operands[0].type == op.results[0].type,
+            f"yields {ops[-1].operands[0].type} but the kernel returns {op.results[0].type}")
+    for inner in ops[:-1]:
+        require(inner.name.startswith("trn.") and inner.name != "trn.kernel",
+                f"body may hold only trn ops other than kernels, found '{inner.name}'")
+
+
+class KernelOp(Trn.Operation, name="kernel"):
+    """A fused kernel: its body's trn ops, which read values defined above, are lowered
+    together so intermediates stay on chip; `trn.yield` names the kernel's result.
+
+    (IRDL binds one type to all elements of a variadic operand, so a kernel cannot list inputs
+    of different types as operands; like gpu.launch it captures them from above instead.)"""
+    kind: ir.StringAttr
+    result: ext.Result[ir.RankedTensorType]
+    body: ext.Region
+    verify_invariants = verifier(_check_kernel)
+
+
+class YieldOp(Trn.Operation, name="yield", traits=[ir.IsTerminatorTrait]):
+    """Terminates a trn.kernel body, naming the kernel's result."""
+    value: ext.Operand[ir.RankedTensorType]
+
+
+def build_kernel(kind: str, result_type: ir.Type, loc: ir.Location | None = None) -> ir.Operation:
+    """Create an empty `trn.kernel` with one empty block at the current insertion point."""
+    op = ir.Operation.create("trn.kernel", results=[result_type],
+                             attributes={"kind": ir.StringAttr.get(kind)}, regions=1, loc=loc)
+    op.regions[0].blocks.append()
+    return op
+
+
+def build_yield(value: ir.Value, loc: ir.Location | None = None) -> ir.Operation:
+    return ir.Operation.create("trn.yield", operands=[value], loc=loc)

@@ -1,0 +1,22 @@
+// Inputs with ops convert-linalg-to-trn has no lowering for (checked by ../linalg_to_trn.mlir).
+func.func @pad(%x: tensor<4xf32>) -> tensor<6xf32> {
+  %cst = arith.constant 0.000000e+00 : f32
+  %p = tensor.pad %x low[1] high[1] {
+  ^bb0(%i: index):
+    tensor.yield %cst : f32
+  } : tensor<4xf32> to tensor<6xf32>
+  return %p : tensor<6xf32>
+}
+
+// -----
+
+#map = affine_map<(d0) -> (d0)>
+func.func @atan2(%x: tensor<8xf32>) -> tensor<8xf32> {
+  %e = tensor.empty() : tensor<8xf32>
+  %r = linalg.generic {indexing_maps = [#map, #map], iterator_types = ["parallel"]} ins(%x : tensor<8xf32>) outs(%e : tensor<8xf32>) {
+  ^bb0(%in: f32, %out: f32):
+    %0 = math.atan2 %in, %in : f32
+    linalg.yield %0 : f32
+  } -> tensor<8xf32>
+  return %r : tensor<8xf32>
+}

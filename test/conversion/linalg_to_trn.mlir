@@ -1,0 +1,122 @@
+// RUN: neuron-opt --split-input-file --convert-linalg-to-trn %s | FileCheck %s
+// RUN: not neuron-opt --split-input-file --convert-linalg-to-trn %S/Inputs/linalg_to_trn-unsupported.mlir 2>&1 | FileCheck %s --check-prefix=ERR
+
+// Tests that a matmul with a zero-filled accumulator becomes trn.matmul, and a transposed
+// operand trn.transpose.
+// CHECK-LABEL: func.func @linear
+// CHECK: %[[T:.*]] = "trn.transpose"(%arg0) {permutation = array<i64: 1, 0>}
+// CHECK: "trn.matmul"(%arg1, %[[T]]) : (tensor<4x8xf32>, tensor<8x16xf32>) -> tensor<4x16xf32>
+// CHECK-NOT: linalg
+func.func @linear(%w: tensor<16x8xf32>, %x: tensor<4x8xf32>) -> tensor<4x16xf32> {
+  %cst = arith.constant 0.000000e+00 : f32
+  %e0 = tensor.empty() : tensor<8x16xf32>
+  %t = linalg.transpose ins(%w : tensor<16x8xf32>) outs(%e0 : tensor<8x16xf32>) permutation = [1, 0]
+  %e1 = tensor.empty() : tensor<4x16xf32>
+  %z = linalg.fill ins(%cst : f32) outs(%e1 : tensor<4x16xf32>) -> tensor<4x16xf32>
+  %y = linalg.matmul ins(%x, %t : tensor<4x8xf32>, tensor<8x16xf32>) outs(%z : tensor<4x16xf32>) -> tensor<4x16xf32>
+  return %y : tensor<4x16xf32>
+}
+
+// -----
+
+// Tests that a generic's broadcast operand becomes trn.broadcast and its body trn ops.
+// CHECK-LABEL: func.func @bias_add
+// CHECK: %[[B:.*]] = "trn.broadcast"(%arg0) {dimensions = array<i64: 0>} : (tensor<16xf32>) -> tensor<4x16xf32>
+// CHECK: "trn.tensor_tensor"(%[[B]], %arg1) {op = "add"}
+#map = affine_map<(d0, d1) -> (d1)>
+#map1 = affine_map<(d0, d1) -> (d0, d1)>
+func.func @bias_add(%b: tensor<16xf32>, %x: tensor<4x16xf32>) -> tensor<4x16xf32> {
+  %e = tensor.empty() : tensor<4x16xf32>
+  %r = linalg.generic {indexing_maps = [#map, #map1, #map1], iterator_types = ["parallel", "parallel"]} ins(%b, %x : tensor<16xf32>, tensor<4x16xf32>) outs(%e : tensor<4x16xf32>) {
+  ^bb0(%in: f32, %in_0: f32, %out: f32):
+    %s = arith.addf %in, %in_0 : f32
+    linalg.yield %s : f32
+  } -> tensor<4x16xf32>
+  return %r : tensor<4x16xf32>
+}
+
+// -----
+
+// Tests that torch-mlir's relu body (cmpf + select) is recognised as one activation.
+// CHECK-LABEL: func.func @relu
+// CHECK: "trn.activation"(%arg0) {bias = 0.000000e+00 : f32, func = "relu", scale = 1.000000e+00 : f32}
+// CHECK-NOT: trn.select
+#map = affine_map<(d0) -> (d0)>
+func.func @relu(%x: tensor<8xf32>) -> tensor<8xf32> {
+  %cst = arith.constant 0.000000e+00 : f32
+  %e = tensor.empty() : tensor<8xf32>
+  %r = linalg.generic {indexing_maps = [#map, #map], iterator_types = ["parallel"]} ins(%x : tensor<8xf32>) outs(%e : tensor<8xf32>) {
+  ^bb0(%in: f32, %out: f32):
+    %c = arith.cmpf ugt, %in, %cst : f32
+    %s = arith.select %c, %in, %cst : f32
+    linalg.yield %s : f32
+  } -> tensor<8xf32>
+  return %r : tensor<8xf32>
+}
+
+// -----
+
+// Tests that the erf form of GELU is recognised as the scalar engine's gelu.
+// CHECK-LABEL: func.func @gelu
+// CHECK: "trn.activation"(%arg0) {bias = 0.000000e+00 : f32, func = "gelu", scale = 1.000000e+00 : f32}
+// CHECK-NOT: "erf"
+#map = affine_map<(d0) -> (d0)>
+func.func @gelu(%x: tensor<8xf32>) -> tensor<8xf32> {
+  %one = arith.constant 1.000000e+00 : f32
+  %half = arith.constant 5.000000e-01 : f32
+  %sqrt2 = arith.constant 1.41421354 : f32
+  %e = tensor.empty() : tensor<8xf32>
+  %r = linalg.generic {indexing_maps = [#map, #map], iterator_types = ["parallel"]} ins(%x : tensor<8xf32>) outs(%e : tensor<8xf32>) {
+  ^bb0(%in: f32, %out: f32):
+    %0 = arith.divf %in, %sqrt2 : f32
+    %1 = math.erf %0 : f32
+    %2 = arith.addf %1, %one : f32
+    %3 = arith.mulf %2, %half : f32
+    %4 = arith.mulf %in, %3 : f32
+    linalg.yield %4 : f32
+  } -> tensor<8xf32>
+  return %r : tensor<8xf32>
+}
+
+// -----
+
+// Tests that scalar operands become trn.tensor_scalar (reversed when the scalar is on the
+// left of a non-commutative op), and that scaling folds into an activation.
+// CHECK-LABEL: func.func @scalars
+// CHECK: %[[S:.*]] = "trn.tensor_scalar"(%arg0) {op = "sub", reverse = true, scalar = 1.000000e+00 : f32}
+// CHECK: "trn.activation"(%[[S]]) {bias = 0.000000e+00 : f32, func = "exp", scale = 2.000000e+00 : f32}
+#map = affine_map<(d0) -> (d0)>
+func.func @scalars(%x: tensor<8xf32>) -> tensor<8xf32> {
+  %one = arith.constant 1.000000e+00 : f32
+  %two = arith.constant 2.000000e+00 : f32
+  %e = tensor.empty() : tensor<8xf32>
+  %r = linalg.generic {indexing_maps = [#map, #map], iterator_types = ["parallel"]} ins(%x : tensor<8xf32>) outs(%e : tensor<8xf32>) {
+  ^bb0(%in: f32, %out: f32):
+    %0 = arith.subf %one, %in : f32
+    %1 = arith.mulf %0, %two : f32
+    %2 = math.exp %1 : f32
+    linalg.yield %2 : f32
+  } -> tensor<8xf32>
+  return %r : tensor<8xf32>
+}
+
+// -----
+
+// Tests that a transposed input map becomes trn.transpose into the iteration space.
+// CHECK-LABEL: func.func @transposed_input
+// CHECK: %[[T:.*]] = "trn.transpose"(%arg0) {permutation = array<i64: 1, 0>} : (tensor<8x4xf32>) -> tensor<4x8xf32>
+// CHECK: "trn.tensor_tensor"(%[[T]], %arg1) {op = "mul"}
+#mapT = affine_map<(d0, d1) -> (d1, d0)>
+#map = affine_map<(d0, d1) -> (d0, d1)>
+func.func @transposed_input(%a: tensor<8x4xf32>, %b: tensor<4x8xf32>) -> tensor<4x8xf32> {
+  %e = tensor.empty() : tensor<4x8xf32>
+  %r = linalg.generic {indexing_maps = [#mapT, #map, #map], iterator_types = ["parallel", "parallel"]} ins(%a, %b : tensor<8x4xf32>, tensor<4x8xf32>) outs(%e : tensor<4x8xf32>) {
+  ^bb0(%x: f32, %y: f32, %out: f32):
+    %0 = arith.mulf %x, %y : f32
+    linalg.yield %0 : f32
+  } -> tensor<4x8xf32>
+  return %r : tensor<4x8xf32>
+}
+
+// ERR: linalg_to_trn-unsupported.mlir:{{[0-9]+}}:{{[0-9]+}}: error: convert-linalg-to-trn: no lowering to the NeuronCore for 'tensor.pad'
+// ERR: linalg_to_trn-unsupported.mlir:{{[0-9]+}}:{{[0-9]+}}: error: convert-linalg-to-trn: no lowering to the NeuronCore for 'math.atan2' inside linalg.generic

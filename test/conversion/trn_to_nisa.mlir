@@ -1,0 +1,72 @@
+// RUN: neuron-opt --split-input-file --convert-trn-to-nisa %s | FileCheck %s
+// RUN: not neuron-opt --convert-trn-to-nisa %S/Inputs/trn_to_nisa-invalid.mlir 2>&1 | FileCheck %s --check-prefix=ERR
+
+// Tests the lowering of a Linear + bias + ReLU kernel computed transposed ("nm"): tensors
+// become HBM buffers and the result an output argument; K = 256 runs as two 128-row K-tiles
+// accumulating in one PSUM tile; the activation engine reads PSUM, adds the per-partition
+// bias and writes SBUF; the operands arrive by DMA and are transposed on PE (K must sit on
+// partitions); the result is transposed back and stored by DMA.
+// CHECK-LABEL: func.func @linear_relu
+// CHECK-SAME: (%[[W:.*]]: memref<128x256xf32, "hbm">, %[[B:.*]]: memref<128xf32, "hbm">, %[[X:.*]]: memref<64x256xf32, "hbm">, %[[OUT:.*]]: memref<64x128xf32, "hbm">)
+// CHECK-SAME: nisa.num_inputs = 3 : i64, nisa.target = "trn2"
+// CHECK: %[[ACC:.*]] = "nisa.alloc"() {memory = "psum"} : () -> memref<128x64xf32, "psum">
+// CHECK: "nisa.dma"(%{{.*}}, %[[W]]) {aps = [array<i64: 0, 128, 128, 1, 128>, array<i64: 0, 256, 128, 1, 128>], engine = "dma"
+// CHECK: "nisa.transpose"
+// CHECK: "nisa.matmul"(%[[ACC]], %{{.*}}, %{{.*}}) {accumulate = false
+// CHECK: "nisa.dma"(%{{.*}}, %[[W]]) {aps = [array<i64: 0, 128, 128, 1, 128>, array<i64: 128, 256, 128, 1, 128>], engine = "dma"
+// CHECK: "nisa.matmul"(%[[ACC]], %{{.*}}, %{{.*}}) {accumulate = true
+// CHECK: "nisa.dma"(%[[BIAS:.*]], %[[B]]) {aps = [array<i64: 0, 1, 128, 1, 1>, array<i64: 0, 1, 128, 0, 1>]
+// CHECK: %[[H:.*]] = "nisa.alloc"() {memory = "sbuf"} : () -> memref<128x64xf32, "sbuf">
+// CHECK: "nisa.activation"(%[[H]], %[[ACC]], %[[BIAS]]) {{{.*}}engine = "act", func = "relu"
+// CHECK: "nisa.transpose"(%{{.*}}, %[[H]])
+// CHECK: "nisa.dma"(%[[OUT]], %{{.*}}) {aps = [array<i64: 0, 128, 64, 1, 128>, array<i64: 0, 128, 64, 1, 128>], engine = "dma"
+// CHECK: return
+func.func @linear_relu(%w: tensor<128x256xf32>, %b: tensor<128xf32>, %x: tensor<64x256xf32>) -> tensor<64x128xf32> {
+  %k = "trn.kernel"() ({
+    %t = "trn.transpose"(%w) {permutation = array<i64: 1, 0>} : (tensor<128x256xf32>) -> tensor<256x128xf32>
+    %bb = "trn.broadcast"(%b) {dimensions = array<i64: 0>} : (tensor<128xf32>) -> tensor<64x128xf32>
+    %y = "trn.matmul"(%x, %t) : (tensor<64x256xf32>, tensor<256x128xf32>) -> tensor<64x128xf32>
+    %z = "trn.tensor_tensor"(%bb, %y) {op = "add"} : (tensor<64x128xf32>, tensor<64x128xf32>) -> tensor<64x128xf32>
+    %r = "trn.activation"(%z) {func = "relu", scale = 1.0 : f32, bias = 0.0 : f32} : (tensor<64x128xf32>) -> tensor<64x128xf32>
+    "trn.yield"(%r) : (tensor<64x128xf32>) -> ()
+  }) {kind = "matmul", orientation = "nm"} : () -> tensor<64x128xf32>
+  return %k : tensor<64x128xf32>
+}
+
+// -----
+
+// Tests that an elementwise op outside any kernel is tiled over 128 partitions. A [300, 64]
+// tensor plus a row broadcast over it cannot be merged into one contiguous extent, so it is
+// tiled as 128, 128 and 44 rows; the broadcast loads with partition stride 0. A contiguous
+// tensor alone is spread evenly: 19200 elements become 128 partitions x 150.
+// CHECK-LABEL: func.func @add_row
+// CHECK: "nisa.dma"(%{{.*}}, %arg0) {aps = [array<i64: 0, 64, 128, 1, 64>, array<i64: 0, 64, 128, 1, 64>]
+// CHECK: "nisa.dma"(%{{.*}}, %arg1) {aps = [array<i64: 0, 64, 128, 1, 64>, array<i64: 0, 0, 128, 1, 64>]
+// CHECK: "nisa.tensor_tensor"({{.*}}engine = "dve", op = "add"
+// CHECK: "nisa.dma"(%arg2, %{{.*}}) {aps = [array<i64: 0, 64, 128, 1, 64>, array<i64: 0, 64, 128, 1, 64>]
+// CHECK: "nisa.dma"(%{{.*}}, %arg0) {aps = [array<i64: 0, 64, 128, 1, 64>, array<i64: 8192, 64, 128, 1, 64>]
+// CHECK: "nisa.dma"(%{{.*}}, %arg0) {aps = [array<i64: 0, 64, 44, 1, 64>, array<i64: 16384, 64, 44, 1, 64>]
+// CHECK-LABEL: func.func @exp
+// CHECK: "nisa.dma"(%{{.*}}, %arg0) {aps = [array<i64: 0, 150, 128, 1, 150>, array<i64: 0, 150, 128, 1, 150>]
+// CHECK: "nisa.activation"({{.*}}func = "exp"
+func.func @add_row(%x: tensor<300x64xf32>, %b: tensor<64xf32>) -> tensor<300x64xf32> {
+  %bb = "trn.broadcast"(%b) {dimensions = array<i64: 0>} : (tensor<64xf32>) -> tensor<300x64xf32>
+  %e = "trn.tensor_tensor"(%x, %bb) {op = "add"} : (tensor<300x64xf32>, tensor<300x64xf32>) -> tensor<300x64xf32>
+  return %e : tensor<300x64xf32>
+}
+func.func @exp(%x: tensor<300x64xf32>) -> tensor<300x64xf32> {
+  %e = "trn.activation"(%x) {func = "exp", scale = 1.0 : f32, bias = 0.0 : f32} : (tensor<300x64xf32>) -> tensor<300x64xf32>
+  return %e : tensor<300x64xf32>
+}
+
+// -----
+
+// Tests that returning an input copies it into the output buffer through SBUF.
+// CHECK-LABEL: func.func @identity
+// CHECK: "nisa.dma"(%{{.*}}, %arg0)
+// CHECK: "nisa.dma"(%arg1, %{{.*}})
+func.func @identity(%x: tensor<4x8xf32>) -> tensor<4x8xf32> {
+  return %x : tensor<4x8xf32>
+}
+
+// ERR: trn_to_nisa-invalid.mlir:{{[0-9]+}}:{{[0-9]+}}: error: convert-trn-to-nisa: 'tensor.empty' cannot be lowered to NeuronCore instructions here (expected trn ops; run convert-linalg-to-trn first)

@@ -1,0 +1,50 @@
+// RUN: not neuron-opt --split-input-file %s 2>&1 | FileCheck %s
+
+// Tests that a compute engine may not touch HBM.
+// CHECK: nisa-invalid.mlir:[[# @LINE + 3]]:3: error: 'nisa.activation' op src is in hbm; act may use src only in sbuf, psum
+func.func @act_hbm(%x: memref<128x64xf32, "hbm">) {
+  %a = "nisa.alloc"() {memory = "sbuf"} : () -> memref<128x64xf32, "sbuf">
+  "nisa.activation"(%a, %x) {engine = "act", func = "exp", scale = 1.0 : f32, operandSegmentSizes = array<i32: 1, 1, 0, 0, 0>, aps = [array<i64: 0, 64, 128, 1, 64>, array<i64: 0, 64, 128, 1, 64>]} : (memref<128x64xf32, "sbuf">, memref<128x64xf32, "hbm">) -> ()
+  return
+}
+
+// -----
+
+// Tests that an instruction on the wrong engine is rejected.
+// CHECK: error: 'nisa.matmul' op cannot run on engine 'dve'; allowed: pe
+func.func @matmul_engine() {
+  %a = "nisa.alloc"() {memory = "sbuf"} : () -> memref<128x64xf32, "sbuf">
+  %p = "nisa.alloc"() {memory = "psum"} : () -> memref<64x64xf32, "psum">
+  "nisa.matmul"(%p, %a, %a) {engine = "dve", accumulate = false, aps = [array<i64: 0, 64, 64, 1, 64>, array<i64: 0, 64, 128, 1, 64>, array<i64: 0, 64, 128, 1, 64>]} : (memref<64x64xf32, "psum">, memref<128x64xf32, "sbuf">, memref<128x64xf32, "sbuf">) -> ()
+  return
+}
+
+// -----
+
+// Tests that an access pattern reaching past its buffer is rejected.
+// CHECK: error: 'nisa.dma' op src access pattern [0, 64, 129, 1, 64] reaches element 8255 of a 8192-element buffer
+func.func @dma_out_of_bounds(%x: memref<128x64xf32, "hbm">) {
+  %a = "nisa.alloc"() {memory = "sbuf"} : () -> memref<128x64xf32, "sbuf">
+  "nisa.dma"(%a, %x) {engine = "dma", queue = 0 : i64, aps = [array<i64: 0, 64, 128, 1, 64>, array<i64: 0, 64, 129, 1, 64>]} : (memref<128x64xf32, "sbuf">, memref<128x64xf32, "hbm">) -> ()
+  return
+}
+
+// -----
+
+// Tests that an on-chip access pattern must step one partition per tile row.
+// CHECK: error: 'nisa.tensor_copy' op dst partition stride 32 must be one tile row (64 elements)
+func.func @partition_stride() {
+  %a = "nisa.alloc"() {memory = "sbuf"} : () -> memref<128x64xf32, "sbuf">
+  "nisa.tensor_copy"(%a, %a) {engine = "dve", aps = [array<i64: 0, 32, 64, 1, 32>, array<i64: 0, 64, 64, 1, 32>]} : (memref<128x64xf32, "sbuf">, memref<128x64xf32, "sbuf">) -> ()
+  return
+}
+
+// -----
+
+// Tests that an instruction needs one access pattern per buffer operand.
+// CHECK: error: 'nisa.tensor_copy' op has 2 buffer operands but 1 access patterns
+func.func @missing_ap() {
+  %a = "nisa.alloc"() {memory = "sbuf"} : () -> memref<128x64xf32, "sbuf">
+  "nisa.tensor_copy"(%a, %a) {engine = "dve", aps = [array<i64: 0, 64, 64, 1, 32>]} : (memref<128x64xf32, "sbuf">, memref<128x64xf32, "sbuf">) -> ()
+  return
+}

@@ -1,0 +1,46 @@
+// RUN: not neuron-opt --split-input-file %s 2>&1 | FileCheck %s
+
+// Tests that a matmul with mismatched contraction dims is rejected.
+// CHECK: trn-invalid.mlir:[[# @LINE + 2]]:8: error: 'trn.matmul' op contraction dims differ: lhs has K=4, rhs has K=5
+func.func @matmul(%x: tensor<2x4xf32>, %w: tensor<5x8xf32>) -> tensor<2x8xf32> {
+  %y = "trn.matmul"(%x, %w) : (tensor<2x4xf32>, tensor<5x8xf32>) -> tensor<2x8xf32>
+  return %y : tensor<2x8xf32>
+}
+
+// -----
+
+// Tests that an activation outside the scalar engine's table is rejected.
+// CHECK: error: 'trn.activation' op unknown activation function 'swish'
+func.func @act(%x: tensor<4xf32>) -> tensor<4xf32> {
+  %y = "trn.activation"(%x) {func = "swish", scale = 1.0 : f32, bias = 0.0 : f32} : (tensor<4xf32>) -> tensor<4xf32>
+  return %y : tensor<4xf32>
+}
+
+// -----
+
+// Tests that a transpose whose result shape does not follow the permutation is rejected.
+// CHECK: error: 'trn.transpose' op result shape [8, 4] is not the input shape [8, 4] permuted by [1, 0]
+func.func @transpose(%x: tensor<8x4xf32>) -> tensor<8x4xf32> {
+  %y = "trn.transpose"(%x) {permutation = array<i64: 1, 0>} : (tensor<8x4xf32>) -> tensor<8x4xf32>
+  return %y : tensor<8x4xf32>
+}
+
+// -----
+
+// Tests that a kernel must yield a value of its result type.
+// CHECK: error: 'trn.kernel' op yields tensor<4xf32> but the kernel returns tensor<8xf32>
+func.func @kernel(%x: tensor<4xf32>) -> tensor<8xf32> {
+  %k = "trn.kernel"() ({
+    "trn.yield"(%x) : (tensor<4xf32>) -> ()
+  }) {kind = "elementwise"} : () -> tensor<8xf32>
+  return %k : tensor<8xf32>
+}
+
+// -----
+
+// Tests that a missing required attribute is reported.
+// CHECK: error: 'trn.broadcast' op requires attribute 'dimensions'
+func.func @broadcast(%x: tensor<4xf32>) -> tensor<2x4xf32> {
+  %y = "trn.broadcast"(%x) : (tensor<4xf32>) -> tensor<2x4xf32>
+  return %y : tensor<2x4xf32>
+}

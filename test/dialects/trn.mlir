@@ -1,0 +1,50 @@
+// RUN: neuron-opt --split-input-file %s | neuron-opt --split-input-file | FileCheck %s
+
+// Tests that every trn op parses, verifies and prints back in generic form (round trip).
+// CHECK-LABEL: func.func @ops
+// CHECK: "trn.transpose"(%{{.*}}) {permutation = array<i64: 1, 0>} : (tensor<8x4xf32>) -> tensor<4x8xf32>
+// CHECK: "trn.matmul"(%{{.*}}, %{{.*}}) : (tensor<2x4xf32>, tensor<4x8xf32>) -> tensor<2x8xf32>
+// CHECK: "trn.broadcast"(%{{.*}}) {dimensions = array<i64: 0>} : (tensor<8xf32>) -> tensor<2x8xf32>
+// CHECK: "trn.tensor_tensor"(%{{.*}}, %{{.*}}) {op = "add"}
+// CHECK: "trn.activation"(%{{.*}}) {bias = 0.000000e+00 : f32, func = "gelu", scale = 1.000000e+00 : f32}
+// CHECK: "trn.tensor_scalar"(%{{.*}}) {op = "sub", reverse = true, scalar = 1.000000e+00 : f32}
+// CHECK: "trn.reshape"(%{{.*}}) : (tensor<2x8xf32>) -> tensor<16xf32>
+// CHECK: "trn.convert"(%{{.*}}) : (tensor<16xf32>) -> tensor<16xbf16>
+// CHECK: "trn.fill"() {value = 0.000000e+00 : f32} : () -> tensor<16xbf16>
+// CHECK: "trn.tensor_tensor"(%{{.*}}, %{{.*}}) {op = "gt"} : (tensor<16xbf16>, tensor<16xbf16>) -> tensor<16xi1>
+// CHECK: "trn.select"(%{{.*}}, %{{.*}}, %{{.*}}) : (tensor<16xi1>, tensor<16xbf16>, tensor<16xbf16>) -> tensor<16xbf16>
+// CHECK: "trn.reduce"(%{{.*}}) {dimensions = array<i64: 0>, op = "max"} : (tensor<16xbf16>) -> tensor<bf16>
+func.func @ops(%w: tensor<8x4xf32>, %x: tensor<2x4xf32>, %b: tensor<8xf32>) -> tensor<bf16> {
+  %wt = "trn.transpose"(%w) {permutation = array<i64: 1, 0>} : (tensor<8x4xf32>) -> tensor<4x8xf32>
+  %y = "trn.matmul"(%x, %wt) : (tensor<2x4xf32>, tensor<4x8xf32>) -> tensor<2x8xf32>
+  %bb = "trn.broadcast"(%b) {dimensions = array<i64: 0>} : (tensor<8xf32>) -> tensor<2x8xf32>
+  %z = "trn.tensor_tensor"(%y, %bb) {op = "add"} : (tensor<2x8xf32>, tensor<2x8xf32>) -> tensor<2x8xf32>
+  %g = "trn.activation"(%z) {func = "gelu", scale = 1.0 : f32, bias = 0.0 : f32} : (tensor<2x8xf32>) -> tensor<2x8xf32>
+  %s = "trn.tensor_scalar"(%g) {op = "sub", scalar = 1.0 : f32, reverse = true} : (tensor<2x8xf32>) -> tensor<2x8xf32>
+  %r = "trn.reshape"(%s) : (tensor<2x8xf32>) -> tensor<16xf32>
+  %c = "trn.convert"(%r) : (tensor<16xf32>) -> tensor<16xbf16>
+  %zero = "trn.fill"() {value = 0.0 : f32} : () -> tensor<16xbf16>
+  %m = "trn.tensor_tensor"(%c, %zero) {op = "gt"} : (tensor<16xbf16>, tensor<16xbf16>) -> tensor<16xi1>
+  %sel = "trn.select"(%m, %c, %zero) : (tensor<16xi1>, tensor<16xbf16>, tensor<16xbf16>) -> tensor<16xbf16>
+  %red = "trn.reduce"(%sel) {op = "max", dimensions = array<i64: 0>} : (tensor<16xbf16>) -> tensor<bf16>
+  return %red : tensor<bf16>
+}
+
+// -----
+
+// Tests that a fused kernel with a region round-trips, capturing values from above.
+// CHECK-LABEL: func.func @kernel
+// CHECK: %[[K:.*]] = "trn.kernel"() ({
+// CHECK-NEXT: "trn.matmul"(%arg0, %arg1)
+// CHECK-NEXT: "trn.activation"
+// CHECK-NEXT: "trn.yield"
+// CHECK-NEXT: }) {kind = "matmul"} : () -> tensor<2x8xf32>
+// CHECK: return %[[K]]
+func.func @kernel(%x: tensor<2x4xf32>, %w: tensor<4x8xf32>) -> tensor<2x8xf32> {
+  %k = "trn.kernel"() ({
+    %y = "trn.matmul"(%x, %w) : (tensor<2x4xf32>, tensor<4x8xf32>) -> tensor<2x8xf32>
+    %r = "trn.activation"(%y) {func = "relu", scale = 1.0 : f32, bias = 0.0 : f32} : (tensor<2x8xf32>) -> tensor<2x8xf32>
+    "trn.yield"(%r) : (tensor<2x8xf32>) -> ()
+  }) {kind = "matmul"} : () -> tensor<2x8xf32>
+  return %k : tensor<2x8xf32>
+}

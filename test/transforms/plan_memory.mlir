@@ -1,0 +1,45 @@
+// RUN: neuron-opt --split-input-file --trn-plan-memory %s | FileCheck %s
+// RUN: not neuron-opt --trn-plan-memory %S/Inputs/plan_memory-invalid.mlir 2>&1 | FileCheck %s --check-prefix=ERR
+
+// Tests that tiles live at the same time get disjoint SBUF ranges, that a tile allocated
+// after another died goes after it rather than on top of it (so the next iteration's DMA
+// need not wait for the last one's readers), and that peak use is recorded.
+// CHECK-LABEL: func.func @sbuf
+// CHECK-SAME: nisa.sbuf_bytes = 1536 : i64
+// CHECK: "nisa.alloc"() {address = 0 : i64, memory = "sbuf"} : () -> memref<128x128xf32, "sbuf">
+// CHECK: "nisa.alloc"() {address = 512 : i64, memory = "sbuf"} : () -> memref<128x128xf32, "sbuf">
+// CHECK: "nisa.alloc"() {address = 1024 : i64, memory = "sbuf"} : () -> memref<128x128xf32, "sbuf">
+func.func @sbuf(%x: memref<128x128xf32, "hbm">) attributes {nisa.target = "trn2"} {
+  %a = "nisa.alloc"() {memory = "sbuf"} : () -> memref<128x128xf32, "sbuf">
+  %b = "nisa.alloc"() {memory = "sbuf"} : () -> memref<128x128xf32, "sbuf">
+  "nisa.dma"(%a, %x) {engine = "dma", queue = 0 : i64, aps = [array<i64: 0, 128, 128, 1, 128>, array<i64: 0, 128, 128, 1, 128>]} : (memref<128x128xf32, "sbuf">, memref<128x128xf32, "hbm">) -> ()
+  "nisa.tensor_copy"(%b, %a) {engine = "dve", aps = [array<i64: 0, 128, 128, 1, 128>, array<i64: 0, 128, 128, 1, 128>]} : (memref<128x128xf32, "sbuf">, memref<128x128xf32, "sbuf">) -> ()
+  %c = "nisa.alloc"() {memory = "sbuf"} : () -> memref<128x128xf32, "sbuf">
+  "nisa.tensor_copy"(%c, %b) {engine = "act", aps = [array<i64: 0, 128, 128, 1, 128>, array<i64: 0, 128, 128, 1, 128>]} : (memref<128x128xf32, "sbuf">, memref<128x128xf32, "sbuf">) -> ()
+  "nisa.dma"(%x, %c) {engine = "dma", queue = 1 : i64, aps = [array<i64: 0, 128, 128, 1, 128>, array<i64: 0, 128, 128, 1, 128>]} : (memref<128x128xf32, "hbm">, memref<128x128xf32, "sbuf">) -> ()
+  return
+}
+
+// -----
+
+// Tests that PSUM tiles are placed inside 2 KiB banks, rotating through the banks, and that
+// HBM scratch gets an offset in the scratch arena.
+// CHECK-LABEL: func.func @psum_and_scratch
+// CHECK-SAME: nisa.psum_bytes = 4096 : i64
+// CHECK-SAME: nisa.scratch_bytes = 65536 : i64
+// CHECK: "nisa.alloc"() {address = 0 : i64, memory = "psum"} : () -> memref<128x512xf32, "psum">
+// CHECK: "nisa.alloc"() {address = 2048 : i64, memory = "psum"} : () -> memref<128x512xf32, "psum">
+// CHECK: "nisa.alloc"() {address = 0 : i64, memory = "hbm"} : () -> memref<128x128xf32, "hbm">
+func.func @psum_and_scratch() attributes {nisa.target = "trn2"} {
+  %p = "nisa.alloc"() {memory = "psum"} : () -> memref<128x512xf32, "psum">
+  %q = "nisa.alloc"() {memory = "psum"} : () -> memref<128x512xf32, "psum">
+  "nisa.memset"(%p) {engine = "dve", value = 0.0 : f32, aps = [array<i64: 0, 512, 128, 1, 512>]} : (memref<128x512xf32, "psum">) -> ()
+  "nisa.tensor_copy"(%q, %p) {engine = "dve", aps = [array<i64: 0, 512, 128, 1, 512>, array<i64: 0, 512, 128, 1, 512>]} : (memref<128x512xf32, "psum">, memref<128x512xf32, "psum">) -> ()
+  %s = "nisa.alloc"() {memory = "hbm"} : () -> memref<128x128xf32, "hbm">
+  %t = "nisa.alloc"() {memory = "sbuf"} : () -> memref<128x128xf32, "sbuf">
+  "nisa.memset"(%t) {engine = "pool", value = 0.0 : f32, aps = [array<i64: 0, 128, 128, 1, 128>]} : (memref<128x128xf32, "sbuf">) -> ()
+  "nisa.dma"(%s, %t) {engine = "dma", queue = 0 : i64, aps = [array<i64: 0, 128, 128, 1, 128>, array<i64: 0, 128, 128, 1, 128>]} : (memref<128x128xf32, "hbm">, memref<128x128xf32, "sbuf">) -> ()
+  return
+}
+
+// ERR: plan_memory-invalid.mlir:{{[0-9]+}}:{{[0-9]+}}: error: trn-plan-memory: out of SBUF: a tile needs 240000 more bytes per partition; trn2 has 229376 per partition and live tiles already reach 0

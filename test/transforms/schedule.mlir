@@ -1,0 +1,46 @@
+// RUN: neuron-opt --split-input-file --trn-schedule %s | FileCheck %s
+// RUN: not neuron-opt --trn-schedule %S/Inputs/schedule-invalid.mlir 2>&1 | FileCheck %s --check-prefix=ERR
+
+// Tests that a consumer on another engine waits for its producer: the DMA on queue 0
+// (semaphore 5) signals, the activation waits for its first signal; the DVE copy reading
+// what ACT wrote waits on ACT (semaphore 1) only, since ACT itself waited for the DMA the copy
+// also conflicts with; the next DVE op needs no semaphore (one engine runs in order); the
+// final DMA waits for DVE (semaphore 2).
+// CHECK-LABEL: func.func @chain
+// CHECK-SAME: nisa.num_semaphores = 21 : i64
+// CHECK: "nisa.dma"({{.*}}queue = 0 : i64, signal = 5 : i64}
+// CHECK: "nisa.activation"({{.*}}signal = 1 : i64, waits = array<i64: 5, 1>}
+// CHECK: "nisa.tensor_copy"({{.*}}engine = "dve", waits = array<i64: 1, 1>}
+// CHECK: "nisa.tensor_scalar"({{.*}}signal = 2 : i64}
+// CHECK: "nisa.dma"({{.*}}queue = 1 : i64, waits = array<i64: 2, 1>}
+func.func @chain(%x: memref<128x64xf32, "hbm">, %y: memref<128x64xf32, "hbm">) attributes {nisa.target = "trn2"} {
+  %a = "nisa.alloc"() {memory = "sbuf", address = 0 : i64} : () -> memref<128x64xf32, "sbuf">
+  %b = "nisa.alloc"() {memory = "sbuf", address = 256 : i64} : () -> memref<128x64xf32, "sbuf">
+  "nisa.dma"(%a, %x) {engine = "dma", queue = 0 : i64, aps = [array<i64: 0, 64, 128, 1, 64>, array<i64: 0, 64, 128, 1, 64>]} : (memref<128x64xf32, "sbuf">, memref<128x64xf32, "hbm">) -> ()
+  "nisa.activation"(%b, %a) {engine = "act", func = "exp", scale = 1.0 : f32, operandSegmentSizes = array<i32: 1, 1, 0, 0, 0>, aps = [array<i64: 0, 64, 128, 1, 64>, array<i64: 0, 64, 128, 1, 64>]} : (memref<128x64xf32, "sbuf">, memref<128x64xf32, "sbuf">) -> ()
+  "nisa.tensor_copy"(%a, %b) {engine = "dve", aps = [array<i64: 0, 64, 128, 1, 64>, array<i64: 0, 64, 128, 1, 64>]} : (memref<128x64xf32, "sbuf">, memref<128x64xf32, "sbuf">) -> ()
+  "nisa.tensor_scalar"(%a, %a) {engine = "dve", op0 = "mul", imm0 = 2.0 : f32, op1 = "bypass", imm1 = 0.0 : f32, reverse0 = false, reverse1 = false, operandSegmentSizes = array<i32: 1, 1, 0, 0>, aps = [array<i64: 0, 64, 128, 1, 64>, array<i64: 0, 64, 128, 1, 64>]} : (memref<128x64xf32, "sbuf">, memref<128x64xf32, "sbuf">) -> ()
+  "nisa.dma"(%y, %a) {engine = "dma", queue = 1 : i64, aps = [array<i64: 0, 64, 128, 1, 64>, array<i64: 0, 64, 128, 1, 64>]} : (memref<128x64xf32, "hbm">, memref<128x64xf32, "sbuf">) -> ()
+  return
+}
+
+// -----
+
+// Tests write-after-read: a DMA refilling a tile that ACT still reads waits for ACT; and
+// that disjoint halves of one tile do not depend on each other.
+// CHECK-LABEL: func.func @war
+// CHECK: "nisa.dma"({{.*}}queue = 0 : i64, signal = 5 : i64}
+// CHECK: "nisa.dma"({{.*}}queue = 1 : i64}
+// CHECK: "nisa.activation"({{.*}}signal = 1 : i64, waits = array<i64: 5, 1>}
+// CHECK: "nisa.dma"({{.*}}queue = 2 : i64, waits = array<i64: 1, 1>}
+func.func @war(%x: memref<128x64xf32, "hbm">) attributes {nisa.target = "trn2"} {
+  %a = "nisa.alloc"() {memory = "sbuf", address = 0 : i64} : () -> memref<128x64xf32, "sbuf">
+  %b = "nisa.alloc"() {memory = "sbuf", address = 256 : i64} : () -> memref<128x64xf32, "sbuf">
+  "nisa.dma"(%a, %x) {engine = "dma", queue = 0 : i64, aps = [array<i64: 0, 64, 128, 1, 32>, array<i64: 0, 64, 128, 1, 32>]} : (memref<128x64xf32, "sbuf">, memref<128x64xf32, "hbm">) -> ()
+  "nisa.dma"(%a, %x) {engine = "dma", queue = 1 : i64, aps = [array<i64: 32, 64, 128, 1, 32>, array<i64: 32, 64, 128, 1, 32>]} : (memref<128x64xf32, "sbuf">, memref<128x64xf32, "hbm">) -> ()
+  "nisa.activation"(%b, %a) {engine = "act", func = "exp", scale = 1.0 : f32, operandSegmentSizes = array<i32: 1, 1, 0, 0, 0>, aps = [array<i64: 0, 64, 128, 1, 32>, array<i64: 0, 64, 128, 1, 32>]} : (memref<128x64xf32, "sbuf">, memref<128x64xf32, "sbuf">) -> ()
+  "nisa.dma"(%a, %x) {engine = "dma", queue = 2 : i64, aps = [array<i64: 0, 64, 128, 1, 32>, array<i64: 0, 64, 128, 1, 32>]} : (memref<128x64xf32, "sbuf">, memref<128x64xf32, "hbm">) -> ()
+  return
+}
+
+// ERR: schedule-invalid.mlir:{{[0-9]+}}:{{[0-9]+}}: error: 'nisa.nop' op attribute 'waits' must hold (semaphore, value) pairs
