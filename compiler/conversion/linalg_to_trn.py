@@ -134,7 +134,8 @@ def _convert_generic(op: ir.Operation) -> ir.Value:
         raise UnsupportedOpError("linalg.generic with several results", op.location)
     iterators = [str(a) for a in ir.ArrayAttr(op.attributes["iterator_types"])]
     if any("parallel" not in it for it in iterators):
-        raise UnsupportedOpError("linalg.generic with reduction loops", op.location)
+        raise UnsupportedOpError("no lowering to the NeuronCore for linalg.generic with "
+                                 "reduction loops", op.location)
     maps = [ir.AffineMapAttr(a).value for a in ir.ArrayAttr(op.attributes["indexing_maps"])]
     ins, outs = _ins_outs(op)
     out_map = maps[len(ins)]

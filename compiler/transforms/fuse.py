@@ -40,9 +40,9 @@ class Fuse(Pass):
             if op in taken:
                 continue
             if op.name == "trn.matmul":
-                group = [op] + (self._chain(op) if self.matmul_epilogue else [])
+                group = [op] + (self._chain(op, taken) if self.matmul_epilogue else [])
             elif op.name in ELEMENTWISE_OPS and op.name != "trn.fill":
-                group = [op] + (self._chain(op) if self.elementwise else [])
+                group = [op] + (self._chain(op, taken) if self.elementwise else [])
             else:
                 continue
             taken.update(group)
@@ -50,8 +50,9 @@ class Fuse(Pass):
         return groups
 
     @staticmethod
-    def _chain(op: ir.Operation) -> list[ir.Operation]:
-        """Elementwise ops consuming `op` one after another, each the only user of the last."""
+    def _chain(op: ir.Operation, taken: set) -> list[ir.Operation]:
+        """Elementwise ops consuming `op` one after another, each the only user of the last,
+        and not already in a group."""
         chain = []
         shape = U.shape(op.results[0])
         current = op
@@ -60,7 +61,7 @@ class Fuse(Pass):
             if len(uses) != 1:
                 return chain
             user = _owner(uses[0])
-            if user.name not in ELEMENTWISE_OPS or user.name == "trn.fill" \
+            if user.name not in ELEMENTWISE_OPS or user.name == "trn.fill" or user in taken \
                     or U.shape(user.results[0]) != shape:
                 return chain
             chain.append(user)

@@ -24,6 +24,12 @@ log = logging.getLogger("torchneuron")
 
 _graph_ids = itertools.count()
 _lock = threading.Lock()
+_compiled: list["CompiledGraph"] = []
+
+
+def compiled_graphs() -> list["CompiledGraph"]:
+    """Every graph this process has compiled, oldest first (for reports and tools)."""
+    return list(_compiled)
 
 
 def neuron(gm, example_inputs, options: dict | None = None, mode: str | None = None):
@@ -169,7 +175,11 @@ def compile_fx_graph(gm, example_inputs, name: str, options):
     program = runtime.load(compiled.neff)
     log.info("compiled %s in %.2f s (%s)", name, sum(seconds.values()),
              ", ".join(f"{k} {v:.2f} s" for k, v in seconds.items()))
-    return CompiledGraph(name, program, runtime.Device(program.target), gm, dump_dir, seconds)
+    compiled_graph = CompiledGraph(name, program, runtime.Device(program.target), gm, dump_dir,
+                                   seconds)
+    with _lock:
+        _compiled.append(compiled_graph)
+    return compiled_graph
 
 
 def _to_numpy(value: Any):

@@ -45,4 +45,26 @@ func.func @chain(%x: tensor<8xf32>) -> tensor<8xf32> {
   return %t : tensor<8xf32>
 }
 
+// -----
+
+// Tests that an op joining two chains lands in exactly one kernel: the first chain takes the
+// join, the second chain stops before it.
+// CHECK-LABEL: func.func @join
+// CHECK: %[[S:.*]] = "trn.kernel"() ({
+// CHECK-NEXT: "trn.tensor_scalar"(%arg0)
+// CHECK-NEXT: "trn.yield"
+// CHECK: %[[J:.*]] = "trn.kernel"() ({
+// CHECK-NEXT: "trn.activation"(%arg0)
+// CHECK-NEXT: "trn.tensor_tensor"({{.*}}, %arg0) {op = "mul"}
+// CHECK-NEXT: "trn.tensor_tensor"({{.*}}, %[[S]]) {op = "add"}
+// CHECK-NEXT: "trn.yield"
+// CHECK: return %[[J]]
+func.func @join(%x: tensor<8xf32>) -> tensor<8xf32> {
+  %e = "trn.activation"(%x) {func = "sigmoid", scale = 1.0 : f32, bias = 0.0 : f32} : (tensor<8xf32>) -> tensor<8xf32>
+  %m = "trn.tensor_tensor"(%e, %x) {op = "mul"} : (tensor<8xf32>, tensor<8xf32>) -> tensor<8xf32>
+  %s = "trn.tensor_scalar"(%x) {op = "mul", scalar = 2.0 : f32, reverse = false} : (tensor<8xf32>) -> tensor<8xf32>
+  %t = "trn.tensor_tensor"(%m, %s) {op = "add"} : (tensor<8xf32>, tensor<8xf32>) -> tensor<8xf32>
+  return %t : tensor<8xf32>
+}
+
 // ERR: fuse-invalid.mlir:3:8: error: 'trn.tensor_tensor' op operand #1 shape [4] differs from result shape [8]

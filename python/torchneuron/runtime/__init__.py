@@ -1,1 +1,62 @@
+"""The torchneuron runtime: load a NEFF and execute it on a (simulated) NeuronCore.
 
+Usage
+-----
+    import numpy as np
+    from torchneuron.runtime import Device, load
+
+    program = load("model.neff")            # or load(neff_bytes); load(path, target="trn1")
+    program.inputs                          # [TensorSpec(name, shape, dtype), ...]
+    result = Device().execute(program, [x, w])       # or {"x": x, "w": w}
+    y, = result.outputs                     # numpy arrays, in the program's output order
+    print(result.profile.summary())         # simulated time, per-engine busy/utilisation ...
+    result.profile.write_chrome_trace("trace.json")  # open in ui.perfetto.dev
+
+API
+---
+`load(path_or_bytes, target=None) -> Program`
+    Reads and validates the container. Raises `NeffFormatError` for a truncated, bit-flipped,
+    wrong-magic, future-version or malformed file, for an unknown target name, and when
+    `target` is given and differs from the program's.
+`Program`
+    `name`, `target` (a `torchneuron.target.Target`), `inputs` / `outputs` (`TensorSpec`
+    lists: name, shape, numpy dtype -- bf16/fp8 as ml_dtypes types), `instruction_counts`
+    (per stream), `neff` (the decoded container).
+`Device(target=None)`
+    A simulated core of the given target (name or `Target`; default from
+    `TORCHNEURON_TARGET`, else trn2).
+`Device.execute(program, inputs) -> ExecutionResult`
+    `inputs`: a list (positional) or a dict by input name of numpy arrays or torch tensors,
+    of exactly the declared shapes and dtypes (a mismatch raises ValueError naming the
+    input; torch is never imported unless a tensor is passed). HBM is allocated per
+    execution: inputs, outputs and constants, 64-byte aligned, then the scratch arena.
+    Raises `SimulationError` subclasses when the program would fail on the chip:
+    `ConstraintError` (a rule of TARGET.md; `OutOfBoundsError` for an operand outside its
+    memory), `UninitializedReadError` (a read of never-written memory, or an output the
+    program leaves unwritten), `DeadlockError` (semaphore waits that can never be met).
+    Every error names the instruction: `act[12] activate (loc: fwd.mlir:3 relu): ...`.
+`ExecutionResult`
+    `outputs: list[np.ndarray]`, `profile: Profile`.
+`Profile`
+    `total_ns` / `total_us` (simulated time), `streams` (per engine and DMA queue:
+    instructions, busy_ns, dma_bytes), `busy_ns`, `utilisation`, `instruction_count`,
+    `opcode_counts`, `dma_bytes`, `dma_bytes_per_queue`, `pe_flops`, `pe_peak_fraction`,
+    `events` (one `TraceEvent` per instruction), `summary()`, `chrome_trace()`,
+    `write_chrome_trace(path)`.
+
+The runtime never imports the compiler or torch-mlir; the NEFF format is the contract.
+"""
+
+from torchneuron.format.container import NeffFormatError
+from torchneuron.runtime.device import Device, ExecutionResult
+from torchneuron.runtime.program import Program, TensorSpec, load
+from torchneuron.sim import (
+    ConstraintError, DeadlockError, OutOfBoundsError, Profile, SimulationError, TraceEvent,
+    UninitializedReadError,
+)
+
+__all__ = [
+    "load", "Device", "Program", "TensorSpec", "ExecutionResult", "Profile", "TraceEvent",
+    "NeffFormatError", "SimulationError", "ConstraintError", "OutOfBoundsError",
+    "UninitializedReadError", "DeadlockError",
+]

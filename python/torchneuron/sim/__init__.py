@@ -1,1 +1,34 @@
+"""The NeuronCore simulator: the executable specification of the machine (TARGET.md).
 
+Layers, bottom up:
+    memory.py     SBUF / PSUM / HBM as uint8 arrays with written-masks; operands as strided views
+    rules.py      TARGET.md's rules, checked once per program (ConstraintError)
+    costs.py      TARGET.md's cost model (engine cycles, DMA transfer time)
+    semantics.py  one numpy function per opcode (format/isa.py's docstring, executed)
+    program.py    `prepare`: a NEFF decoded and checked into runnable instructions
+    simulator.py  `run`: the event loop over engines and DMA queues, semaphores, deadlocks
+    profile.py    `Profile`: time, busy/utilisation, bytes, FLOPs, Chrome/Perfetto trace
+
+Most users go through `torchneuron.runtime` (`load`, `Device.execute`), which allocates HBM,
+copies inputs in and outputs out. Direct use:
+
+    program = prepare(neff, target, layout)      # raises ConstraintError
+    hbm = Hbm(layout, neff.tensors); hbm.write_tensor(tid, array) ...
+    profile = run(program, hbm)                  # raises SimulationError subclasses
+
+The simulator never imports the compiler, torch or torch-mlir.
+"""
+
+from torchneuron.sim.errors import (
+    ConstraintError, DeadlockError, OutOfBoundsError, SimulationError, UninitializedReadError,
+)
+from torchneuron.sim.memory import Hbm, HbmLayout
+from torchneuron.sim.profile import Profile, StreamStats, TraceEvent
+from torchneuron.sim.program import PreparedProgram, prepare
+from torchneuron.sim.simulator import run
+
+__all__ = [
+    "ConstraintError", "DeadlockError", "OutOfBoundsError", "SimulationError",
+    "UninitializedReadError", "Hbm", "HbmLayout", "Profile", "StreamStats", "TraceEvent",
+    "PreparedProgram", "prepare", "run",
+]

@@ -1,0 +1,292 @@
+"""Reference semantics of every opcode (format/isa.py's docstring, executed with numpy).
+
+One function per opcode, `fn(ins, machine)`, vectorised: an operand is read as one strided
+numpy view of its memory, computed on as a whole array, written back as one view.
+
+Numerics (what the chip does, and where the simulator chooses):
+- ACT, DVE and POOL compute in fp32: inputs are converted to float32 on read, each ALU step
+  rounds to fp32, and the result is converted on write (`convert`): to a float dtype with
+  round-to-nearest-even (fp8 overflow follows ml_dtypes: NaN for e4m3fn, inf for e5m2); to an
+  integer dtype round-to-nearest-even, saturating, NaN -> 0.
+- Activation functions are evaluated exactly (float64, then rounded once to fp32) on
+  `src * scale + bias` computed in fp32 (a multiply and an add, each rounded). The chip uses
+  table/polynomial approximations; the simulator does not model their error. gelu is the erf
+  form 0.5 x (1 + erf(x / sqrt 2)), evaluated as x * Phi(x) (scipy's ndtr, free of erf's
+  cancellation for x << 0); gelu_tanh the tanh approximation; softplus log(1 + e^x) computed
+  stably; sign(0) = 0.
+  The optional accum operand receives the fp32 sum of the fp32 results (before the output
+  conversion).
+- ALU ops: comparisons give 1.0/0.0; and/or/xor act on the operands converted to int64
+  (round-to-nearest-even) and give the integer result as fp32; mod is C's fmod (the result
+  takes the dividend's sign); bypass returns its first operand (after FLAG_REVERSE0/1 swap);
+  division by zero and the like follow IEEE-754 (inf/NaN, no error).
+- tensor_reduce reduces in fp32 (numpy's pairwise summation for add).
+- MATMUL converts both inputs to fp32 (exact for every PE input dtype), multiplies with an fp32
+  matmul and adds into PSUM in fp32.
+- TRANSPOSE passes values exactly (a same-dtype copy, or a widening to fp32).
+- IOTA evaluates imm[0] + imm[1]*p + imm[2]*i in float64 before the output conversion, so
+  integer index vectors are exact (beyond fp32's 2^24).
+- DMA converts directly from the source dtype to the destination dtype (no fp32 detour);
+  same-dtype DMAs copy bits exactly.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from scipy import special
+
+from torchneuron.format import isa
+from torchneuron.sim.errors import UninitializedReadError
+from torchneuron.sim.memory import Access, Hbm, Store
+from torchneuron.target import Target
+
+F32 = np.dtype(np.float32)
+F64 = np.dtype(np.float64)
+Op = isa.Opcode
+Alu = isa.AluOp
+Act = isa.ActFunc
+
+
+class Machine:
+    """The state the semantics act on: SBUF, PSUM and HBM of one core."""
+
+    def __init__(self, target: Target, hbm: Hbm):
+        sbuf = Store(isa.Memory.SBUF, (target.num_partitions, target.sbuf_partition_bytes))
+        psum = Store(isa.Memory.PSUM, (target.num_partitions, target.psum_partition_bytes))
+        self.stores = {isa.Memory.HBM: hbm, isa.Memory.SBUF: sbuf, isa.Memory.PSUM: psum}
+        # ids of (prepared, long-lived) accesses known to be fully written. Memory is never
+        # "unwritten" again, so such an access needs no further mask checks or updates.
+        self._written: set[int] = set()
+
+    def read(self, ins, a: Access) -> np.ndarray:
+        """A view of operand `a` in its storage dtype; raises if any element is unwritten."""
+        store = self.stores[a.memory]
+        if id(a) not in self._written:
+            missing = store.unwritten_elements(a)
+            if missing:
+                total = a.partitions * a.free_size
+                raise ins.error(f"{a.describe()} reads {missing} of {total} elements that "
+                                "were never written", UninitializedReadError)
+            self._written.add(id(a))
+        return store.view(a)
+
+    def read_f32(self, ins, a: Access) -> np.ndarray:
+        """Operand `a` as a fresh float32 array [partitions, free elements]."""
+        return self.read(ins, a).astype(F32).reshape(a.partitions, a.free_size)
+
+    def write(self, a: Access, values: np.ndarray) -> None:
+        """Convert `values` to a's dtype and store them (row-major element order)."""
+        store = self.stores[a.memory]
+        store.store(a, convert(values, a.dtype))
+        if id(a) not in self._written:
+            store.mark_written(a)
+            self._written.add(id(a))
+
+
+def _int_bounds(dtype: np.dtype) -> tuple[int, int, float, float]:
+    """Integer range of `dtype`, and the float64 range that converts to it without
+    overflow."""
+    info = np.iinfo(dtype)
+    hi = float(info.max)
+    if int(hi) > info.max:       # int64: 2**63 - 1 rounds up in float64
+        hi = float(np.nextafter(hi, 0.0))
+    return int(info.min), int(info.max), float(info.min), hi
+
+
+_INT_BOUNDS = {dt.numpy(): _int_bounds(dt.numpy()) for dt in isa.DType if not dt.is_float}
+
+
+def convert(values: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    """The chip's conversion on write: floats round-to-nearest-even; integers round to
+    nearest-even and saturate (NaN -> 0)."""
+    values = np.asarray(values)
+    if values.dtype == dtype:
+        return values
+    if dtype.kind in "iu":
+        ilo, ihi, flo, fhi = _INT_BOUNDS[dtype]
+        if values.dtype.kind in "iu":
+            return np.clip(values.astype(np.int64), ilo, ihi).astype(dtype)
+        v = np.rint(values.astype(F64))
+        np.nan_to_num(v, copy=False, nan=0.0, posinf=fhi, neginf=flo)
+        return np.clip(v, flo, fhi).astype(dtype)
+    return values.astype(dtype)
+
+
+def _to_int(x: np.ndarray) -> np.ndarray:
+    return convert(x, np.dtype(np.int64))
+
+
+def _bitwise(fn):
+    return lambda a, b: fn(_to_int(a), _to_int(b)).astype(F32)
+
+
+def _compare(fn):
+    return lambda a, b: fn(a, b).astype(F32)
+
+
+def _bypass(a, b):
+    return np.broadcast_to(a, np.broadcast_shapes(np.shape(a), np.shape(b)))
+
+
+ALU: dict[isa.AluOp, object] = {
+    Alu.BYPASS: _bypass,
+    Alu.ADD: np.add,
+    Alu.SUB: np.subtract,
+    Alu.MUL: np.multiply,
+    Alu.DIV: np.divide,
+    Alu.MAX: np.maximum,
+    Alu.MIN: np.minimum,
+    Alu.POW: np.power,
+    Alu.EQ: _compare(np.equal),
+    Alu.NE: _compare(np.not_equal),
+    Alu.LT: _compare(np.less),
+    Alu.LE: _compare(np.less_equal),
+    Alu.GT: _compare(np.greater),
+    Alu.GE: _compare(np.greater_equal),
+    Alu.AND: _bitwise(np.bitwise_and),
+    Alu.OR: _bitwise(np.bitwise_or),
+    Alu.XOR: _bitwise(np.bitwise_xor),
+    Alu.MOD: np.fmod,
+}
+
+_SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
+
+# Activation functions on float64 arrays.
+ACTIVATIONS: dict[isa.ActFunc, object] = {
+    Act.IDENTITY: lambda x: x,
+    Act.RELU: lambda x: np.maximum(x, 0.0),
+    Act.GELU: lambda x: x * special.ndtr(x),     # x * Phi(x) = 0.5 x (1 + erf(x / sqrt 2))
+    Act.GELU_TANH: lambda x: 0.5 * x * (1.0 + np.tanh(_SQRT_2_OVER_PI
+                                                      * (x + 0.044715 * x * x * x))),
+    Act.SILU: lambda x: x * special.expit(x),
+    Act.SIGMOID: special.expit,
+    Act.TANH: np.tanh,
+    Act.EXP: np.exp,
+    Act.LOG: np.log,
+    Act.SQRT: np.sqrt,
+    Act.RSQRT: lambda x: 1.0 / np.sqrt(x),
+    Act.RECIPROCAL: lambda x: 1.0 / x,
+    Act.SQUARE: np.square,
+    Act.ABS: np.abs,
+    Act.SIGN: np.sign,
+    Act.ERF: special.erf,
+    Act.SOFTPLUS: lambda x: np.logaddexp(0.0, x),
+    Act.SIN: np.sin,
+    Act.COS: np.cos,
+}
+
+
+def _scalar(m: Machine, ins, a: Access | None, imm: float) -> np.ndarray:
+    """A per-partition [P, 1] operand, or the immediate when the slot is empty."""
+    return np.float32(imm) if a is None else m.read_f32(ins, a)
+
+
+def op_nop(ins, m: Machine) -> None:
+    pass
+
+
+def op_dma(ins, m: Machine) -> None:
+    dst, src = ins.ops[0], ins.ops[1]
+    m.write(dst, m.read(ins, src))
+
+
+def op_matmul(ins, m: Machine) -> None:
+    dst, st, mv = ins.ops[0], ins.ops[1], ins.ops[2]
+    stationary = m.read_f32(ins, st)                     # [K, M]
+    moving = m.read_f32(ins, mv)                         # [K, N]
+    product = np.matmul(stationary.T, moving)            # fp32 [M, N]
+    if ins.flags & isa.FLAG_ACCUMULATE:
+        product = m.read_f32(ins, dst) + product
+    m.write(dst, product)
+
+
+def op_transpose(ins, m: Machine) -> None:
+    dst, src = ins.ops[0], ins.ops[1]
+    values = m.read(ins, src).reshape(src.partitions, src.free_size)
+    m.write(dst, values.T)
+
+
+def op_activate(ins, m: Machine) -> None:
+    dst, src, bias, scale, accum = ins.ops
+    x = m.read_f32(ins, src) * _scalar(m, ins, scale, ins.imm[0])
+    if bias is not None:
+        x += m.read_f32(ins, bias)
+    y = ACTIVATIONS[ins.func](x.astype(F64)).astype(F32)
+    m.write(dst, y)
+    if accum is not None:
+        m.write(accum, y.sum(axis=1, dtype=F32, keepdims=True))
+
+
+def op_tensor_tensor(ins, m: Machine) -> None:
+    dst, a, b = ins.ops[0], ins.ops[1], ins.ops[2]
+    m.write(dst, ALU[ins.alu0](m.read_f32(ins, a), m.read_f32(ins, b)))
+
+
+def op_tensor_scalar(ins, m: Machine) -> None:
+    dst, src, s0, s1 = ins.ops[0], ins.ops[1], ins.ops[2], ins.ops[3]
+    x = m.read_f32(ins, src)
+    v0 = _scalar(m, ins, s0, ins.imm[0])
+    y = ALU[ins.alu0](v0, x) if ins.flags & isa.FLAG_REVERSE0 else ALU[ins.alu0](x, v0)
+    if ins.alu1 != Alu.BYPASS:
+        v1 = _scalar(m, ins, s1, ins.imm[1])
+        y = ALU[ins.alu1](v1, y) if ins.flags & isa.FLAG_REVERSE1 else ALU[ins.alu1](y, v1)
+    m.write(dst, y)
+
+
+_REDUCE = {
+    Alu.ADD: lambda x, axes: np.add.reduce(x, axis=axes, dtype=F32),
+    Alu.MUL: lambda x, axes: np.multiply.reduce(x, axis=axes, dtype=F32),
+    Alu.MAX: lambda x, axes: np.max(x, axis=axes),
+    Alu.MIN: lambda x, axes: np.min(x, axis=axes),
+    Alu.AND: lambda x, axes: np.bitwise_and.reduce(_to_int(x), axis=axes).astype(F32),
+    Alu.OR: lambda x, axes: np.bitwise_or.reduce(_to_int(x), axis=axes).astype(F32),
+    Alu.XOR: lambda x, axes: np.bitwise_xor.reduce(_to_int(x), axis=axes).astype(F32),
+}
+
+
+def op_tensor_reduce(ins, m: Machine) -> None:
+    dst, src = ins.ops[0], ins.ops[1]
+    x = m.read(ins, src).astype(F32)
+    ndim = x.ndim
+    axes = tuple(range(ndim - ins.reduce_dims, ndim))
+    m.write(dst, _REDUCE[ins.alu0](x, axes))
+
+
+def op_tensor_copy(ins, m: Machine) -> None:
+    m.write(ins.ops[0], m.read_f32(ins, ins.ops[1]))
+
+
+def op_memset(ins, m: Machine) -> None:
+    dst = ins.ops[0]
+    m.write(dst, np.full(dst.shape, ins.imm[0], dtype=F32))
+
+
+def op_iota(ins, m: Machine) -> None:
+    dst = ins.ops[0]
+    p = np.arange(dst.partitions, dtype=F64)[:, None]
+    i = np.arange(dst.free_size, dtype=F64)[None, :]
+    m.write(dst, ins.imm[0] + ins.imm[1] * p + ins.imm[2] * i)
+
+
+def op_select(ins, m: Machine) -> None:
+    dst, mask, a, b = ins.ops[0], ins.ops[1], ins.ops[2], ins.ops[3]
+    m.write(dst, np.where(m.read_f32(ins, mask) != 0, m.read_f32(ins, a),
+                          m.read_f32(ins, b)))
+
+
+SEMANTICS = {
+    Op.NOP: op_nop,
+    Op.DMA: op_dma,
+    Op.MATMUL: op_matmul,
+    Op.TRANSPOSE: op_transpose,
+    Op.ACTIVATE: op_activate,
+    Op.TENSOR_TENSOR: op_tensor_tensor,
+    Op.TENSOR_SCALAR: op_tensor_scalar,
+    Op.TENSOR_REDUCE: op_tensor_reduce,
+    Op.TENSOR_COPY: op_tensor_copy,
+    Op.MEMSET: op_memset,
+    Op.IOTA: op_iota,
+    Op.SELECT: op_select,
+}

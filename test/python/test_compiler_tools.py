@@ -1,0 +1,118 @@
+"""The compiler's tooling: pass registry, lit coverage, neuron-opt behaviour, views.
+
+None of these tests import torch (the compiler's MLIR side must not need it)."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from torchneuron.compiler.kernels.views import HbmView, reshape_strides
+from torchneuron.compiler.passes import (
+    PassOptionError, load_all_passes, parse_pipeline,
+)
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def test_every_registered_pass_has_a_lit_test():
+    registry = load_all_passes()
+    assert {"convert-linalg-to-trn", "trn-fuse", "trn-tile", "convert-trn-to-nisa",
+            "trn-plan-memory", "trn-schedule"} <= set(registry)
+    for name, cls in registry.items():
+        module = cls.__module__.rsplit(".", 1)[-1]
+        folder = cls.__module__.split(".")[-2]        # conversion or transforms
+        path = os.path.join(ROOT, "test", folder, f"{module}.mlir")
+        assert os.path.exists(path), f"pass {name} has no lit test {path}"
+        text = open(path).read()
+        assert f"--{name}" in text, f"{path} does not run --{name}"
+        assert "not neuron-opt" in text, f"{path} has no invalid-IR case"
+
+
+def _neuron_opt(*args, stdin=None):
+    return subprocess.run([sys.executable, "-m", "torchneuron.tools.neuron_opt", *args],
+                          capture_output=True, text=True, input=stdin, cwd=ROOT)
+
+
+def test_neuron_opt_does_not_import_torch():
+    code = ("import sys; from torchneuron.tools import neuron_opt; "
+            "rc = neuron_opt.main(['--split-input-file', '--trn-fuse', "
+            "'test/transforms/fuse.mlir', '-o', '/dev/null']); "
+            "assert rc == 0, rc; "
+            "assert 'torch' not in sys.modules, 'neuron-opt imported torch'")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            cwd=ROOT)
+    assert result.returncode == 0, result.stderr
+
+
+def test_neuron_opt_reports_malformed_input_with_location(tmp_path):
+    bad = tmp_path / "bad.mlir"
+    bad.write_text("func.func @f() {\n  %0 = \"trn.fill\"() : () -> tensor<4xf32>\n  return\n}\n")
+    result = _neuron_opt(str(bad))
+    assert result.returncode == 1
+    assert f"{bad}:2:8: error: 'trn.fill' op" in result.stderr
+    assert "Traceback" not in result.stderr
+    syntax = tmp_path / "syntax.mlir"
+    syntax.write_text("func.func @f( {\n")
+    result = _neuron_opt(str(syntax))
+    assert result.returncode == 1
+    assert f"{syntax}:1:14: error:" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_neuron_opt_help_lists_every_pass_with_summary():
+    result = _neuron_opt("--help")
+    assert result.returncode == 0
+    for name, cls in load_all_passes().items():
+        assert f"--{name}" in result.stdout
+        assert cls.SUMMARY in result.stdout
+
+
+def test_neuron_opt_rejects_unknown_pass_and_option():
+    result = _neuron_opt("--no-such-pass", "test/transforms/fuse.mlir")
+    assert result.returncode == 1 and "unknown pass 'no-such-pass'" in result.stderr
+    result = _neuron_opt("--trn-fuse=bogus=1", "test/transforms/fuse.mlir")
+    assert result.returncode == 1 and "has no option 'bogus'" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_neuron_opt_pipeline_matches_pass_flags():
+    via_flags = _neuron_opt("--split-input-file", "--trn-fuse", "--trn-tile",
+                            "test/transforms/fuse.mlir")
+    via_pipeline = _neuron_opt("--split-input-file",
+                               "--pass-pipeline=builtin.module(trn-fuse,trn-tile{target=trn2})",
+                               "test/transforms/fuse.mlir")
+    assert via_flags.returncode == 0 and via_pipeline.returncode == 0
+    assert via_flags.stdout == via_pipeline.stdout
+    assert "orientation" in via_flags.stdout
+
+
+def test_parse_pipeline():
+    assert parse_pipeline("builtin.module(a,b{x=1 y=true},c)") == [
+        ("a", {}), ("b", {"x": "1", "y": "true"}), ("c", {})]
+    assert parse_pipeline("a, b") == [("a", {}), ("b", {})]
+    with pytest.raises(PassOptionError):
+        parse_pipeline("builtin.module(a,b{x=1)")
+
+
+@pytest.mark.parametrize("old_shape,old_strides,new_shape,expected", [
+    ((4, 6), (6, 1), (24,), (1,)),
+    ((4, 6), (1, 4), (24,), None),                 # a transposed view does not flatten
+    ((4, 6), (6, 1), (4, 2, 3), (6, 3, 1)),
+    ((2, 3, 4), (0, 4, 1), (2, 12), (0, 1)),       # broadcast dim kept apart
+    ((2, 3, 4), (0, 4, 1), (6, 4), None),          # ... and not merged
+    ((8,), (1,), (2, 1, 4), (4, 4, 1)),
+])
+def test_reshape_strides(old_shape, old_strides, new_shape, expected):
+    assert reshape_strides(old_shape, old_strides, new_shape) == expected
+
+
+def test_views_compose_into_access_patterns():
+    view = HbmView(None, 0, (16, 8), (8, 1))
+    t = view.transpose([1, 0]).slice(0, 2, 4).slice(1, 4, 8)
+    # element (i, j) of the slice is original [4 + j, 2 + i]: offset 4*8 + 2
+    assert t.offset == 34 and t.strides == (1, 8) and t.shape == (4, 8)
+    assert t.access_pattern(0, [1]) == [34, 1, 4, 8, 8]
+    b = HbmView(None, 0, (8,), (1,)).broadcast([0], (3, 8))
+    assert b.strides == (0, 1)
