@@ -162,3 +162,13 @@ def test_neuron_translate_rebuilds_a_working_neff(mlp_run, tmp_path):
     program = runtime.load(str(out))
     result = runtime.Device().execute(program, [inputs[f"arg{i}"] for i in range(len(inputs))])
     assert np.allclose(result.outputs[0], mlp_run[2].numpy(), rtol=1e-4, atol=1e-5)
+
+
+def test_backend_is_found_by_name_with_only_torch_imported():
+    code = ("import torch\n"
+            "f = torch.compile(lambda x: x * 2 + 1, backend='neuron')\n"
+            "y = f(torch.arange(6.0).reshape(2, 3))\n"
+            "assert torch.equal(y, torch.arange(6.0).reshape(2, 3) * 2 + 1), y\n"
+            "import sys; assert 'torchneuron.backend' in sys.modules\n")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr[-2000:]
