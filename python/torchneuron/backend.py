@@ -71,12 +71,10 @@ class CompiledGraph:
         self._replay_written = False
 
     def __call__(self, *args) -> tuple:
-        import torch
-
         arrays = [_to_numpy(a) for a in args]
         result = self.device.execute(self.program, arrays)
         self.last_profile = result.profile
-        outputs = tuple(torch.from_numpy(_writable(o)) for o in result.outputs)
+        outputs = tuple(_to_torch(o) for o in result.outputs)
         if self.dump_dir and not self._replay_written:
             self._write_replay(args)
         return outputs
@@ -182,17 +180,35 @@ def compile_fx_graph(gm, example_inputs, name: str, options):
     return compiled_graph
 
 
+# Dtypes numpy stores through ml_dtypes, with the same-size integer torch views them as.
+_ML_DTYPES = {"bfloat16": ("int16", "bfloat16"), "float8_e4m3fn": ("uint8", "float8_e4m3fn"),
+              "float8_e5m2": ("uint8", "float8_e5m2")}
+
+
 def _to_numpy(value: Any):
     import numpy as np
     import torch
 
     if isinstance(value, torch.Tensor):
         tensor = value.detach().cpu().contiguous()
-        if tensor.dtype == torch.bfloat16:
-            import ml_dtypes
-            return tensor.view(torch.int16).numpy().view(ml_dtypes.bfloat16)
+        for np_name, (int_name, torch_name) in _ML_DTYPES.items():
+            if tensor.dtype == getattr(torch, torch_name):
+                import ml_dtypes
+                bits = tensor.view(getattr(torch, int_name)).numpy()
+                return bits.view(getattr(ml_dtypes, np_name))
         return tensor.numpy()
     return np.asarray(value)
+
+
+def _to_torch(array):
+    import torch
+
+    entry = _ML_DTYPES.get(array.dtype.name)
+    if entry is not None:
+        int_name, torch_name = entry
+        bits = array.view(int_name)
+        return torch.from_numpy(_writable(bits)).view(getattr(torch, torch_name))
+    return torch.from_numpy(_writable(array))
 
 
 def _writable(array):

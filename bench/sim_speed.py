@@ -1,0 +1,80 @@
+"""Simulator speed: wall time of simulating a compiled program against eager PyTorch on the
+CPU for the same computation, side by side in one process.
+
+    .venv/bin/python bench/sim_speed.py            # all workloads
+    .venv/bin/python bench/sim_speed.py --quick    # skip the 2048^3 bf16 GEMM (eager bf16 on
+                                                   # a CPU without bf16 units takes a minute)
+
+Each workload is compiled once with torch.compile(backend="neuron"); the timed simulator
+call is the compiled function (inputs to HBM, every instruction executed, outputs back).
+Eager PyTorch runs the same module/function on the same inputs. Times are medians.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import torch
+
+from torchneuron import backend
+
+
+def median_seconds(fn, repeats: int) -> float:
+    samples = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        samples.append(time.perf_counter() - start)
+    return statistics.median(samples)
+
+
+class MLP(torch.nn.Module):
+    """The demo model (examples/demo.py)."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc1 = torch.nn.Linear(256, 512)
+        self.fc2 = torch.nn.Linear(512, 128)
+
+    def forward(self, x):
+        return torch.nn.functional.gelu(self.fc2(torch.relu(self.fc1(x))))
+
+
+def workloads(quick: bool):
+    torch.manual_seed(0)
+    mlp = MLP().eval()
+    x = torch.randn(64, 256)
+    yield "demo MLP fp32 (64x256)", mlp, (x,), 20
+    n = 2048
+    a = torch.randn(n, n, dtype=torch.bfloat16)
+    b = torch.randn(n, n, dtype=torch.bfloat16)
+    if not quick:
+        yield f"GEMM {n}^3 bf16", (lambda p, q: p @ q), (a, b), 1
+    yield f"GEMM {n}^3 bf16 (eager run in fp32)", (lambda p, q: p @ q), (a, b), 3
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true", help="skip the eager bf16 GEMM")
+    args = parser.parse_args()
+    print(f"{'workload':<40} {'eager ms':>10} {'simulator ms':>13} {'sim / eager':>12}  "
+          f"{'simulated us':>12}")
+    for name, fn, inputs, repeats in workloads(args.quick):
+        compiled = torch.compile(fn, backend="neuron")
+        with torch.no_grad():
+            compiled(*inputs)                                   # compile once
+            graph = backend.compiled_graphs()[-1]
+            sim = median_seconds(lambda: compiled(*inputs), repeats)
+            if "eager run in fp32" in name:
+                as_f32 = tuple(t.float() for t in inputs)
+                eager = median_seconds(lambda: fn(*as_f32), repeats)
+            else:
+                eager = median_seconds(lambda: fn(*inputs), repeats)
+        print(f"{name:<40} {eager * 1e3:10.2f} {sim * 1e3:13.2f} {sim / eager:11.2f}x  "
+              f"{graph.last_profile.total_us:12.2f}")
+
+
+if __name__ == "__main__":
+    main()
