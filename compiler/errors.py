@@ -17,6 +17,11 @@ class CompileError(Exception):
         self.location = str(location) if location is not None else None
         super().__init__(self.describe())
 
+    @property
+    def fx_node(self) -> str | None:
+        """Name of the FX node the failing op came from, when the location records it."""
+        return fx_node_of(self.location) if self.location else None
+
     def describe(self) -> str:
         where = describe_location(self.location) if self.location else ""
         return f"{where}: {self.message}" if where else self.message
@@ -46,3 +51,11 @@ def describe_location(loc: str) -> str:
         file, line, _ = files[-1] if name is None else files[0]
         parts.append(f"{file}:{line}")
     return " at ".join(parts) if parts else loc
+
+
+def fx_node_of(loc: str) -> str | None:
+    """'addmm' from 'loc("addmm"("model.py":13:0))'; None for a location without a name."""
+    m = _NAME_LOC.fullmatch(loc.strip())
+    if m and not _FILE_LOC.fullmatch(f'"{m.group("name")}"'):
+        return m.group("name")
+    return None
