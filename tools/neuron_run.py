@@ -1,14 +1,17 @@
 """neuron-run: run a .neff on the simulated NeuronCore and report time and utilisation.
 
     neuron-run NAME.neff --inputs NAME.inputs.npz [--expect NAME.expected.npz] [--out OUT.npz]
-               [--trace TRACE.json] [--target trn1|trn2] [--rtol R] [--atol A]
+               [--trace TRACE.json] [--profile] [--target trn1|trn2] [--rtol R] [--atol A]
 
+The device is a core of `--target`, else of the target `TORCHNEURON_TARGET` names when that is
+set, else of the program's own target; a program compiled for another target is refused.
 Inputs are taken from the npz by key: `arg0, arg1, ...` (positional) where present, else the
 program's input name. bf16/fp8 arrays, which npz stores as raw 2-/1-byte values, are read as
 the program's declared dtype. Expected outputs are keyed `out0, out1, ...` (or by output name) and
 compared like numpy.allclose (|actual - expected| <= atol + rtol * |expected|, NaN equal to
 NaN). `--out` writes the outputs as `out0, out1, ...`; `--trace` writes a Chrome/Perfetto
-trace. Exit status: 0 success, 1 error or mismatch, 2 usage error. Errors are one line on
+trace; `--profile` prints neuron-profile's full report (instruction mix, DMA bandwidth,
+roofline) instead of the short summary. Exit status: 0 success, 1 error or mismatch, 2 usage error. Errors are one line on
 stderr, "neuron-run: error: ...".
 """
 
@@ -16,16 +19,14 @@ from __future__ import annotations
 
 import argparse
 import sys
-import zipfile
 
 import numpy as np
 
 from torchneuron import target as target_table
-from torchneuron.runtime import Device, NeffFormatError, SimulationError, load
-
-
-class _Failure(Exception):
-    """An error to report on one line."""
+from torchneuron.runtime import (
+    Device, NeffFormatError, SimulationError, load, requested_target,
+)
+from torchneuron.runtime.npz import match_arrays, read_inputs, read_npz
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -35,48 +36,14 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--expect", help="npz of expected outputs (out0.. or output names)")
     p.add_argument("--out", help="write the outputs to this npz (out0, out1, ...)")
     p.add_argument("--trace", help="write a Chrome/Perfetto trace (JSON) to this file")
+    p.add_argument("--profile", action="store_true",
+                   help="print the full profile report (as neuron-profile does)")
     p.add_argument("--target", choices=sorted(target_table.TARGETS),
-                   help="target the program must be compiled for (default: the program's)")
+                   help="run on a core of this target (default: TORCHNEURON_TARGET when "
+                        "set, else the program's target)")
     p.add_argument("--rtol", type=float, default=1e-4, help="relative tolerance (1e-4)")
     p.add_argument("--atol", type=float, default=1e-5, help="absolute tolerance (1e-5)")
     return p
-
-
-def _load_npz(path: str, what: str) -> dict[str, np.ndarray]:
-    try:
-        with np.load(path, allow_pickle=False) as f:
-            return {k: f[k] for k in f.files}
-    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as exc:
-        raise _Failure(f"cannot read {what} {path}: {exc}") from None
-
-
-def _match(arrays: dict[str, np.ndarray], specs, prefix: str, kind: str, what: str,
-           required: bool) -> list[np.ndarray | None]:
-    """Pick each tensor's array by positional key (prefix + index), else by name."""
-    chosen, used = [], set()
-    for i, spec in enumerate(specs):
-        for key in (f"{prefix}{i}", spec.name):
-            if key in arrays:
-                chosen.append(_as_declared(arrays[key], spec.dtype))
-                used.add(key)
-                break
-        else:
-            if required:
-                raise _Failure(f"{what} has no array for {prefix}{i} ({spec.name!r}); "
-                               f"keys: {', '.join(sorted(arrays)) or 'none'}")
-            chosen.append(None)
-    extra = sorted(set(arrays) - used)
-    if extra:
-        raise _Failure(f"{what} has arrays that match no {kind}: {', '.join(extra)}")
-    return chosen
-
-
-def _as_declared(array: np.ndarray, dtype: np.dtype) -> np.ndarray:
-    """npz files store bf16/fp8 (ml_dtypes) arrays as raw bytes (void dtype); read them back
-    as the program's dtype."""
-    if array.dtype.kind == "V" and array.dtype.itemsize == dtype.itemsize:
-        return array.view(dtype)
-    return array
 
 
 def _compare(actual: np.ndarray, expected: np.ndarray, rtol: float,
@@ -93,14 +60,17 @@ def _compare(actual: np.ndarray, expected: np.ndarray, rtol: float,
 
 
 def _run(args) -> int:
-    program = load(args.neff, args.target)
-    inputs = _match(_load_npz(args.inputs, "inputs file"), program.inputs, "arg",
-                    "program input", "inputs file", required=True)
+    program = load(args.neff, requested_target(args.target))
+    inputs = read_inputs(args.inputs, program)
     result = Device(program.target).execute(program, inputs)
     profile = result.profile
 
-    print(f"program: {program.name} (target {program.target.name}, {program.target.core})")
-    print(profile.summary())
+    if args.profile:
+        print(profile.report())          # starts with its own "program: ..." line
+    else:
+        print(f"program: {program.name} (target {program.target.name}, "
+              f"{program.target.core})")
+        print(profile.summary())
     if args.out:
         np.savez(args.out, **{f"out{i}": o for i, o in enumerate(result.outputs)})
         print(f"outputs written to {args.out}")
@@ -110,8 +80,8 @@ def _run(args) -> int:
 
     status = 0
     if args.expect:
-        expected = _match(_load_npz(args.expect, "expected file"), program.outputs, "out",
-                          "program output", "expected file", required=False)
+        expected = match_arrays(read_npz(args.expect, "expected file"), program.outputs,
+                                "out", "program output", "expected file", required=False)
         for i, (spec, actual, want) in enumerate(zip(program.outputs, result.outputs,
                                                      expected)):
             if want is None:
@@ -135,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
         return int(exc.code or 0)
     try:
         return _run(args)
-    except (_Failure, NeffFormatError, SimulationError, ValueError, OSError) as exc:
+    except (NeffFormatError, SimulationError, ValueError, OSError) as exc:
         message = str(exc).replace("\n", "\n  ")
         print(f"neuron-run: error: {message}", file=sys.stderr)
         return 1

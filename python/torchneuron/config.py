@@ -25,6 +25,10 @@ class Knob(Generic[T]):
     default: T
     help: str
 
+    def is_set(self) -> bool:
+        """Whether the variable is set (to a non-empty value) in the environment."""
+        return bool(os.environ.get(self.name))
+
     def get(self) -> T:
         raw = os.environ.get(self.name)
         if raw is None or raw == "":

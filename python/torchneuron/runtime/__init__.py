@@ -39,24 +39,36 @@ API
     `outputs: list[np.ndarray]`, `profile: Profile`.
 `Profile`
     `total_ns` / `total_us` (simulated time), `streams` (per engine and DMA queue:
-    instructions, busy_ns, dma_bytes), `busy_ns`, `utilisation`, `instruction_count`,
-    `opcode_counts`, `dma_bytes`, `dma_bytes_per_queue`, `pe_flops`, `pe_peak_fraction`,
-    `events` (one `TraceEvent` per instruction), `summary()`, `chrome_trace()`,
-    `write_chrome_trace(path)`.
+    instructions, busy_ns, dma_bytes, opcodes -- the instruction mix), `busy_ns`,
+    `utilisation`, `instruction_count`, `opcode_counts`, `dma_bytes`, `dma_bytes_per_queue`,
+    `dma_bytes_per_ns` (achieved bandwidth), `pe_flops`, `pe_flops_by_class` (bf16/fp32/fp8
+    PE rates), `pe_peak_fraction`, `compulsory_bytes` (inputs, constants and outputs, each
+    once), `events` (one `TraceEvent` per instruction), `summary()` (short table),
+    `report()` (what neuron-profile prints), `roofline()`, `chrome_trace()`,
+    `write_chrome_trace(path)`, `write_timeline_png(path)` (needs matplotlib).
+`Roofline` (from `Profile.roofline()`)
+    `flops`, `flops_by_class`, `compulsory_bytes`, `compute_bound_ns` (sum of FLOPs / PE
+    peak of each class), `memory_bound_ns` (compulsory bytes / the core's HBM bandwidth),
+    `bound_ns` (the larger), `binding` ("compute"/"memory"/"none"), `simulated_ns`,
+    `efficiency` (bound / simulated), `ratio` (simulated / bound).
+`requested_target(name=None)`
+    The device target a tool was asked for: `name`, else `TORCHNEURON_TARGET` when set,
+    else None (the program's own target).
 
 The runtime never imports the compiler or torch-mlir; the NEFF format is the contract.
 """
 
 from torchneuron.format.container import NeffFormatError
-from torchneuron.runtime.device import Device, ExecutionResult
+from torchneuron.runtime.device import Device, ExecutionResult, requested_target
 from torchneuron.runtime.program import Program, TensorSpec, load
 from torchneuron.sim import (
-    ConstraintError, DeadlockError, OutOfBoundsError, Profile, SimulationError, TraceEvent,
-    UninitializedReadError,
+    ConstraintError, DeadlockError, OutOfBoundsError, Profile, Roofline, SimulationError,
+    TraceEvent, UninitializedReadError,
 )
 
 __all__ = [
-    "load", "Device", "Program", "TensorSpec", "ExecutionResult", "Profile", "TraceEvent",
+    "load", "Device", "requested_target", "Program", "TensorSpec", "ExecutionResult",
+    "Profile", "Roofline", "TraceEvent",
     "NeffFormatError", "SimulationError", "ConstraintError", "OutOfBoundsError",
     "UninitializedReadError", "DeadlockError",
 ]

@@ -8,11 +8,24 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from torchneuron import config
 from torchneuron import target as target_table
 from torchneuron.runtime.program import Program, TensorSpec, load
 from torchneuron.sim import Hbm, Profile, UninitializedReadError, run
 from torchneuron.sim.memory import NUMPY_DTYPES
 from torchneuron.target import Target
+
+
+def requested_target(name: str | None = None) -> Target | None:
+    """The device target a tool (neuron-run, neuron-profile) was asked for: `name` (e.g. a
+    `--target` option), else the one `TORCHNEURON_TARGET` names when that variable is set,
+    else None, meaning "the program's own target". An unknown name raises
+    `UnknownTargetError` (a ValueError) that lists the known targets."""
+    if name:
+        return target_table.get_target(name)
+    if config.TARGET.is_set():
+        return target_table.get_target()
+    return None
 
 
 @dataclass

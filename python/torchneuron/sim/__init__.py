@@ -7,7 +7,10 @@ Layers, bottom up:
     semantics.py  one numpy function per opcode (format/isa.py's docstring, executed)
     program.py    `prepare`: a NEFF decoded and checked into runnable instructions
     simulator.py  `run`: the event loop over engines and DMA queues, semaphores, deadlocks
-    profile.py    `Profile`: time, busy/utilisation, bytes, FLOPs, Chrome/Perfetto trace
+    profile.py    `Profile`: time, busy/utilisation, instruction mix, bytes, FLOPs, the
+                  roofline bound (`Profile.roofline()` -> `Roofline`), the report neuron-profile
+                  prints, Chrome/Perfetto trace
+    timeline.py   the timeline PNG (matplotlib; imported only when a picture is asked for)
 
 Most users go through `torchneuron.runtime` (`load`, `Device.execute`), which allocates HBM,
 copies inputs in and outputs out. Direct use:
@@ -23,12 +26,13 @@ from torchneuron.sim.errors import (
     ConstraintError, DeadlockError, OutOfBoundsError, SimulationError, UninitializedReadError,
 )
 from torchneuron.sim.memory import Hbm, HbmLayout
-from torchneuron.sim.profile import Profile, StreamStats, TraceEvent
+from torchneuron.sim.profile import Profile, Roofline, StreamStats, TraceEvent
 from torchneuron.sim.program import PreparedProgram, prepare
 from torchneuron.sim.simulator import run
 
 __all__ = [
     "ConstraintError", "DeadlockError", "OutOfBoundsError", "SimulationError",
-    "UninitializedReadError", "Hbm", "HbmLayout", "Profile", "StreamStats", "TraceEvent",
+    "UninitializedReadError", "Hbm", "HbmLayout", "Profile", "Roofline", "StreamStats",
+    "TraceEvent",
     "PreparedProgram", "prepare", "run",
 ]

@@ -42,6 +42,21 @@ _FP8 = (isa.DType.F8E4M3, isa.DType.F8E5M2)
 _FAST_BF16_OPS = (isa.AluOp.ADD, isa.AluOp.SUB, isa.AluOp.MUL)
 NOP_CYCLES = 1
 
+# PE rate classes (see `matmul_rate_class`) and the operand width `Target.pe_peak_flops_per_ns`
+# takes for each.
+PE_RATE_CLASSES = {"fp32": 4, "bf16": 2, "fp8": 1}
+
+
+def matmul_rate_class(stationary: isa.DType, moving: isa.DType) -> str:
+    """Which PE rate a matmul runs at: "fp32" (an fp32 input: peak / pe_fp32_slowdown),
+    "fp8" (both inputs fp8: peak x pe_fp8_speedup) or "bf16" (the 16-bit rate: bf16, fp16,
+    or fp8 mixed with a 16-bit type)."""
+    if isa.DType.F32 in (stationary, moving):
+        return "fp32"
+    if stationary in _FP8 and moving in _FP8:
+        return "fp8"
+    return "bf16"
+
 
 def free_size_n(opcode: isa.Opcode, ops: tuple[Access | None, ...]) -> int:
     """N of the cost table: free elements per partition of the main input."""
@@ -64,9 +79,10 @@ def compute_cycles(ins, target: Target) -> float:
     if opcode == Op.MATMUL:
         st, mv = ops[1], ops[2]
         cycles = max(min(min_ii, st.free_size), n)
-        if isa.DType.F32 in (st.isa_dtype, mv.isa_dtype):
+        rate = matmul_rate_class(st.isa_dtype, mv.isa_dtype)
+        if rate == "fp32":
             return cycles * target.pe_fp32_slowdown
-        if st.isa_dtype in _FP8 and mv.isa_dtype in _FP8:
+        if rate == "fp8":
             return cycles / target.pe_fp8_speedup
         return cycles
     if opcode == Op.TRANSPOSE:

@@ -33,7 +33,7 @@ class Instr:
 
     __slots__ = ("stream", "index", "opcode", "opname", "location", "flags", "func", "alu0", "alu1",
                  "reduce_dims", "imm", "waits", "signal", "ops", "semantics", "duration_ns",
-                 "nbytes", "flops")
+                 "nbytes", "flops", "flops_class")
 
     def __init__(self, stream: str, index: int, location: str, opcode, flags, func, alu0,
                  alu1, reduce_dims, nwaits, signal, wait_sem, wait_value, imm):
@@ -57,6 +57,7 @@ class Instr:
         self.duration_ns = 0.0   # engine busy time, or DMA transfer time (without latency)
         self.nbytes = 0          # DMA bytes moved (destination side)
         self.flops = 0           # PE FLOPs (2*K*M*N per matmul)
+        self.flops_class = ""    # the matmul's PE rate class (costs.matmul_rate_class)
 
     @property
     def label(self) -> str:
@@ -156,6 +157,7 @@ def _decode_stream(neff: Neff, name: str, engine: isa.Engine, records, target: T
         if ins.opcode == isa.Opcode.MATMUL:
             st, mv = ops[1], ops[2]
             ins.flops = 2 * st.partitions * st.free_size * mv.free_size
+            ins.flops_class = costs.matmul_rate_class(st.isa_dtype, mv.isa_dtype)
         if is_dma:
             if ins.opcode == isa.Opcode.DMA:
                 ins.duration_ns, ins.nbytes = costs.dma_transfer_ns(ins.ops, target)

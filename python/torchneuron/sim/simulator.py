@@ -83,10 +83,12 @@ def run(program: PreparedProgram, hbm: Hbm) -> Profile:
     for s in streams:
         stats.setdefault(s.name, StreamStats(s.name))
     stream_stats = [stats[s.name] for s in streams]
-    profile = Profile(program=program.neff.name, target=target, streams=stats)
+    profile = Profile(program=program.neff.name, target=target, streams=stats,
+                      compulsory_bytes=compulsory_bytes(program.neff))
     events = profile.events
     opcode_counts: dict[str, int] = {}
     pe_flops = 0
+    flops_by_class: dict[str, int] = {}
     end_time = 0.0
 
     for i in range(n):
@@ -120,7 +122,11 @@ def run(program: PreparedProgram, hbm: Hbm) -> Profile:
             st.dma_bytes += ins.nbytes
             opname = ins.opname
             opcode_counts[opname] = opcode_counts.get(opname, 0) + 1
-            pe_flops += ins.flops
+            st.opcodes[opname] = st.opcodes.get(opname, 0) + 1
+            if ins.flops:
+                pe_flops += ins.flops
+                flops_by_class[ins.flops_class] = flops_by_class.get(ins.flops_class, 0) \
+                    + ins.flops
             events.append(TraceEvent(ins.stream, ins.index, opname, ins.location, start, end,
                                      issue, ins.nbytes))
             if end > end_time:
@@ -139,7 +145,14 @@ def run(program: PreparedProgram, hbm: Hbm) -> Profile:
     profile.total_ns = end_time
     profile.opcode_counts = opcode_counts
     profile.pe_flops = pe_flops
+    profile.pe_flops_by_class = flops_by_class
     return profile
+
+
+def compulsory_bytes(neff) -> int:
+    """Bytes every execution must move between HBM and the core at least once: all input,
+    constant and output tensors (scratch tensors are the program's own choice)."""
+    return sum(t.nbytes for t in neff.tensors if t.kind in ("input", "constant", "output"))
 
 
 def _deadlock(program: PreparedProgram, instrs, pos, sem_times) -> DeadlockError:
