@@ -262,7 +262,8 @@ ACTIVATIONS = {
     "relu": lambda x: np.maximum(x, 0),
     # 0.5 x (1 + erf(x / sqrt 2)), written with erfc to avoid cancellation for x << 0.
     "gelu": lambda x: 0.5 * x * special.erfc(-x / np.sqrt(2)),
-    "gelu_tanh": lambda x: 0.5 * x * (1 + np.tanh(np.sqrt(2 / np.pi) * (x + 0.044715 * x**3))),
+    # 0.5 x (1 + tanh(u)) written as x / (1 + e^(-2u)): no cancellation for u << 0.
+    "gelu_tanh": lambda x: x / (1 + np.exp(-2 * np.sqrt(2 / np.pi) * (x + 0.044715 * x**3))),
     "silu": lambda x: x / (1 + np.exp(-x)),
     "sigmoid": lambda x: 1 / (1 + np.exp(-x)),
     "tanh": np.tanh,
