@@ -114,6 +114,8 @@ def constant_scalar(value: ir.Value) -> float | int | None:
     if owner.name != "arith.constant":
         return None
     attr = owner.attributes["value"]
+    if isinstance(attr, ir.BoolAttr):
+        return int(attr.value)
     if isinstance(attr, ir.FloatAttr):
         return ir.FloatAttr(attr).value
     if isinstance(attr, ir.IntegerAttr):

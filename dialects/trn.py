@@ -16,8 +16,8 @@ from torch_mlir import ir
 from torch_mlir.dialects import ext
 
 from torchneuron.dialects.common import (
-    AnyAttr, VerifyError, float_value, i64_array, require, shape_of, string, tensor_type,
-    verifier,
+    AnyAttr, VerifyError, float_value, i64_array, int_value, require, shape_of, string,
+    tensor_type, verifier,
 )
 
 # The scalar engine's function table (names match the ISA's ActFunc labels).
@@ -218,6 +218,19 @@ class FillOp(Trn.Operation, name="fill", traits=[ext.Pure]):
     value: ir.FloatAttr
     result: ext.Result[ir.RankedTensorType]
     verify_invariants = verifier(_check_fill)
+
+
+def _check_iota(op) -> None:
+    shape = shape_of(op.results[0], "result")
+    dim = int_value(op, "dimension")
+    require(0 <= dim < len(shape), f"dimension {dim} is not a dim of the result {shape}")
+
+
+class IotaOp(Trn.Operation, name="iota", traits=[ext.Pure]):
+    """result[i_0, ..., i_n] = i_dimension (the index along one dim)."""
+    dimension: ir.IntegerAttr
+    result: ext.Result[ir.RankedTensorType]
+    verify_invariants = verifier(_check_iota)
 
 
 def _check_reduce(op) -> None:

@@ -1,13 +1,17 @@
 """convert-linalg-to-trn: linalg-on-tensors -> the `trn` dialect.
 
-Named linalg ops map one to one (matmul, transpose, broadcast, fill, reshapes). Elementwise
-`linalg.generic`s are compiled by one general mechanism rather than a pattern per PyTorch op:
+Named linalg ops map one to one (matmul, transpose, broadcast, fill, reshapes). Every
+`linalg.generic` is compiled by one general mechanism rather than a pattern per PyTorch op:
 1. each input is brought to the iteration space with trn view ops (reshape away unit dims,
    transpose, broadcast) derived from its indexing map;
-2. the scalar body becomes an expression DAG, on which idioms the scalar engine computes in one
-   instruction are recognised (relu, gelu, sigmoid, silu, fused scale and bias);
+2. the scalar body becomes an expression DAG (compiler/scalar/), on which idioms the scalar
+   engine computes in one instruction are recognised (relu, gelu, sigmoid, silu, fused scale
+   and bias), and ops without an engine equivalent (floor, round, integer division) are
+   expanded;
 3. every remaining scalar op becomes a tensor-level trn op (activation, tensor_tensor,
-   tensor_scalar, select, convert).
+   tensor_scalar, select, convert, iota for loop indices);
+4. reduction loops become trn.reduce over those dims of the combining op's operand; a second
+   output tracking the index of the extremum becomes argmax/argmin.
 An op with no lowering raises UnsupportedOpError at the op's location (its FX node).
 """
 
@@ -15,13 +19,15 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Union
 
 from torch_mlir import ir
 
 from torchneuron.compiler import ir_utils as U
-from torchneuron.compiler.errors import CompileError, UnsupportedOpError
+from torchneuron.compiler.errors import UnsupportedOpError
 from torchneuron.compiler.passes import Pass, register
+from torchneuron.compiler.scalar.emit import TrnEmitter, storage_element_type, trn_op
+from torchneuron.compiler.scalar.expr import Expr, const, scalar_expr
+from torchneuron.compiler.scalar.idioms import recognise_idioms
 
 
 @register
@@ -45,8 +51,10 @@ def _convert_function(func: ir.Operation) -> None:
             raise UnsupportedOpError(f"no lowering to the NeuronCore for '{op.name}'", op.location)
         with ir.InsertionPoint(op), op.location:
             replacement = converter(op)
-        if replacement is not None:
-            op.results[0].replace_all_uses_with(replacement)
+        replacements = replacement if isinstance(replacement, list) else [replacement]
+        for result, new in zip(op.results, replacements):
+            if new is not None:
+                result.replace_all_uses_with(new)
     U.erase_dead([o for o in U.body_ops(func) if o.name != "func.return"])
 
 
@@ -60,10 +68,6 @@ def _ins_outs(op: ir.Operation) -> tuple[list[ir.Value], list[ir.Value]]:
     if hasattr(view, "inputs"):
         return list(view.inputs), list(view.outputs)
     return [view.input], [view.init]
-
-
-def _trn(name: str, result_type: ir.Type, operands, **attrs) -> ir.Value:
-    return U.create(f"trn.{name}", [result_type], operands, attrs).results[0]
 
 
 def _fill_value(value: ir.Value) -> float | None:
@@ -84,7 +88,7 @@ def _convert_fill(op: ir.Operation) -> ir.Value:
     value = U.constant_scalar(ins[0])
     if value is None:
         raise UnsupportedOpError("linalg.fill with a non-constant value", op.location)
-    return _trn("fill", op.results[0].type, [], value=U.f32(value))
+    return trn_op("fill", op.results[0].type, [], value=U.f32(value))
 
 
 def _convert_matmul(op: ir.Operation) -> ir.Value:
@@ -92,10 +96,10 @@ def _convert_matmul(op: ir.Operation) -> ir.Value:
         raise UnsupportedOpError(f"{op.name} with transposed indexing maps", op.location)
     (lhs, rhs), (init,) = _ins_outs(op)
     result_type = op.results[0].type
-    product = _trn("matmul", result_type, [lhs, rhs])
+    product = trn_op("matmul", result_type, [lhs, rhs])
     if _fill_value(init) == 0.0:
         return product
-    return _trn("tensor_tensor", result_type, [product, init], op=U.string("add"))
+    return trn_op("tensor_tensor", result_type, [product, init], op=U.string("add"))
 
 
 def _default_matmul_maps(op: ir.Operation) -> bool:
@@ -114,35 +118,41 @@ def _default_matmul_maps(op: ir.Operation) -> bool:
 def _convert_transpose(op: ir.Operation) -> ir.Value:
     (src,), _ = _ins_outs(op)
     perm = list(ir.DenseI64ArrayAttr(op.attributes["permutation"]))
-    return _trn("transpose", op.results[0].type, [src], permutation=U.i64_array(perm))
+    return trn_op("transpose", op.results[0].type, [src], permutation=U.i64_array(perm))
 
 
 def _convert_broadcast(op: ir.Operation) -> ir.Value:
     (src,), _ = _ins_outs(op)
     dims = list(ir.DenseI64ArrayAttr(op.attributes["dimensions"]))
-    return _trn("broadcast", op.results[0].type, [src], dimensions=U.i64_array(dims))
+    return trn_op("broadcast", op.results[0].type, [src], dimensions=U.i64_array(dims))
 
 
 def _convert_reshape(op: ir.Operation) -> ir.Value:
-    return _trn("reshape", op.results[0].type, [op.operands[0]])
+    return trn_op("reshape", op.results[0].type, [op.operands[0]])
 
 
-# -- Elementwise linalg.generic ----------------------------------------------------------------
+# -- linalg.generic ----------------------------------------------------------------------------
 
-def _convert_generic(op: ir.Operation) -> ir.Value:
-    if len(op.results) != 1:
-        raise UnsupportedOpError("linalg.generic with several results", op.location)
-    iterators = [str(a) for a in ir.ArrayAttr(op.attributes["iterator_types"])]
-    if any("parallel" not in it for it in iterators):
-        raise UnsupportedOpError("no lowering to the NeuronCore for linalg.generic with "
-                                 "reduction loops", op.location)
+# Body combining op -> trn.reduce kind (or/and reduce 0/1 values), and its identity.
+_REDUCE_KINDS = {"add": "add", "mul": "mul", "max": "max", "min": "min", "or": "max",
+                 "and": "min"}
+_IDENTITY = {"add": 0.0, "mul": 1.0, "max": -math.inf, "min": math.inf, "or": 0.0, "and": 1.0}
+
+
+def _convert_generic(op: ir.Operation) -> list[ir.Value]:
+    """One general mechanism for every linalg.generic: bring each input to the iteration
+    space, build the body's expression DAG, recognise idioms, emit trn ops; loops marked
+    `reduction` become trn.reduce over those dims (with argmax/argmin recognised when a
+    second output tracks the index of the extremum)."""
+    iterators = ["reduction" in str(a) for a in ir.ArrayAttr(op.attributes["iterator_types"])]
     maps = [ir.AffineMapAttr(a).value for a in ir.ArrayAttr(op.attributes["indexing_maps"])]
     ins, outs = _ins_outs(op)
-    out_map = maps[len(ins)]
+    out_maps = maps[len(ins):]
     bounds = _loop_bounds(maps, ins + outs, op)
+    reduced = [d for d, is_reduction in enumerate(iterators) if is_reduction]
     block = op.regions[0].blocks[0]
     args = list(block.arguments)
-    env: dict[int, Expr] = {}
+    env: dict = {}
     leaves: list[ir.Value] = []
 
     def leaf(tensor: ir.Value, amap) -> Expr:
@@ -151,31 +161,162 @@ def _convert_generic(op: ir.Operation) -> ir.Value:
 
     for i, (arg, tensor) in enumerate(zip(args, ins)):
         if list(arg.uses):
-            env[_key(arg)] = leaf(tensor, maps[i])
-    out_arg = args[len(ins)]
-    if list(out_arg.uses):
-        env[_key(out_arg)] = leaf(outs[0], out_map)
+            env[arg] = leaf(tensor, maps[i])
+    for j, (arg, tensor) in enumerate(zip(args[len(ins):], outs)):
+        if list(arg.uses):
+            env[arg] = Expr("acc", index=j) if reduced else leaf(tensor, out_maps[j])
 
     body = list(block.operations)
     for inner in body[:-1]:
-        env[_key(inner.results[0])] = _scalar_expr(inner, env, op)
-    yielded = body[-1].operands[0]
-    expr = env.get(_key(yielded))
-    if expr is None:
-        expr = _captured(yielded, op)
-    expr = recognise_idioms(expr)
+        env[inner.results[0]] = scalar_expr(
+            inner, lambda k, inner=inner: _operand_expr(inner.operands[k], env, op))
+    yields = [recognise_idioms(_operand_expr(v, env, op)) for v in body[-1].operands]
+    emitter = TrnEmitter(leaves, bounds)
+    results = []
+    for j, (expr, result) in enumerate(zip(yields, op.results)):
+        if not list(result.uses):
+            results.append(None)
+            continue
+        etype = U.element_type(result)
+        if not reduced:
+            value = emitter.emit(expr, etype)
+        else:
+            value = _reduction(op, j, expr, yields, emitter, reduced, bounds, etype, outs[j])
+        results.append(_to_output(value, out_maps[j], [d for d in range(len(bounds))
+                                                       if d not in reduced], result.type, op))
+    return results
 
-    result_type = op.results[0].type
-    element_type = U.element_type(op.results[0])
-    iter_type = U.tensor_type(bounds, element_type)
-    value = _Emitter(leaves, iter_type).emit(expr, element_type)
-    if not _is_identity(out_map):
-        perm = _output_permutation(out_map, op)
-        value = _trn("transpose", result_type, [value], permutation=U.i64_array(perm))
-    return value
+
+def _operand_expr(value: ir.Value, env: dict, generic: ir.Operation) -> Expr:
+    expr = env.get(value)
+    if expr is not None:
+        return expr
+    c = U.constant_scalar(value)
+    if c is None:
+        raise UnsupportedOpError("no lowering to the NeuronCore for a linalg.generic body "
+                                 "using a non-constant value from outside", generic.location)
+    return const(c)
 
 
-def _key(value: ir.Value):
+def _reduction(op, j: int, expr: Expr, yields: list[Expr], emitter: TrnEmitter,
+               reduced: list[int], bounds: list[int], etype, init: ir.Value) -> ir.Value:
+    """trn ops computing output j of a reduction generic, before the output map."""
+    kept_shape = [b for d, b in enumerate(bounds) if d not in reduced]
+    combine = _combine(expr, j)
+    if combine is not None:
+        kind, operand = combine
+        value = emitter.emit(operand, etype)
+        value = trn_op("reduce", U.tensor_type(kept_shape, U.element_type(value)), [value],
+                       op=U.string(_REDUCE_KINDS[kind]), dimensions=U.i64_array(reduced))
+        if _fill_value(init) != _IDENTITY[kind]:
+            # The accumulator starts from something else: combine it in.
+            value = trn_op("tensor_tensor", value.type,
+                           [value, _reshape_like(init, value)], op=U.string(_REDUCE_KINDS[kind]))
+        return value
+    arg = _arg_extremum(expr, j, yields)
+    if arg is not None:
+        kind, operand, dim = arg
+        return _emit_arg_extremum(emitter, operand, kind, dim, reduced, bounds, kept_shape,
+                                  etype, op)
+    raise UnsupportedOpError("no lowering to the NeuronCore for this linalg.generic reduction "
+                             "body", op.location)
+
+
+def _combine(expr: Expr, j: int) -> tuple[str, Expr] | None:
+    """(kind, x) when `expr` is `x <kind> acc_j` (or `acc_j <kind> x`) for a reduction kind."""
+    if expr.kind in _REDUCE_KINDS and len(expr.args) == 2:
+        a, b = expr.args
+        if b.kind == "acc" and b.index == j and not _uses_acc(a):
+            return expr.kind, a
+        if a.kind == "acc" and a.index == j and not _uses_acc(b):
+            return expr.kind, b
+    return None
+
+
+def _uses_acc(expr: Expr) -> bool:
+    return expr.kind == "acc" or any(_uses_acc(a) for a in expr.args)
+
+
+def _arg_extremum(expr: Expr, j: int, yields: list[Expr]) -> tuple[str, Expr, int] | None:
+    """("max"|"min", x, dim) when output j tracks where output k reaches its extremum:
+    yield_j = select(x > acc_k, index(dim), acc_j) with yield_k = max(x, acc_k) (or < / min).
+    Strict comparison keeps the first occurrence, as PyTorch's argmax does."""
+    if expr.kind != "select":
+        return None
+    mask, index, keep = expr.args
+    if keep.kind != "acc" or keep.index != j or mask.kind not in ("gt", "lt"):
+        return None
+    while index.kind == "convert":
+        index = index.args[0]
+    if index.kind != "iota":
+        return None
+    x, acc = mask.args
+    if acc.kind != "acc":
+        return None
+    kind = "max" if mask.kind == "gt" else "min"
+    companion = _combine(yields[acc.index], acc.index)
+    if companion is None or companion[0] != kind or companion[1] is not x:
+        return None
+    return kind, x, index.index
+
+
+def _emit_arg_extremum(emitter: TrnEmitter, operand: Expr, kind: str, dim: int,
+                       reduced: list[int], bounds: list[int], kept_shape: list[int], etype,
+                       op) -> ir.Value:
+    """argmax/argmin: the smallest index at which the operand equals its extremum."""
+    if reduced != [dim]:
+        raise UnsupportedOpError("argmax/argmin over several dims", op.location)
+    x = emitter.value(operand)
+    if not isinstance(x, ir.Value):
+        raise UnsupportedOpError("argmax/argmin of a constant", op.location)
+    xtype = U.element_type(x)
+    extremum = trn_op("reduce", U.tensor_type(kept_shape, xtype), [x], op=U.string(kind),
+                      dimensions=U.i64_array(reduced))
+    spread = trn_op("broadcast", x.type, [extremum], dimensions=U.i64_array(reduced))
+    hit = trn_op("tensor_tensor", U.tensor_type(bounds, ir.IntegerType.get_signless(1)),
+                 [x, spread], op=U.string("eq"))
+    f32 = ir.F32Type.get()
+    index = trn_op("convert", U.tensor_type(bounds, f32),
+                   [trn_op("iota", U.tensor_type(bounds, ir.IntegerType.get_signless(64)), [],
+                           dimension=U.i64(dim))])
+    beyond = trn_op("fill", U.tensor_type(bounds, f32), [], value=U.f32(bounds[dim]))
+    candidates = trn_op("select", index.type, [hit, index, beyond])
+    first = trn_op("reduce", U.tensor_type(kept_shape, f32), [candidates], op=U.string("min"),
+                   dimensions=U.i64_array(reduced))
+    return trn_op("convert", U.tensor_type(kept_shape, storage_element_type(etype)), [first])
+
+
+def _reshape_like(value: ir.Value, like: ir.Value) -> ir.Value:
+    if U.shape(value) == U.shape(like):
+        return value
+    return trn_op("reshape", U.tensor_type(U.shape(like), U.element_type(value)), [value])
+
+
+def _to_output(value: ir.Value, out_map, loop_dims: list[int], result_type: ir.Type,
+               op) -> ir.Value:
+    """Arrange `value` (indexed by `loop_dims` in loop order) as the output map says: permute
+    to the map's dim order and add the map's constant-0 (unit) dims."""
+    order = []
+    for e in out_map.results:
+        if isinstance(e, ir.AffineDimExpr):
+            order.append(e.position)
+        elif not (isinstance(e, ir.AffineConstantExpr) and e.value == 0):
+            raise UnsupportedOpError(f"linalg.generic output map {out_map}", op.location)
+    if sorted(order) != loop_dims:
+        raise UnsupportedOpError(f"linalg.generic output map {out_map} does not index "
+                                 "every parallel loop once", op.location)
+    perm = [loop_dims.index(d) for d in order]
+    etype = U.element_type(value)
+    if perm != list(range(len(perm))):
+        shape = [U.shape(value)[p] for p in perm]
+        value = trn_op("transpose", U.tensor_type(shape, etype), [value],
+                       permutation=U.i64_array(perm))
+    out_shape = list(ir.RankedTensorType(result_type).shape)
+    if U.shape(value) != out_shape:
+        value = trn_op("reshape", U.tensor_type(out_shape, etype), [value])
+    target = storage_element_type(ir.RankedTensorType(result_type).element_type)
+    if etype != target:
+        value = trn_op("convert", U.tensor_type(out_shape, target), [value])
     return value
 
 
@@ -192,21 +333,6 @@ def _loop_bounds(maps, operands, op) -> list[int]:
     return bounds
 
 
-def _is_identity(amap) -> bool:
-    return all(isinstance(e, ir.AffineDimExpr) and e.position == i
-               for i, e in enumerate(amap.results)) and len(amap.results) == amap.n_dims
-
-
-def _output_permutation(amap, op) -> list[int]:
-    dims = []
-    for e in amap.results:
-        if not isinstance(e, ir.AffineDimExpr):
-            raise UnsupportedOpError("linalg.generic with a non-permutation output map",
-                                     op.location)
-        dims.append(e.position)
-    return dims
-
-
 def _to_iteration_space(tensor: ir.Value, amap, bounds: list[int], op) -> ir.Value:
     """View `tensor` (indexed by `amap`) as a tensor of the iteration-space shape."""
     shape = U.shape(tensor)
@@ -217,8 +343,7 @@ def _to_iteration_space(tensor: ir.Value, amap, bounds: list[int], op) -> ir.Val
         if isinstance(expr, ir.AffineDimExpr):
             dims.append(expr.position)
             keep.append(k)
-        elif isinstance(expr, ir.AffineConstantExpr) and expr.value == 0 \
-                and shape[k] == 1:
+        elif isinstance(expr, ir.AffineConstantExpr) and expr.value == 0 and shape[k] == 1:
             continue
         else:
             raise UnsupportedOpError(f"linalg.generic indexing map {amap} is not a "
@@ -228,307 +353,18 @@ def _to_iteration_space(tensor: ir.Value, amap, bounds: list[int], op) -> ir.Val
                                  op.location)
     value = tensor
     if len(keep) != len(shape):
-        value = _trn("reshape", U.tensor_type([shape[k] for k in keep], etype), [value])
+        value = trn_op("reshape", U.tensor_type([shape[k] for k in keep], etype), [value])
     order = sorted(range(len(dims)), key=lambda i: dims[i])
     if order != list(range(len(dims))):
         new_shape = [U.shape(value)[i] for i in order]
-        value = _trn("transpose", U.tensor_type(new_shape, etype), [value],
-                     permutation=U.i64_array(order))
+        value = trn_op("transpose", U.tensor_type(new_shape, etype), [value],
+                       permutation=U.i64_array(order))
         dims = sorted(dims)
     missing = [d for d in range(len(bounds)) if d not in dims]
     if missing:
-        value = _trn("broadcast", U.tensor_type(bounds, etype), [value],
-                     dimensions=U.i64_array(missing))
+        value = trn_op("broadcast", U.tensor_type(bounds, etype), [value],
+                       dimensions=U.i64_array(missing))
     return value
-
-
-@dataclasses.dataclass(frozen=True, eq=False)
-class Expr:
-    """A node of a generic body's scalar expression DAG.
-
-    kind is 'arg' (iteration-space input `index`), 'const' (`value`), or an operation:
-    an ALU op name (add, mul, gt, ...), 'act:<func>' (with `scale` and `bias`), 'select',
-    'neg', or 'convert' (to `etype`)."""
-    kind: str
-    args: tuple["Expr", ...] = ()
-    value: float = 0.0
-    index: int = 0
-    scale: float = 1.0
-    bias: float = 0.0
-    etype: object = None
-
-    def is_const(self, value: float | None = None, rel: float = 1e-6) -> bool:
-        return self.kind == "const" and (value is None or math.isclose(
-            self.value, value, rel_tol=rel, abs_tol=rel))
-
-
-def const(v: float) -> Expr:
-    return Expr("const", value=float(v))
-
-
-_BINARY = {
-    "arith.addf": "add", "arith.subf": "sub", "arith.mulf": "mul", "arith.divf": "div",
-    "arith.maximumf": "max", "arith.minimumf": "min", "arith.maxnumf": "max",
-    "arith.minnumf": "min", "math.powf": "pow", "arith.remf": "mod",
-    "arith.addi": "add", "arith.subi": "sub", "arith.muli": "mul",
-    "arith.maxsi": "max", "arith.minsi": "min", "arith.maxui": "max", "arith.minui": "min",
-    "arith.andi": "and", "arith.ori": "or", "arith.xori": "xor",
-}
-_UNARY_ACT = {
-    "math.exp": "exp", "math.log": "log", "math.tanh": "tanh", "math.erf": "erf",
-    "math.sqrt": "sqrt", "math.rsqrt": "rsqrt", "math.absf": "abs", "math.sin": "sin",
-    "math.cos": "cos",
-}
-_CMPF = {"oeq": "eq", "ueq": "eq", "one": "ne", "une": "ne", "olt": "lt", "ult": "lt",
-         "ole": "le", "ule": "le", "ogt": "gt", "ugt": "gt", "oge": "ge", "uge": "ge"}
-_CMPI = {"eq": "eq", "ne": "ne", "slt": "lt", "ult": "lt", "sle": "le", "ule": "le",
-         "sgt": "gt", "ugt": "gt", "sge": "ge", "uge": "ge"}
-_CASTS = {"arith.extf", "arith.truncf", "arith.sitofp", "arith.uitofp", "arith.fptosi",
-          "arith.fptoui", "arith.extsi", "arith.extui", "arith.trunci"}
-
-
-def _captured(value: ir.Value, generic: ir.Operation) -> Expr:
-    c = U.constant_scalar(value)
-    if c is None:
-        raise UnsupportedOpError("linalg.generic body uses a non-constant value from outside",
-                                 generic.location)
-    return const(c)
-
-
-def _scalar_expr(op: ir.Operation, env: dict, generic: ir.Operation) -> Expr:
-    def arg(i: int) -> Expr:
-        v = op.operands[i]
-        e = env.get(_key(v))
-        return e if e is not None else _captured(v, generic)
-
-    name = op.name
-    if name == "arith.constant":
-        c = U.constant_scalar(op.results[0])
-        if c is None:
-            raise UnsupportedOpError("non-scalar constant in a linalg.generic body", op.location)
-        return const(c)
-    if name in _BINARY:
-        return Expr(_BINARY[name], (arg(0), arg(1)))
-    if name in _UNARY_ACT:
-        return Expr("act:" + _UNARY_ACT[name], (arg(0),))
-    if name == "arith.negf":
-        return Expr("mul", (arg(0), const(-1.0)))
-    if name == "math.exp2":
-        return Expr("act:exp", (arg(0),), scale=math.log(2.0))
-    if name == "math.log1p":
-        return Expr("act:log", (arg(0),), bias=1.0)
-    if name == "math.expm1":
-        return Expr("sub", (Expr("act:exp", (arg(0),)), const(1.0)))
-    if name == "arith.cmpf":
-        pred = _predicate(op, _CMPF_BY_INDEX)
-        if pred not in _CMPF:
-            raise UnsupportedOpError(f"arith.cmpf predicate '{pred}'", op.location)
-        return Expr(_CMPF[pred], (arg(0), arg(1)))
-    if name == "arith.cmpi":
-        pred = _predicate(op, _CMPI_BY_INDEX)
-        if pred not in _CMPI:
-            raise UnsupportedOpError(f"arith.cmpi predicate '{pred}'", op.location)
-        return Expr(_CMPI[pred], (arg(0), arg(1)))
-    if name == "arith.select":
-        return Expr("select", (arg(0), arg(1), arg(2)))
-    if name in _CASTS:
-        return Expr("convert", (arg(0),), etype=op.results[0].type)
-    raise UnsupportedOpError(f"no lowering to the NeuronCore for '{name}' inside linalg.generic",
-                             op.location)
-
-
-def _predicate(op: ir.Operation, names: dict[int, str]) -> str:
-    """arith.cmpf/cmpi store their predicate as an i64 enum value."""
-    attr = op.attributes["predicate"]
-    if isinstance(attr, ir.IntegerAttr):
-        return names.get(attr.value, str(attr.value))
-    return str(attr)
-
-
-_CMPF_BY_INDEX = {i: p for i, p in enumerate(
-    ["false", "oeq", "ogt", "oge", "olt", "ole", "one", "ord", "ueq", "ugt", "uge", "ult",
-     "ule", "une", "uno", "true"])}
-_CMPI_BY_INDEX = {i: p for i, p in enumerate(
-    ["eq", "ne", "slt", "sle", "sgt", "sge", "ult", "ule", "ugt", "uge"])}
-
-
-# -- Idiom recognition -------------------------------------------------------------------------
-
-_INV_SQRT2 = 1.0 / math.sqrt(2.0)
-
-
-def recognise_idioms(expr: Expr) -> Expr:
-    """Rewrite bottom-up into forms the scalar engine computes in one instruction."""
-    memo: dict[int, Expr] = {}
-
-    def go(e: Expr) -> Expr:
-        if id(e) in memo:
-            return memo[id(e)]
-        new = dataclasses.replace(e, args=tuple(go(a) for a in e.args)) if e.args else e
-        new = _rewrite(new)
-        memo[id(e)] = new
-        return new
-
-    return go(expr)
-
-
-def _rewrite(e: Expr) -> Expr:
-    # x / c -> x * (1/c): one canonical form for scaling.
-    if e.kind == "div" and e.args[1].is_const() and e.args[1].value != 0.0:
-        e = Expr("mul", (e.args[0], const(1.0 / e.args[1].value)))
-    # Constants go right in commutative ops.
-    if e.kind in ("add", "mul", "max", "min") and e.args[0].is_const() \
-            and not e.args[1].is_const():
-        e = Expr(e.kind, (e.args[1], e.args[0]))
-    # relu: select(x > 0, x, 0) and max(x, 0).
-    if e.kind == "select":
-        mask, a, b = e.args
-        if mask.kind in ("gt", "ge") and mask.args[1].is_const(0.0) and mask.args[0] == a \
-                and b.is_const(0.0):
-            return Expr("act:relu", (a,))
-    if e.kind == "max" and e.args[1].is_const(0.0):
-        return Expr("act:relu", (e.args[0],))
-    # 1 / y -> reciprocal(y)
-    if e.kind == "div" and e.args[0].is_const(1.0):
-        return _fold_affine(Expr("act:reciprocal", (e.args[1],)))
-    if e.kind.startswith("act:"):
-        e = _fold_affine(e)
-        # sigmoid: reciprocal(exp(-x) + 1)
-        if e.kind == "act:reciprocal" and e.scale == 1.0 and e.bias == 1.0:
-            inner = e.args[0]
-            if inner.kind == "act:exp" and inner.scale == -1.0 and inner.bias == 0.0:
-                return Expr("act:sigmoid", inner.args)
-        return e
-    if e.kind == "mul":
-        factors, scale = _product(e)
-        return _match_product(factors, scale) or e
-    return e
-
-
-def _fold_affine(e: Expr) -> Expr:
-    """act(f)(x * s + b) with x*s and +b taken into the activation's scale and bias."""
-    (x,) = e.args
-    scale, bias = e.scale, e.bias
-    if x.kind == "add" and x.args[1].is_const():
-        bias += x.args[1].value * scale
-        x = x.args[0]
-    elif x.kind == "sub" and x.args[1].is_const():
-        bias -= x.args[1].value * scale
-        x = x.args[0]
-    if x.kind == "mul" and x.args[1].is_const():
-        scale *= x.args[1].value
-        x = x.args[0]
-    return Expr(e.kind, (x,), scale=scale, bias=bias)
-
-
-def _product(e: Expr) -> tuple[list[Expr], float]:
-    if e.kind == "mul":
-        fa, sa = _product(e.args[0])
-        fb, sb = _product(e.args[1])
-        return fa + fb, sa * sb
-    if e.is_const():
-        return [], e.value
-    return [e], 1.0
-
-
-def _match_product(factors: list[Expr], scale: float) -> Expr | None:
-    if len(factors) != 2:
-        return None
-    for x, other in (factors, factors[::-1]):
-        # gelu: x * (erf(x / sqrt2) + 1) * 0.5
-        if other.kind == "add" and other.args[1].is_const(1.0) and math.isclose(scale, 0.5):
-            erf = other.args[0]
-            if erf.kind == "act:erf" and erf.args[0] == x and erf.bias == 0.0 \
-                    and math.isclose(erf.scale, _INV_SQRT2, rel_tol=1e-6):
-                return Expr("act:gelu", (x,))
-        # silu: x * sigmoid(x)
-        if other.kind == "act:sigmoid" and other.args[0] == x and other.scale == 1.0 \
-                and other.bias == 0.0 and scale == 1.0:
-            return Expr("act:silu", (x,))
-    return None
-
-
-class _Emitter:
-    """Emit trn ops for an expression DAG over iteration-space tensors."""
-
-    def __init__(self, leaves: list[ir.Value], iter_type: ir.RankedTensorType):
-        self.leaves = leaves
-        self.shape = list(iter_type.shape)
-        self.memo: dict[int, Union[ir.Value, float]] = {}
-
-    def tensor_of(self, etype: ir.Type) -> ir.Type:
-        return U.tensor_type(self.shape, etype)
-
-    def emit(self, e: Expr, result_etype: ir.Type) -> ir.Value:
-        v = self.value(e)
-        if isinstance(v, ir.Value):
-            if U.element_type(v) != result_etype:
-                v = _trn("convert", self.tensor_of(result_etype), [v])
-            return v
-        return _trn("fill", self.tensor_of(result_etype), [], value=U.f32(v))
-
-    def value(self, e: Expr) -> Union[ir.Value, float]:
-        if id(e) in self.memo:
-            return self.memo[id(e)]
-        v = self._emit(e)
-        self.memo[id(e)] = v
-        return v
-
-    def _emit(self, e: Expr) -> Union[ir.Value, float]:
-        if e.kind == "arg":
-            return self.leaves[e.index]
-        if e.kind == "const":
-            return e.value
-        args = [self.value(a) for a in e.args]
-        if e.kind.startswith("act:"):
-            (x,) = args
-            if not isinstance(x, ir.Value):
-                raise CompileError("activation of a constant was not folded")
-            return _trn("activation", x.type, [x], func=U.string(e.kind[4:]),
-                        scale=U.f32(e.scale), bias=U.f32(e.bias))
-        if e.kind == "convert":
-            (x,) = args
-            return _trn("convert", self.tensor_of(e.etype), [x])
-        if e.kind == "select":
-            mask, a, b = args
-            ref = next(v for v in (a, b, mask) if isinstance(v, ir.Value))
-            a, b = (self._materialise(v, U.element_type(ref)) for v in (a, b))
-            mask = self._materialise(mask, ir.IntegerType.get_signless(1))
-            return _trn("select", a.type, [mask, a, b])
-        return self._alu(e.kind, args)
-
-    def _materialise(self, v, etype: ir.Type) -> ir.Value:
-        if isinstance(v, ir.Value):
-            return v
-        return _trn("fill", self.tensor_of(etype), [], value=U.f32(v))
-
-    def _alu(self, kind: str, args) -> Union[ir.Value, float]:
-        a, b = args
-        is_cmp = kind in ("eq", "ne", "lt", "le", "gt", "ge")
-        if not isinstance(a, ir.Value) and not isinstance(b, ir.Value):
-            return _fold(kind, a, b)
-        ref = a if isinstance(a, ir.Value) else b
-        etype = ir.IntegerType.get_signless(1) if is_cmp else U.element_type(ref)
-        rtype = self.tensor_of(etype)
-        if isinstance(a, ir.Value) and isinstance(b, ir.Value):
-            return _trn("tensor_tensor", rtype, [a, b], op=U.string(kind))
-        tensor, scalar, reverse = (a, b, False) if isinstance(a, ir.Value) else (b, a, True)
-        return _trn("tensor_scalar", rtype, [tensor], op=U.string(kind),
-                    scalar=U.f32(scalar), reverse=U.bool_attr(reverse))
-
-
-def _fold(kind: str, a: float, b: float) -> float:
-    ops = {
-        "add": lambda: a + b, "sub": lambda: a - b, "mul": lambda: a * b,
-        "div": lambda: a / b if b else math.copysign(math.inf, a) if a else math.nan,
-        "max": lambda: max(a, b), "min": lambda: min(a, b), "pow": lambda: a ** b,
-        "eq": lambda: float(a == b), "ne": lambda: float(a != b), "lt": lambda: float(a < b),
-        "le": lambda: float(a <= b), "gt": lambda: float(a > b), "ge": lambda: float(a >= b),
-        "mod": lambda: math.fmod(a, b),
-    }
-    if kind not in ops:
-        raise CompileError(f"cannot fold constant '{kind}'")
-    return ops[kind]()
 
 
 _CONVERTERS = {

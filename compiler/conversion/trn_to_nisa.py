@@ -20,8 +20,9 @@ from torchneuron.compiler.errors import CompileError, UnsupportedOpError
 from torchneuron.compiler.kernels.elementwise import lower_elementwise
 from torchneuron.compiler.kernels.emitter import Emitter
 from torchneuron.compiler.kernels.matmul import lower_matmul
-from torchneuron.compiler.kernels.tile_ops import ELEMENTWISE_OPS, VIEW_OPS
-from torchneuron.compiler.kernels.views import HbmView, apply_view_op
+from torchneuron.compiler.kernels.reduce import lower_reduce
+from torchneuron.compiler.kernels.tile_ops import ELEMENTWISE_OPS, SOURCE_OPS, VIEW_OPS
+from torchneuron.compiler.kernels.views import HbmView, apply_view_op, source_view
 from torchneuron.compiler.passes import Pass, register
 from torchneuron.compiler.transforms.fuse import outline
 from torchneuron.compiler.transforms.tile import annotate, kernel_body
@@ -54,7 +55,7 @@ class _FunctionLowering:
         old = self.old
         body = U.body_ops(old)
         for op in body:
-            if op.name in ELEMENTWISE_OPS or op.name == "trn.matmul":
+            if op.name in ELEMENTWISE_OPS or op.name in ("trn.matmul", "trn.reduce"):
                 outline([op])
             elif not (op.name in VIEW_OPS or op.name in ("trn.kernel", "arith.constant",
                                                          "func.return")):
@@ -135,7 +136,9 @@ class _FunctionLowering:
         views = dict(self.views)
         compute = []
         for op in body[:-1]:
-            if op.name in VIEW_OPS:
+            if op.name in SOURCE_OPS:
+                views[op.results[0]] = source_view(op)
+            elif op.name in VIEW_OPS:
                 source = views.get(op.operands[0])
                 if source is None:
                     raise UnsupportedOpError(f"'{op.name}' of a value computed inside the kernel",
@@ -149,12 +152,21 @@ class _FunctionLowering:
                 compute.append(op)
         yielded = body[-1].operands[0]
         matmuls = [op for op in compute if op.name == "trn.matmul"]
+        reduces = [op for op in compute if op.name == "trn.reduce"]
+        if len(matmuls) + len(reduces) > 1:
+            raise CompileError("a kernel holds at most one matmul or reduction", kernel.location)
         if matmuls:
-            if len(matmuls) > 1 or compute[0] != matmuls[0]:
-                raise CompileError("a matmul kernel must start with its only matmul",
-                                   kernel.location)
-            lower_matmul(self.em, matmuls[0], compute[1:], views, [(yielded, out)],
-                         U.str_attr(kernel, "orientation"))
+            lower_matmul(self.em, matmuls[0], [op for op in compute if op != matmuls[0]], views,
+                         [(yielded, out)], U.str_attr(kernel, "orientation"))
+        elif reduces:
+            reduce = reduces[0]
+            after = compute[compute.index(reduce) + 1:]
+            in_shape = U.shape(reduce.operands[0])
+            pre = [op for op in compute if op != reduce and op not in after
+                   and U.shape(op.results[0]) == in_shape]
+            post = [op for op in compute if op != reduce and op not in pre]
+            lower_reduce(self.em, pre, reduce, post, views, (yielded, out),
+                         U.int_attr(kernel, "free_tile"))
         else:
             lower_elementwise(self.em, compute, views, [(yielded, out)],
                               U.int_attr(kernel, "free_tile"))

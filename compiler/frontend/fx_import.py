@@ -14,7 +14,7 @@ from torch_mlir.compiler_utils import OutputType
 from torch_mlir.dialects import torch as torch_dialect
 from torch_mlir.extras.fx_importer import ContextCache, FxImporter
 
-from torchneuron.compiler.errors import CompileError
+from torchneuron.compiler.errors import CompileError, UnsupportedOpError
 
 _FRAME = re.compile(r'File "([^"]+)", line ([0-9]+)')
 
@@ -42,7 +42,25 @@ def import_fx_graph(gm: torch.fx.GraphModule, name: str) -> str:
     except Exception as exc:  # torch-mlir reports lowering failures as plain exceptions
         raise CompileError(f"torch-mlir could not lower graph '{name}' to linalg: "
                            f"{_first_lines(str(exc))}") from exc
+    _check_dialects(module)
     return module.operation.get_asm(enable_debug_info=True)
+
+
+# Dialects the compiler's own context parses; anything else torch-mlir leaves in its
+# linalg-on-tensors output (tm_tensor scans/sorts/scatters, ml_program globals, cf asserts)
+# has no lowering.
+SUPPORTED_DIALECTS = ("builtin", "func", "arith", "math", "linalg", "tensor")
+
+
+def _check_dialects(module) -> None:
+    def visit(op):
+        name = op.operation.name
+        if name.split(".")[0] not in SUPPORTED_DIALECTS:
+            raise UnsupportedOpError(f"no lowering to the NeuronCore for '{name}'",
+                                     op.operation.location)
+        return ir.WalkResult.ADVANCE
+
+    module.operation.walk(visit)
 
 
 def _first_lines(text: str, n: int = 12) -> str:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
+import math
 
 from torch_mlir import ir
 
@@ -40,7 +42,7 @@ def lower_elementwise(em: Emitter, compute: list[ir.Operation], views: dict,
                                f"iteration space of shape {list(shape)}")
 
     shape2, strides = _tiling_layout(shape, [v.strides for v in all_views])
-    merged = [HbmView(v.buffer, v.offset, shape2, s) for v, s in zip(all_views, strides)]
+    merged = [dataclasses.replace(v, shape=shape2, strides=s) for v, s in zip(all_views, strides)]
     leaf_views = dict(zip(leaves, merged[:len(leaves)]))
     out_views = [(v, view) for (v, _), view in zip(outputs, merged[len(leaves):])]
 
@@ -48,12 +50,6 @@ def lower_elementwise(em: Emitter, compute: list[ir.Operation], views: dict,
     tp = min(parts, em.target.num_partitions)
     tf = min(free, free_tile)
     consts = ConstantVectors(em)
-    fills: dict[ir.Value, Tile] = {}
-    for op in compute:
-        if op.name == "trn.fill":
-            tile = em.alloc("sbuf", tp, tf, U.element_type(op.results[0]))
-            emit_elementwise(em, op, [], tile, consts)
-            fills[op.results[0]] = tile
 
     for outer in itertools.product(*(range(n) for n in shape2[:-2])):
         def at(view: HbmView, p0: int, pn: int, f0: int, fn: int) -> HbmView:
@@ -67,19 +63,32 @@ def lower_elementwise(em: Emitter, compute: list[ir.Operation], views: dict,
                 fn = min(tf, free - f0)
                 tiles: dict[ir.Value, Tile] = {}
                 for v, view in leaf_views.items():
-                    tile = em.alloc("sbuf", pn, fn, view.element_type)
-                    em.load(tile, at(view, p0, pn, f0, fn), 0, [1])
-                    tiles[v] = tile
+                    tiles[v] = load_leaf(em, at(view, p0, pn, f0, fn))
                 for op in compute:
                     result = op.results[0]
-                    if op.name == "trn.fill":
-                        tiles[result] = Tile(fills[result].buffer, pn, fn)
-                        continue
                     dst = em.alloc("sbuf", pn, fn, U.element_type(result))
                     emit_elementwise(em, op, [tiles[v] for v in op.operands], dst, consts)
                     tiles[result] = dst
                 for v, view in out_views:
                     em.store(at(view, p0, pn, f0, fn), 0, [1], tiles[v])
+
+
+def load_leaf(em: Emitter, view: HbmView) -> Tile:
+    """A view [P, free dims...] into a new SBUF tile [P, F]: by DMA, or generated on chip
+    (MEMSET for a constant, IOTA for a loop index) when the view has no storage."""
+    parts, free = view.shape[0], math.prod(view.shape[1:])
+    tile = em.alloc("sbuf", parts, free, view.element_type)
+    if view.buffer is not None:
+        em.load(tile, view, 0, list(range(1, view.rank)))
+    elif view.fill is not None:
+        em.memset(tile, view.fill)
+    else:
+        inner = [(s, n) for s, n in zip(view.strides[1:], view.shape[1:]) if n > 1]
+        for (s, _), (s_in, n_in) in zip(inner, inner[1:]):
+            if s != s_in * n_in:
+                raise CompileError("a loop index that is not affine in the flattened tile")
+        em.iota(tile, view.offset, view.strides[0], inner[-1][0] if inner else 0)
+    return tile
 
 
 def _tiling_layout(shape: tuple[int, ...], strides: list[tuple[int, ...]]):

@@ -158,6 +158,16 @@ class Emitter:
     def memset(self, dst: Tile, value: float, engine: str = "pool") -> None:
         self._instr("nisa.memset", engine, [(dst.buffer, dst.ap())], value=U.f32(value))
 
+    def iota(self, dst: Tile, base: float, partition_step: float, free_step: float) -> None:
+        """dst[p, i] = base + partition_step * p + free_step * i (on POOL)."""
+        self._instr("nisa.iota", "pool", [(dst.buffer, dst.ap())], base=U.f32(base),
+                    partition_step=U.f32(partition_step), free_step=U.f32(free_step))
+
+    def tensor_reduce(self, dst: Tile, src: Tile, op: str, engine: str = "dve") -> None:
+        """dst[p, 0] = reduction of src[p, :] with `op`."""
+        self._instr("nisa.tensor_reduce", engine, [(dst.buffer, dst.ap()), (src.buffer, src.ap())],
+                    op=U.string(op), reduce_dims=U.i64(1))
+
     def select(self, dst: Tile, mask: Tile, on_true: Tile, on_false: Tile) -> None:
         self._instr("nisa.select", "dve",
                     [(dst.buffer, dst.ap()), (mask.buffer, mask.ap()),

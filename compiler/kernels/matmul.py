@@ -20,6 +20,7 @@ from torch_mlir import ir
 
 from torchneuron.compiler import ir_utils as U
 from torchneuron.compiler.errors import CompileError
+from torchneuron.compiler.kernels.elementwise import load_leaf
 from torchneuron.compiler.kernels.emitter import Emitter, Tile
 from torchneuron.compiler.kernels.tile_ops import COMMUTATIVE, ConstantVectors, emit_elementwise
 from torchneuron.compiler.kernels.views import HbmView
@@ -35,6 +36,13 @@ def transposed_access(view: HbmView) -> bool:
 def load_tile(em: Emitter, view: HbmView, element_type: ir.Type) -> Tile:
     """Load a 2-D view into a new SBUF tile [P, F] of `element_type` (<= 128 x any)."""
     parts, free = view.shape
+    if view.buffer is None:
+        generated = load_leaf(em, view)
+        if generated.element_type == element_type:
+            return generated
+        tile = em.alloc("sbuf", parts, free, element_type)
+        em.copy(tile, generated)
+        return tile
     tile = em.alloc("sbuf", parts, free, element_type)
     if not transposed_access(view):
         if view.element_type == element_type:

@@ -9,7 +9,9 @@ from torchneuron.compiler.errors import CompileError
 from torchneuron.compiler.kernels.emitter import Emitter, Tile
 
 ELEMENTWISE_OPS = ("trn.activation", "trn.tensor_tensor", "trn.tensor_scalar", "trn.select",
-                   "trn.convert", "trn.fill")
+                   "trn.convert", "trn.fill", "trn.iota")
+# Ops that make a tensor from nothing: generated on chip wherever they are used.
+SOURCE_OPS = ("trn.fill", "trn.iota")
 VIEW_OPS = ("trn.transpose", "trn.broadcast", "trn.reshape")
 COMMUTATIVE = ("add", "mul", "max", "min", "eq", "ne", "and", "or", "xor")
 

@@ -12,12 +12,18 @@ from torch_mlir import ir
 @dataclasses.dataclass(frozen=True)
 class HbmView:
     """Element (i0, i1, ...) of the view is element `offset + sum(i_k * strides[k])` of
-    `buffer`'s row-major storage. `buffer` is None for a view used only to reason about
-    layout (no storage yet)."""
+    `buffer`'s row-major storage.
+
+    A view without a buffer is generated on chip instead of loaded: a constant (`fill` set)
+    or a loop index, whose value at (i0, i1, ...) is the "address" `offset + sum(i_k *
+    strides[k])` itself (see `source_view`). Views used only to reason about layout have no
+    buffer either."""
     buffer: ir.Value | None
     offset: int
     shape: tuple[int, ...]
     strides: tuple[int, ...]
+    element_type_hint: ir.Type | None = None     # element type of a storage-less view
+    fill: float | None = None                    # value of a generated constant
 
     @staticmethod
     def of(buffer: ir.Value) -> "HbmView":
@@ -30,6 +36,8 @@ class HbmView:
 
     @property
     def element_type(self) -> ir.Type:
+        if self.buffer is None:
+            return self.element_type_hint
         return ir.MemRefType(self.buffer.type).element_type
 
     @property
@@ -37,14 +45,14 @@ class HbmView:
         return len(self.shape)
 
     def transpose(self, permutation: list[int]) -> "HbmView":
-        return HbmView(self.buffer, self.offset, tuple(self.shape[p] for p in permutation),
-                       tuple(self.strides[p] for p in permutation))
+        return dataclasses.replace(self, shape=tuple(self.shape[p] for p in permutation),
+                                   strides=tuple(self.strides[p] for p in permutation))
 
     def broadcast(self, dimensions: list[int], shape: tuple[int, ...]) -> "HbmView":
         strides, src = [], iter(self.strides)
         for d in range(len(shape)):
             strides.append(0 if d in dimensions else next(src))
-        return HbmView(self.buffer, self.offset, tuple(shape), tuple(strides))
+        return dataclasses.replace(self, shape=tuple(shape), strides=tuple(strides))
 
     def reshape(self, shape: tuple[int, ...]) -> "HbmView | None":
         """The same elements with a new row-major shape, or None when no strided view can
@@ -52,19 +60,19 @@ class HbmView:
         strides = reshape_strides(self.shape, self.strides, tuple(shape))
         if strides is None:
             return None
-        return HbmView(self.buffer, self.offset, tuple(shape), strides)
+        return dataclasses.replace(self, shape=tuple(shape), strides=strides)
 
     def select(self, dim: int, index: int) -> "HbmView":
         """The view with dim `dim` fixed at `index` (the dim is removed)."""
-        return HbmView(self.buffer, self.offset + index * self.strides[dim],
-                       self.shape[:dim] + self.shape[dim + 1:],
-                       self.strides[:dim] + self.strides[dim + 1:])
+        return dataclasses.replace(self, offset=self.offset + index * self.strides[dim],
+                                   shape=self.shape[:dim] + self.shape[dim + 1:],
+                                   strides=self.strides[:dim] + self.strides[dim + 1:])
 
     def slice(self, dim: int, start: int, size: int) -> "HbmView":
         shape = list(self.shape)
         shape[dim] = size
-        return HbmView(self.buffer, self.offset + start * self.strides[dim], tuple(shape),
-                       self.strides)
+        return dataclasses.replace(self, offset=self.offset + start * self.strides[dim],
+                                   shape=tuple(shape))
 
     def access_pattern(self, partition_dim: int | None, free_dims: list[int]) -> list[int]:
         """A DMA access pattern [offset, pstride, partitions, (stride, size)...] walking the
@@ -82,6 +90,24 @@ class HbmView:
 
     def is_contiguous(self) -> bool:
         return self.strides == row_major_strides(self.shape) or math.prod(self.shape) <= 1
+
+
+def source_view(op: ir.Operation) -> HbmView:
+    """A trn.fill or trn.iota as a storage-less view. An iota's "address" is the index along
+    its dim, so slicing and tiling it like any operand gives, per tile, an affine function of
+    (partition, free element) that one IOTA instruction generates; its strides also keep that
+    dim apart when contiguous dims are merged."""
+    from torchneuron.compiler import ir_utils as U
+
+    shape = tuple(U.shape(op.results[0]))
+    etype = U.element_type(op.results[0])
+    if op.name == "trn.fill":
+        return HbmView(None, 0, shape, (0,) * len(shape), etype, U.float_attr(op, "value"))
+    if op.name == "trn.iota":
+        dim = U.int_attr(op, "dimension")
+        strides = tuple(1 if d == dim else 0 for d in range(len(shape)))
+        return HbmView(None, 0, shape, strides, etype)
+    raise ValueError(f"{op.name} is not a source op")
 
 
 def row_major_strides(shape: tuple[int, ...]) -> tuple[int, ...]:

@@ -3,9 +3,11 @@
 Groups formed:
 - matmul + epilogue: a matmul and the chain of elementwise ops that consume it one after the
   other (bias add, activation, scaling, residual add ...), evaluated while PSUM is evacuated;
-- elementwise chains: elementwise ops each feeding only the next.
-View ops (transpose, broadcast, reshape) that feed a group from outside are copied into the
-kernel, so its lowering folds them into access patterns instead of materialising them.
+- elementwise chains: elementwise ops each feeding only the next, possibly through one
+  reduction (exp -> sum -> reciprocal), so the reduced input never reaches HBM.
+View ops (transpose, broadcast, reshape) and constant sources (fill, iota) that feed a group
+from outside are copied into the kernel: its lowering folds views into access patterns and
+generates sources on chip instead of reading them from HBM.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import dataclasses
 from torch_mlir import ir
 
 from torchneuron.compiler import ir_utils as U
-from torchneuron.compiler.kernels.tile_ops import ELEMENTWISE_OPS, VIEW_OPS
+from torchneuron.compiler.kernels.tile_ops import ELEMENTWISE_OPS, SOURCE_OPS, VIEW_OPS
 from torchneuron.compiler.passes import Pass, register
 from torchneuron.dialects.trn import build_kernel, build_yield
 
@@ -40,9 +42,12 @@ class Fuse(Pass):
             if op in taken:
                 continue
             if op.name == "trn.matmul":
-                group = [op] + (self._chain(op, taken) if self.matmul_epilogue else [])
-            elif op.name in ELEMENTWISE_OPS and op.name != "trn.fill":
-                group = [op] + (self._chain(op, taken) if self.elementwise else [])
+                group = [op] + (self._chain(op, taken, through_reduce=False)
+                                if self.matmul_epilogue else [])
+            elif op.name == "trn.reduce" or (op.name in ELEMENTWISE_OPS
+                                             and op.name not in SOURCE_OPS):
+                group = [op] + (self._chain(op, taken, through_reduce=op.name != "trn.reduce")
+                                if self.elementwise else [])
             else:
                 continue
             taken.update(group)
@@ -50,9 +55,10 @@ class Fuse(Pass):
         return groups
 
     @staticmethod
-    def _chain(op: ir.Operation, taken: set) -> list[ir.Operation]:
+    def _chain(op: ir.Operation, taken: set, through_reduce: bool) -> list[ir.Operation]:
         """Elementwise ops consuming `op` one after another, each the only user of the last,
-        and not already in a group."""
+        and not already in a group; with `through_reduce`, the chain may pass one trn.reduce
+        and go on over the reduced shape."""
         chain = []
         shape = U.shape(op.results[0])
         current = op
@@ -61,7 +67,12 @@ class Fuse(Pass):
             if len(uses) != 1:
                 return chain
             user = _owner(uses[0])
-            if user.name not in ELEMENTWISE_OPS or user.name == "trn.fill" or user in taken \
+            if user in taken:
+                return chain
+            if user.name == "trn.reduce" and through_reduce and user.operands[0] == current:
+                through_reduce = False
+                shape = U.shape(user.results[0])
+            elif user.name not in ELEMENTWISE_OPS or user.name in SOURCE_OPS \
                     or U.shape(user.results[0]) != shape:
                 return chain
             chain.append(user)
@@ -80,9 +91,11 @@ def outline(group: list[ir.Operation], kind: str | None = None) -> ir.Operation:
 
     def pull_views(value: ir.Value) -> None:
         producer = U.defining_op(value)
-        if producer is not None and producer.name in VIEW_OPS and producer not in inside:
+        if producer is not None and producer.name in VIEW_OPS + SOURCE_OPS \
+                and producer not in inside:
             inside.add(producer)
-            pull_views(producer.operands[0])
+            for operand in producer.operands:
+                pull_views(operand)
             views.append(producer)
 
     for op in members:
@@ -113,4 +126,7 @@ def _owner(use) -> ir.Operation:
 
 
 def _kind(ops: list[ir.Operation]) -> str:
-    return "matmul" if any(op.name == "trn.matmul" for op in ops) else "elementwise"
+    names = {op.name for op in ops}
+    if "trn.matmul" in names:
+        return "matmul"
+    return "reduce" if "trn.reduce" in names else "elementwise"

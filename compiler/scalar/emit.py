@@ -1,0 +1,110 @@
+"""Emit trn ops for a body expression DAG over iteration-space tensors."""
+
+from __future__ import annotations
+
+from typing import Union
+
+from torch_mlir import ir
+
+from torchneuron.compiler import ir_utils as U
+from torchneuron.compiler.errors import CompileError
+from torchneuron.compiler.scalar.expr import COMPARISONS, Expr, fold
+
+
+def trn_op(name: str, result_type: ir.Type, operands, **attrs) -> ir.Value:
+    return U.create(f"trn.{name}", [result_type], operands, attrs).results[0]
+
+
+def storage_element_type(t: ir.Type) -> ir.Type:
+    """The element type a tensor of `t` values is computed and stored in: the NeuronCore has
+    no fp64 (bodies that compute in f64 run in fp32) and indices are 64-bit integers."""
+    if isinstance(t, ir.F64Type):
+        return ir.F32Type.get()
+    if isinstance(t, ir.IndexType):
+        return ir.IntegerType.get_signless(64)
+    return t
+
+
+class TrnEmitter:
+    """Emits trn ops computing Exprs over `leaves` (tensors of the iteration `shape`)."""
+
+    def __init__(self, leaves: list[ir.Value], shape: list[int]):
+        self.leaves = leaves
+        self.shape = list(shape)
+        self.memo: dict[int, Union[ir.Value, float]] = {}
+
+    def tensor_of(self, etype: ir.Type) -> ir.Type:
+        return U.tensor_type(self.shape, storage_element_type(etype))
+
+    def emit(self, e: Expr, result_etype: ir.Type) -> ir.Value:
+        """The value of `e` as a tensor of element type `result_etype`."""
+        v = self.value(e)
+        target = storage_element_type(result_etype)
+        if isinstance(v, ir.Value):
+            if U.element_type(v) != target:
+                v = trn_op("convert", self.tensor_of(target), [v])
+            return v
+        return trn_op("fill", self.tensor_of(target), [], value=U.f32(v))
+
+    def value(self, e: Expr) -> Union[ir.Value, float]:
+        if id(e) not in self.memo:
+            self.memo[id(e)] = self._emit(e)
+        return self.memo[id(e)]
+
+    def _emit(self, e: Expr) -> Union[ir.Value, float]:
+        if e.kind == "arg":
+            return self.leaves[e.index]
+        if e.kind == "const":
+            return e.value
+        if e.kind == "iota":
+            return trn_op("iota", self.tensor_of(ir.IntegerType.get_signless(64)), [],
+                          dimension=U.i64(e.index))
+        if e.kind == "acc":
+            raise CompileError("a reduction accumulator is used outside its combining op")
+        args = [self.value(a) for a in e.args]
+        if e.kind.startswith("act:"):
+            (x,) = args
+            if not isinstance(x, ir.Value):
+                raise CompileError(f"activation '{e.kind[4:]}' of a constant was not folded")
+            return trn_op("activation", x.type, [x], func=U.string(e.kind[4:]),
+                          scale=U.f32(e.scale), bias=U.f32(e.bias))
+        if e.kind == "convert":
+            (x,) = args
+            if not isinstance(x, ir.Value):
+                return x
+            target = storage_element_type(e.etype)
+            if U.element_type(x) == target:
+                return x
+            return trn_op("convert", self.tensor_of(target), [x])
+        if e.kind == "select":
+            mask, a, b = args
+            if not isinstance(mask, ir.Value):
+                return a if mask else b
+            ref = next((v for v in (a, b) if isinstance(v, ir.Value)), None)
+            etype = U.element_type(ref) if ref is not None else ir.F32Type.get()
+            a, b = (self._materialise(v, etype) for v in (a, b))
+            return trn_op("select", a.type, [mask, a, b])
+        return self._alu(e.kind, args)
+
+    def _materialise(self, v, etype: ir.Type) -> ir.Value:
+        if isinstance(v, ir.Value):
+            return v
+        return trn_op("fill", self.tensor_of(etype), [], value=U.f32(v))
+
+    def _alu(self, kind: str, args) -> Union[ir.Value, float]:
+        a, b = args
+        if not isinstance(a, ir.Value) and not isinstance(b, ir.Value):
+            folded = fold(kind, a, b)
+            if folded is None:
+                raise CompileError(f"cannot fold constant '{kind}'")
+            return folded
+        ref = a if isinstance(a, ir.Value) else b
+        etype = ir.IntegerType.get_signless(1) if kind in COMPARISONS else U.element_type(ref)
+        rtype = self.tensor_of(etype)
+        if isinstance(a, ir.Value) and isinstance(b, ir.Value):
+            if U.element_type(a) != U.element_type(b) and kind not in COMPARISONS:
+                b = trn_op("convert", a.type, [b])
+            return trn_op("tensor_tensor", rtype, [a, b], op=U.string(kind))
+        tensor, scalar, reverse = (a, b, False) if isinstance(a, ir.Value) else (b, a, True)
+        return trn_op("tensor_scalar", rtype, [tensor], op=U.string(kind),
+                      scalar=U.f32(scalar), reverse=U.bool_attr(reverse))

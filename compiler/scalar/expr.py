@@ -1,0 +1,221 @@
+"""Scalar expression DAGs of linalg.generic bodies.
+
+A generic's body is turned into an `Expr` DAG over its inputs (`arg`), its accumulators
+(`acc`, for reductions), loop indices (`iota`) and constants; `idioms.py` rewrites the DAG
+into forms the engines compute in one instruction, and `emit.py` turns it into trn ops on
+whole tensors. Scalar ops without a direct engine equivalent (floor, round, integer division)
+are expanded here into ones that have one.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+from torch_mlir import ir
+
+from torchneuron.compiler import ir_utils as U
+from torchneuron.compiler.errors import UnsupportedOpError
+
+COMPARISONS = ("eq", "ne", "lt", "le", "gt", "ge")
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Expr:
+    """A node of a body's scalar expression DAG (compared by identity).
+
+    kind is 'arg' (iteration-space input `index`), 'acc' (accumulator of output `index`),
+    'iota' (the loop index of dim `index`), 'const' (`value`), or an operation: an ALU op name
+    (add, mul, gt, ...), 'act:<func>' (with `scale` and `bias`), 'select', or 'convert' (to
+    element type `etype`)."""
+    kind: str
+    args: tuple["Expr", ...] = ()
+    value: float = 0.0
+    index: int = 0
+    scale: float = 1.0
+    bias: float = 0.0
+    etype: object = None
+
+    def is_const(self, value: float | None = None, rel: float = 1e-6) -> bool:
+        return self.kind == "const" and (value is None or math.isclose(
+            self.value, value, rel_tol=rel, abs_tol=rel))
+
+
+def const(v: float) -> Expr:
+    return Expr("const", value=float(v))
+
+
+def alu(kind: str, a: Expr, b: Expr) -> Expr:
+    return Expr(kind, (a, b))
+
+
+def as_float(mask: Expr) -> Expr:
+    return Expr("convert", (mask,), etype=ir.F32Type.get())
+
+
+def trunc(x: Expr) -> Expr:
+    """x - fmod(x, 1): exact, since the engines' mod keeps the dividend's sign."""
+    return alu("sub", x, alu("mod", x, const(1.0)))
+
+
+def floor(x: Expr) -> Expr:
+    t = trunc(x)
+    return alu("sub", t, as_float(alu("lt", x, t)))
+
+
+def ceil(x: Expr) -> Expr:
+    t = trunc(x)
+    return alu("add", t, as_float(alu("gt", x, t)))
+
+
+_TWO_23 = float(2 ** 23)
+
+
+def round_even(x: Expr) -> Expr:
+    """Round half to even: adding and removing 2^23 in fp32 rounds to an integer (the
+    engines round each result to nearest even); |x| >= 2^23 is an integer already."""
+    up = alu("sub", alu("add", x, const(_TWO_23)), const(_TWO_23))
+    down = alu("add", alu("sub", x, const(_TWO_23)), const(_TWO_23))
+    rounded = Expr("select", (alu("ge", x, const(0.0)), up, down))
+    small = alu("lt", Expr("act:abs", (x,)), const(_TWO_23))
+    return Expr("select", (small, rounded, x))
+
+
+def round_away(x: Expr) -> Expr:
+    """math.round: halves away from zero, sign(x) * floor(|x| + 0.5)."""
+    magnitude = floor(alu("add", Expr("act:abs", (x,)), const(0.5)))
+    return alu("mul", Expr("act:sign", (x,)), magnitude)
+
+
+_BINARY = {
+    "arith.addf": "add", "arith.subf": "sub", "arith.mulf": "mul", "arith.divf": "div",
+    "arith.maximumf": "max", "arith.minimumf": "min", "arith.maxnumf": "max",
+    "arith.minnumf": "min", "math.powf": "pow", "math.fpowi": "pow", "math.ipowi": "pow",
+    "arith.remf": "mod", "arith.remsi": "mod", "arith.remui": "mod",
+    "arith.addi": "add", "arith.subi": "sub", "arith.muli": "mul",
+    "arith.maxsi": "max", "arith.minsi": "min", "arith.maxui": "max", "arith.minui": "min",
+    "arith.andi": "and", "arith.ori": "or", "arith.xori": "xor",
+}
+_UNARY_ACT = {
+    "math.exp": "exp", "math.log": "log", "math.tanh": "tanh", "math.erf": "erf",
+    "math.sqrt": "sqrt", "math.rsqrt": "rsqrt", "math.absf": "abs", "math.absi": "abs",
+    "math.sin": "sin", "math.cos": "cos",
+}
+_CASTS = {"arith.extf", "arith.truncf", "arith.sitofp", "arith.uitofp", "arith.extsi",
+          "arith.extui", "arith.trunci", "arith.index_cast", "arith.index_castui"}
+_CMPF_BY_INDEX = dict(enumerate(
+    ["false", "oeq", "ogt", "oge", "olt", "ole", "one", "ord", "ueq", "ugt", "uge", "ult",
+     "ule", "une", "uno", "true"]))
+_CMPI_BY_INDEX = dict(enumerate(
+    ["eq", "ne", "slt", "sle", "sgt", "sge", "ult", "ule", "ugt", "uge"]))
+_CMPF = {"oeq": "eq", "ueq": "eq", "one": "ne", "une": "ne", "olt": "lt", "ult": "lt",
+         "ole": "le", "ule": "le", "ogt": "gt", "ugt": "gt", "oge": "ge", "uge": "ge"}
+_CMPI = {"eq": "eq", "ne": "ne", "slt": "lt", "ult": "lt", "sle": "le", "ule": "le",
+         "sgt": "gt", "ugt": "gt", "sge": "ge", "uge": "ge"}
+
+
+def _predicate(op: ir.Operation, names: dict[int, str]) -> str:
+    """arith.cmpf/cmpi store their predicate as an i64 enum value."""
+    attr = op.attributes["predicate"]
+    if isinstance(attr, ir.IntegerAttr):
+        return names.get(attr.value, str(attr.value))
+    return str(attr)
+
+
+def scalar_expr(op: ir.Operation, operand) -> Expr:
+    """The Expr of one body op; `operand(i)` gives the Expr of its operand i."""
+    name = op.name
+    if name == "arith.constant":
+        c = U.constant_scalar(op.results[0])
+        if c is None:
+            raise UnsupportedOpError("non-scalar constant in a linalg.generic body", op.location)
+        return const(c)
+    if name == "linalg.index":
+        return Expr("iota", index=U.int_attr(op, "dim"))
+    if name in _BINARY:
+        return alu(_BINARY[name], operand(0), operand(1))
+    if name in _UNARY_ACT:
+        return Expr("act:" + _UNARY_ACT[name], (operand(0),))
+    if name == "arith.negf":
+        return alu("mul", operand(0), const(-1.0))
+    if name == "math.exp2":
+        return Expr("act:exp", (operand(0),), scale=math.log(2.0))
+    if name == "math.log2":
+        return alu("mul", Expr("act:log", (operand(0),)), const(1.0 / math.log(2.0)))
+    if name == "math.log10":
+        return alu("mul", Expr("act:log", (operand(0),)), const(1.0 / math.log(10.0)))
+    if name == "math.log1p":
+        return Expr("act:log", (operand(0),), bias=1.0)
+    if name == "math.expm1":
+        return alu("sub", Expr("act:exp", (operand(0),)), const(1.0))
+    if name == "math.tan":
+        return alu("div", Expr("act:sin", (operand(0),)), Expr("act:cos", (operand(0),)))
+    if name == "math.erfc":
+        return alu("sub", const(1.0), Expr("act:erf", (operand(0),)))
+    if name == "math.fma":
+        return alu("add", alu("mul", operand(0), operand(1)), operand(2))
+    if name == "math.floor":
+        return floor(operand(0))
+    if name == "math.ceil":
+        return ceil(operand(0))
+    if name == "math.trunc":
+        return trunc(operand(0))
+    if name == "math.roundeven":
+        return round_even(operand(0))
+    if name == "math.round":
+        return round_away(operand(0))
+    if name in ("arith.divsi", "arith.divui"):
+        return trunc(alu("div", operand(0), operand(1)))
+    if name == "arith.floordivsi":
+        return floor(alu("div", operand(0), operand(1)))
+    if name == "arith.ceildivsi":
+        return ceil(alu("div", operand(0), operand(1)))
+    if name == "math.isnan":
+        return alu("ne", operand(0), operand(0))
+    if name == "math.isinf":
+        return alu("eq", Expr("act:abs", (operand(0),)), const(math.inf))
+    if name == "math.isfinite":
+        return alu("lt", Expr("act:abs", (operand(0),)), const(math.inf))
+    if name == "arith.cmpf":
+        pred = _predicate(op, _CMPF_BY_INDEX)
+        if pred == "uno":
+            return alu("ne", operand(0), operand(0))
+        if pred == "ord":
+            return alu("eq", operand(0), operand(0))
+        if pred in ("true", "false"):
+            return const(1.0 if pred == "true" else 0.0)
+        if pred not in _CMPF:
+            raise UnsupportedOpError(f"arith.cmpf predicate '{pred}'", op.location)
+        return alu(_CMPF[pred], operand(0), operand(1))
+    if name == "arith.cmpi":
+        pred = _predicate(op, _CMPI_BY_INDEX)
+        if pred not in _CMPI:
+            raise UnsupportedOpError(f"arith.cmpi predicate '{pred}'", op.location)
+        return alu(_CMPI[pred], operand(0), operand(1))
+    if name == "arith.select":
+        return Expr("select", (operand(0), operand(1), operand(2)))
+    if name in _CASTS:
+        return Expr("convert", (operand(0),), etype=op.results[0].type)
+    if name in ("arith.fptosi", "arith.fptoui"):
+        # Truncation toward zero, then an exact conversion of an integral value.
+        return Expr("convert", (trunc(operand(0)),), etype=op.results[0].type)
+    raise UnsupportedOpError(f"no lowering to the NeuronCore for '{name}' inside linalg.generic",
+                             op.location)
+
+
+def fold(kind: str, a: float, b: float) -> float | None:
+    """The constant `a <kind> b`, or None when `kind` does not fold."""
+    ops = {
+        "add": lambda: a + b, "sub": lambda: a - b, "mul": lambda: a * b,
+        "div": lambda: a / b if b else (math.copysign(math.inf, a) if a else math.nan),
+        "max": lambda: max(a, b), "min": lambda: min(a, b), "pow": lambda: a ** b,
+        "eq": lambda: float(a == b), "ne": lambda: float(a != b), "lt": lambda: float(a < b),
+        "le": lambda: float(a <= b), "gt": lambda: float(a > b), "ge": lambda: float(a >= b),
+        "mod": lambda: math.fmod(a, b) if b else math.nan,
+        "and": lambda: float(int(a) & int(b)), "or": lambda: float(int(a) | int(b)),
+        "xor": lambda: float(int(a) ^ int(b)),
+    }
+    try:
+        return ops[kind]() if kind in ops else None
+    except (OverflowError, ValueError, ZeroDivisionError):
+        return None
