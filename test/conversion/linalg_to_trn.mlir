@@ -118,5 +118,83 @@ func.func @transposed_input(%a: tensor<8x4xf32>, %b: tensor<4x8xf32>) -> tensor<
   return %r : tensor<4x8xf32>
 }
 
+// -----
+
+// Tests that a reduction loop becomes trn.reduce of the combining op's operand (here the
+// square), and that the output map's unit dim becomes a reshape.
+// CHECK-LABEL: func.func @sum_of_squares
+// CHECK: %[[SQ:.*]] = "trn.tensor_tensor"(%arg0, %arg0) {op = "mul"}
+// CHECK: %[[R:.*]] = "trn.reduce"(%[[SQ]]) {dimensions = array<i64: 1>, op = "add"} : (tensor<4x16xf32>) -> tensor<4xf32>
+// CHECK: "trn.reshape"(%[[R]]) : (tensor<4xf32>) -> tensor<4x1xf32>
+#map = affine_map<(d0, d1) -> (d0, d1)>
+#mapk = affine_map<(d0, d1) -> (d0, 0)>
+func.func @sum_of_squares(%x: tensor<4x16xf32>) -> tensor<4x1xf32> {
+  %cst = arith.constant 0.000000e+00 : f32
+  %e = tensor.empty() : tensor<4x1xf32>
+  %z = linalg.fill ins(%cst : f32) outs(%e : tensor<4x1xf32>) -> tensor<4x1xf32>
+  %r = linalg.generic {indexing_maps = [#map, #mapk], iterator_types = ["parallel", "reduction"]} ins(%x : tensor<4x16xf32>) outs(%z : tensor<4x1xf32>) {
+  ^bb0(%in: f32, %out: f32):
+    %0 = arith.mulf %in, %in : f32
+    %1 = arith.addf %0, %out : f32
+    linalg.yield %1 : f32
+  } -> tensor<4x1xf32>
+  return %r : tensor<4x1xf32>
+}
+
+// -----
+
+// Tests that a max reduction whose second output tracks the index of the maximum (strict >
+// keeps the first occurrence) becomes argmax: the smallest index where the input equals its
+// maximum, from trn.iota.
+// CHECK-LABEL: func.func @argmax
+// CHECK: %[[M:.*]] = "trn.reduce"(%arg0) {dimensions = array<i64: 1>, op = "max"}
+// CHECK: %[[B:.*]] = "trn.broadcast"(%[[M]]) {dimensions = array<i64: 1>}
+// CHECK: %[[EQ:.*]] = "trn.tensor_tensor"(%arg0, %[[B]]) {op = "eq"} : (tensor<4x16xf32>, tensor<4x16xf32>) -> tensor<4x16xi1>
+// CHECK: %[[I:.*]] = "trn.iota"() {dimension = 1 : i64} : () -> tensor<4x16xi64>
+// CHECK: "trn.select"(%[[EQ]]
+// CHECK: "trn.reduce"({{.*}}) {dimensions = array<i64: 1>, op = "min"}
+// CHECK: "trn.convert"({{.*}}) : (tensor<4xf32>) -> tensor<4xi64>
+#map = affine_map<(d0, d1) -> (d0, d1)>
+#map1 = affine_map<(d0, d1) -> (d0)>
+func.func @argmax(%x: tensor<4x16xf32>) -> tensor<4xi64> {
+  %c0 = arith.constant 0 : i64
+  %ninf = arith.constant 0xFF800000 : f32
+  %e0 = tensor.empty() : tensor<4xi64>
+  %i0 = linalg.fill ins(%c0 : i64) outs(%e0 : tensor<4xi64>) -> tensor<4xi64>
+  %e1 = tensor.empty() : tensor<4xf32>
+  %m0 = linalg.fill ins(%ninf : f32) outs(%e1 : tensor<4xf32>) -> tensor<4xf32>
+  %r:2 = linalg.generic {indexing_maps = [#map, #map1, #map1], iterator_types = ["parallel", "reduction"]} ins(%x : tensor<4x16xf32>) outs(%m0, %i0 : tensor<4xf32>, tensor<4xi64>) {
+  ^bb0(%in: f32, %out: f32, %idx: i64):
+    %k = linalg.index 1 : index
+    %ki = arith.index_cast %k : index to i64
+    %mx = arith.maximumf %in, %out : f32
+    %gt = arith.cmpf ogt, %in, %out : f32
+    %sel = arith.select %gt, %ki, %idx : i64
+    linalg.yield %mx, %sel : f32, i64
+  } -> (tensor<4xf32>, tensor<4xi64>)
+  return %r#1 : tensor<4xi64>
+}
+
+// -----
+
+// Tests that floor, which no engine instruction computes, expands into exact engine ops:
+// trunc(x) = x - fmod(x, 1), then one less where x < trunc(x).
+// CHECK-LABEL: func.func @floor
+// CHECK: %[[MOD:.*]] = "trn.tensor_scalar"(%arg0) {op = "mod", reverse = false, scalar = 1.000000e+00 : f32}
+// CHECK: %[[T:.*]] = "trn.tensor_tensor"(%arg0, %[[MOD]]) {op = "sub"}
+// CHECK: %[[LT:.*]] = "trn.tensor_tensor"(%arg0, %[[T]]) {op = "lt"}
+// CHECK: %[[F:.*]] = "trn.convert"(%[[LT]]) : (tensor<8xi1>) -> tensor<8xf32>
+// CHECK: "trn.tensor_tensor"(%[[T]], %[[F]]) {op = "sub"}
+#map = affine_map<(d0) -> (d0)>
+func.func @floor(%x: tensor<8xf32>) -> tensor<8xf32> {
+  %e = tensor.empty() : tensor<8xf32>
+  %r = linalg.generic {indexing_maps = [#map, #map], iterator_types = ["parallel"]} ins(%x : tensor<8xf32>) outs(%e : tensor<8xf32>) {
+  ^bb0(%in: f32, %out: f32):
+    %0 = math.floor %in : f32
+    linalg.yield %0 : f32
+  } -> tensor<8xf32>
+  return %r : tensor<8xf32>
+}
+
 // ERR: linalg_to_trn-unsupported.mlir:{{[0-9]+}}:{{[0-9]+}}: error: convert-linalg-to-trn: no lowering to the NeuronCore for 'tensor.pad'
 // ERR: linalg_to_trn-unsupported.mlir:{{[0-9]+}}:{{[0-9]+}}: error: convert-linalg-to-trn: no lowering to the NeuronCore for 'math.atan2' inside linalg.generic

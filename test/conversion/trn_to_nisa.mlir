@@ -69,4 +69,50 @@ func.func @identity(%x: tensor<4x8xf32>) -> tensor<4x8xf32> {
   return %x : tensor<4x8xf32>
 }
 
+// -----
+
+// Tests the lowering of a softmax-style kernel: a reduction with elementwise ops before
+// (exp) and after (reciprocal). The kept dim goes on partitions, the reduced dim on the free
+// axis: one DVE tensor_reduce per tile; the [P, 1] result is finished on chip and stored.
+// CHECK-LABEL: func.func @exp_sum
+// CHECK: "nisa.dma"(%{{.*}}, %arg0) {aps = [array<i64: 0, 16, 4, 1, 16>, array<i64: 0, 16, 4, 1, 16>]
+// CHECK: "nisa.activation"({{.*}}func = "exp"
+// CHECK: "nisa.tensor_reduce"({{.*}}engine = "dve", op = "add", reduce_dims = 1 : i64}
+// CHECK: "nisa.activation"({{.*}}func = "reciprocal"
+// CHECK: "nisa.dma"(%arg1, %{{.*}}) {aps = [array<i64: 0, 1, 4, 1, 1>, array<i64: 0, 1, 4, 1, 1>]
+func.func @exp_sum(%x: tensor<4x16xf32>) -> tensor<4xf32> {
+  %k = "trn.kernel"() ({
+    %e = "trn.activation"(%x) {func = "exp", scale = 1.0 : f32, bias = 0.0 : f32} : (tensor<4x16xf32>) -> tensor<4x16xf32>
+    %s = "trn.reduce"(%e) {op = "add", dimensions = array<i64: 1>} : (tensor<4x16xf32>) -> tensor<4xf32>
+    %r = "trn.activation"(%s) {func = "reciprocal", scale = 1.0 : f32, bias = 0.0 : f32} : (tensor<4xf32>) -> tensor<4xf32>
+    "trn.yield"(%r) : (tensor<4xf32>) -> ()
+  }) {kind = "reduce"} : () -> tensor<4xf32>
+  return %k : tensor<4xf32>
+}
+
+// -----
+
+// Tests that a reduction over every dim reduces per partition, then across partitions by
+// transposing the [P, 1] partials on PE and reducing once more.
+// CHECK-LABEL: func.func @max_all
+// CHECK: "nisa.tensor_reduce"({{.*}}op = "max"
+// CHECK: "nisa.transpose"
+// CHECK: "nisa.tensor_reduce"({{.*}}op = "max"
+func.func @max_all(%x: tensor<256x8xf32>) -> tensor<f32> {
+  %m = "trn.reduce"(%x) {op = "max", dimensions = array<i64: 0, 1>} : (tensor<256x8xf32>) -> tensor<f32>
+  return %m : tensor<f32>
+}
+
+// -----
+
+// Tests that a loop index (trn.iota) is generated on chip by IOTA, not loaded: for a [4, 16]
+// index along dim 1 each partition counts 0..15.
+// CHECK-LABEL: func.func @iota
+// CHECK: "nisa.iota"({{.*}}) {{{.*}}base = 0.000000e+00 : f32, engine = "pool", free_step = 1.000000e+00 : f32, partition_step = 0.000000e+00 : f32}
+func.func @iota(%x: tensor<4x16xi64>) -> tensor<4x16xi64> {
+  %i = "trn.iota"() {dimension = 1 : i64} : () -> tensor<4x16xi64>
+  %s = "trn.tensor_tensor"(%x, %i) {op = "add"} : (tensor<4x16xi64>, tensor<4x16xi64>) -> tensor<4x16xi64>
+  return %s : tensor<4x16xi64>
+}
+
 // ERR: trn_to_nisa-invalid.mlir:{{[0-9]+}}:{{[0-9]+}}: error: convert-trn-to-nisa: 'tensor.empty' cannot be lowered to NeuronCore instructions here (expected trn ops; run convert-linalg-to-trn first)
