@@ -12,6 +12,11 @@ class CompileError(Exception):
     which carries the FX node name and the Python source line when the graph came from torch."""
 
     def __init__(self, message: str, location: ir.Location | str | None = None):
+        if location is None:
+            try:    # the location of the op being converted, when there is one
+                location = ir.Location.current
+            except (ValueError, RuntimeError):
+                location = None
         self.message = message
         self.loc = location if isinstance(location, ir.Location) else None
         self.location = str(location) if location is not None else None

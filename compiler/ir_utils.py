@@ -119,11 +119,10 @@ def constant_scalar(value: ir.Value) -> float | int | None:
     if isinstance(attr, ir.FloatAttr):
         return ir.FloatAttr(attr).value
     if isinstance(attr, ir.IntegerAttr):
-        t = ir.IntegerAttr(attr).type
-        v = ir.IntegerAttr(attr).value
-        if ir.IntegerType(t).width == 1:
-            return int(bool(v))
-        return v
+        t = attr.type
+        if isinstance(t, ir.IntegerType) and t.width == 1:
+            return int(bool(attr.value))
+        return attr.value
     return None
 
 

@@ -9,7 +9,8 @@ Every instruction op takes its buffers as operands, in the order of its roles, a
 array with one access pattern per operand. An access pattern is
 `array<i64: offset, partition_stride, partitions, stride0, size0, ...>` in elements of the
 buffer's row-major logical array: the first (stride, size) pair is the partition axis, the rest
-(at most four) are free axes. On chip, the partition stride must be one row of the tile.
+(at most four) are free axes. On chip, the partition stride must be one row of the tile and
+strides are non-negative; in HBM strides may be negative (a flipped view).
 
 Every instruction names its `engine` (pe, act, dve, pool, sp, dma); DMAs also name a `queue`.
 `trn-schedule` adds `waits = array<i64: sem, value, ...>` and `signal = sem : i64`.
@@ -64,13 +65,15 @@ def check_access_pattern(ap: list[int], buffer: ir.Value, role: str) -> None:
     require(len(dims) - 1 <= MAX_FREE_DIMS,
             f"{role} access pattern has {len(dims) - 1} free dims (at most {MAX_FREE_DIMS})")
     require(all(size >= 1 for _, size in dims), f"{role} access pattern {ap} has an empty dim")
-    require(all(stride >= 0 for stride, _ in dims) and offset >= 0,
-            f"{role} access pattern {ap} has a negative offset or stride")
-    last = offset + sum(stride * (size - 1) for stride, size in dims)
+    first = offset + sum(min(0, stride * (size - 1)) for stride, size in dims)
+    last = offset + sum(max(0, stride * (size - 1)) for stride, size in dims)
     numel = math.prod(shape)
-    require(last < numel,
-            f"{role} access pattern {ap} reaches element {last} of a {numel}-element buffer")
+    require(0 <= first and last < numel,
+            f"{role} access pattern {ap} reaches elements {first}..{last} of a "
+            f"{numel}-element buffer")
     if memory != "hbm":
+        require(all(stride >= 0 for stride, _ in dims),
+                f"{role} on-chip access pattern {ap} has a negative stride")
         require(len(shape) == 2, f"{role} on-chip buffer must be 2-D [partitions, free], got {shape}")
         row = shape[1]
         pstride, partitions = dims[0]

@@ -118,6 +118,105 @@ class ReshapeOp(Trn.Operation, name="reshape", traits=[ext.Pure]):
     verify_invariants = verifier(_check_reshape)
 
 
+def _affine_coefficients(expr, n_dims: int) -> tuple[int, list[int]] | None:
+    """(constant, coefficient per dim) of an affine expression in d0..d{n-1}, or None if it
+    is not affine (floordiv, mod, symbols)."""
+    if isinstance(expr, ir.AffineConstantExpr):
+        return expr.value, [0] * n_dims
+    if isinstance(expr, ir.AffineDimExpr):
+        coeff = [0] * n_dims
+        coeff[expr.position] = 1
+        return 0, coeff
+    if isinstance(expr, ir.AffineAddExpr):
+        a, b = _affine_coefficients(expr.lhs, n_dims), _affine_coefficients(expr.rhs, n_dims)
+        if a is None or b is None:
+            return None
+        return a[0] + b[0], [x + y for x, y in zip(a[1], b[1])]
+    if isinstance(expr, ir.AffineMulExpr):
+        a, b = _affine_coefficients(expr.lhs, n_dims), _affine_coefficients(expr.rhs, n_dims)
+        if a is None or b is None:
+            return None
+        if any(a[1]) and any(b[1]):
+            return None
+        if any(a[1]):
+            a, b = b, a
+        return a[0] * b[0], [a[0] * x for x in b[1]]
+    return None
+
+
+def affine_view_coefficients(op) -> list[tuple[int, list[int]]]:
+    """Per source dim: (constant, coefficients over result dims) of a trn.view's map."""
+    amap = ir.AffineMapAttr(op.attributes["indexing_map"]).value
+    coeffs = [_affine_coefficients(e, amap.n_dims) for e in amap.results]
+    if any(c is None for c in coeffs):
+        raise VerifyError(f"indexing_map {amap} is not affine")
+    return coeffs
+
+
+def _check_view(op) -> None:
+    src = shape_of(op.operands[0], "input")
+    res = shape_of(op.results[0], "result")
+    try:
+        amap = ir.AffineMapAttr(op.attributes["indexing_map"]).value
+    except (KeyError, ValueError, TypeError):
+        raise VerifyError("requires an 'indexing_map' affine map attribute") from None
+    require(amap.n_dims == len(res) and len(amap.results) == len(src) and amap.n_symbols == 0,
+            f"indexing_map {amap} must map the {len(res)} result dims to the {len(src)} "
+            "input dims")
+    if 0 in res:
+        return
+    for k, (c, coeff) in enumerate(affine_view_coefficients(op)):
+        lo = c + sum(min(0, a * (n - 1)) for a, n in zip(coeff, res))
+        hi = c + sum(max(0, a * (n - 1)) for a, n in zip(coeff, res))
+        require(0 <= lo and hi < src[k],
+                f"indexing_map {amap} reaches [{lo}, {hi}] along input dim {k} of size {src[k]}")
+    _same_element_type(op, op.operands[0], op.results[0], "result")
+
+
+class ViewOp(Trn.Operation, name="view", traits=[ext.Pure]):
+    """result[i] = input[indexing_map(i)] for an affine map (slices, strides, flips)."""
+    input: ext.Operand[ir.RankedTensorType]
+    indexing_map: ir.AffineMapAttr
+    result: ext.Result[ir.RankedTensorType]
+    verify_invariants = verifier(_check_view)
+
+
+def _check_empty(op) -> None:
+    shape_of(op.results[0], "result")
+
+
+class EmptyOp(Trn.Operation, name="empty", traits=[ext.Pure]):
+    """A tensor whose elements are all to be written before they are read (a destination)."""
+    result: ext.Result[ir.RankedTensorType]
+    verify_invariants = verifier(_check_empty)
+
+
+def _check_insert_slice(op) -> None:
+    dest = shape_of(op.operands[0], "dest")
+    src = shape_of(op.operands[1], "source")
+    res = shape_of(op.results[0], "result")
+    require(res == dest, f"result shape {res} differs from dest shape {dest}")
+    offsets = i64_array(op, "offsets")
+    strides = i64_array(op, "strides")
+    require(len(offsets) == len(strides) == len(dest) == len(src),
+            "offsets, strides, source and dest must have the dest's rank")
+    for k, (o, st, n, d) in enumerate(zip(offsets, strides, src, dest)):
+        require(st >= 1 and o >= 0 and (n == 0 or o + st * (n - 1) < d),
+                f"slice along dim {k} (offset {o}, stride {st}, size {n}) leaves the dest "
+                f"(size {d})")
+    _same_element_type(op, op.operands[0], op.operands[1], "source")
+
+
+class InsertSliceOp(Trn.Operation, name="insert_slice", traits=[ext.Pure]):
+    """result = dest with the strided slice at `offsets`/`strides` replaced by source."""
+    dest: ext.Operand[ir.RankedTensorType]
+    source: ext.Operand[ir.RankedTensorType]
+    offsets: AnyAttr
+    strides: AnyAttr
+    result: ext.Result[ir.RankedTensorType]
+    verify_invariants = verifier(_check_insert_slice)
+
+
 def _check_same_shape(op, operand_indices=(0,)) -> list[int]:
     res = shape_of(op.results[0], "result")
     for i in operand_indices:

@@ -55,11 +55,16 @@ def _convert_function(func: ir.Operation) -> None:
         for result, new in zip(op.results, replacements):
             if new is not None:
                 result.replace_all_uses_with(new)
+    # Index checks torch-mlir inserts (cf.assert) are dropped: the DMA that reads the
+    # indexed element checks its bounds when the program runs.
+    for op in U.body_ops(func):
+        if op.name == "cf.assert":
+            op.erase()
     U.erase_dead([o for o in U.body_ops(func) if o.name != "func.return"])
 
 
 # Ops kept as they are: constants feed trn ops, tensor.empty feeds only `outs` (erased when dead).
-_KEEP = {"arith.constant", "tensor.empty", "func.return"}
+_KEEP = {"arith.constant", "tensor.empty", "func.return", "cf.assert"}
 
 
 def _ins_outs(op: ir.Operation) -> tuple[list[ir.Value], list[ir.Value]]:
@@ -131,6 +136,89 @@ def _convert_reshape(op: ir.Operation) -> ir.Value:
     return trn_op("reshape", op.results[0].type, [op.operands[0]])
 
 
+# -- tensor dialect data movement ---------------------------------------------------------------
+
+def _static(op: ir.Operation, name: str) -> list[int]:
+    values = list(ir.DenseI64ArrayAttr(op.attributes[name]))
+    if any(v < -(1 << 62) for v in values):     # ShapedType::kDynamic
+        raise UnsupportedOpError(f"{op.name} with dynamic {name[len('static_'):]}",
+                                 op.location)
+    return values
+
+
+def _slice_map(offsets, sizes, strides, result_shape, op) -> ir.AffineMap:
+    """Map from the (possibly rank-reduced) slice's dims to the source's indices."""
+    exprs = []
+    j = 0
+    for o, n, st in zip(offsets, sizes, strides):
+        if j < len(result_shape) and n == result_shape[j]:
+            exprs.append(ir.AffineExpr.get_add(
+                ir.AffineExpr.get_mul(ir.AffineExpr.get_dim(j), ir.AffineExpr.get_constant(st)),
+                ir.AffineExpr.get_constant(o)))
+            j += 1
+        elif n == 1:
+            exprs.append(ir.AffineExpr.get_constant(o))
+        else:
+            raise UnsupportedOpError(f"{op.name} dropping a dim of size {n}", op.location)
+    if j != len(result_shape):
+        raise UnsupportedOpError(f"{op.name} with an unexpected result shape", op.location)
+    return ir.AffineMap.get(len(result_shape), 0, exprs)
+
+
+def _convert_extract_slice(op: ir.Operation) -> ir.Value:
+    amap = _slice_map(_static(op, "static_offsets"), _static(op, "static_sizes"),
+                      _static(op, "static_strides"), U.shape(op.results[0]), op)
+    return trn_op("view", op.results[0].type, [op.operands[0]],
+                  indexing_map=ir.AffineMapAttr.get(amap))
+
+
+def _destination(value: ir.Value) -> ir.Value:
+    """A tensor.empty destination becomes trn.empty (its elements are all written later)."""
+    owner = U.defining_op(value)
+    if owner is not None and owner.name == "tensor.empty":
+        return trn_op("empty", value.type, [])
+    return value
+
+
+def _insert(dest: ir.Value, source: ir.Value, offsets, strides, sizes) -> ir.Value:
+    if U.shape(source) != list(sizes):       # rank-reduced source: restore its unit dims
+        source = trn_op("reshape", U.tensor_type(sizes, U.element_type(source)), [source])
+    return trn_op("insert_slice", dest.type, [dest, source], offsets=U.i64_array(offsets),
+                  strides=U.i64_array(strides))
+
+
+def _convert_insert_slice(op: ir.Operation) -> ir.Value:
+    source, dest = op.operands[0], op.operands[1]
+    return _insert(_destination(dest), source, _static(op, "static_offsets"),
+                   _static(op, "static_strides"), _static(op, "static_sizes"))
+
+
+def _convert_concat(op: ir.Operation) -> ir.Value:
+    dim = U.int_attr(op, "dim")
+    result = trn_op("empty", op.results[0].type, [])
+    offset = 0
+    for value in op.operands:
+        shape = U.shape(value)
+        offsets = [0] * len(shape)
+        offsets[dim] = offset
+        result = _insert(result, value, offsets, [1] * len(shape), shape)
+        offset += shape[dim]
+    return result
+
+
+def _convert_pad(op: ir.Operation) -> ir.Value:
+    low, high = _static(op, "static_low"), _static(op, "static_high")
+    if any(v < 0 for v in low + high):
+        raise UnsupportedOpError("tensor.pad with negative padding", op.location)
+    body = list(op.regions[0].blocks[0].operations)
+    value = U.constant_scalar(body[-1].operands[0])
+    if value is None:
+        raise UnsupportedOpError("tensor.pad with a non-constant padding value", op.location)
+    filled = trn_op("fill", op.results[0].type, [], value=U.f32(value))
+    shape = U.shape(op.operands[0])
+    return _insert(filled, op.operands[0], low, [1] * len(shape), shape)
+
+
 # -- linalg.generic ----------------------------------------------------------------------------
 
 # Body combining op -> trn.reduce kind (or/and reduce 0/1 values), and its identity.
@@ -166,7 +254,7 @@ def _convert_generic(op: ir.Operation) -> list[ir.Value]:
         if list(arg.uses):
             env[arg] = Expr("acc", index=j) if reduced else leaf(tensor, out_maps[j])
 
-    body = list(block.operations)
+    body = [inner for inner in block.operations if inner.name != "cf.assert"]
     for inner in body[:-1]:
         env[inner.results[0]] = scalar_expr(
             inner, lambda k, inner=inner: _operand_expr(inner.operands[k], env, op))
@@ -368,6 +456,10 @@ def _to_iteration_space(tensor: ir.Value, amap, bounds: list[int], op) -> ir.Val
 
 
 _CONVERTERS = {
+    "tensor.extract_slice": _convert_extract_slice,
+    "tensor.insert_slice": _convert_insert_slice,
+    "tensor.concat": _convert_concat,
+    "tensor.pad": _convert_pad,
     "linalg.fill": _convert_fill,
     "linalg.matmul": _convert_matmul,
     "linalg.batch_matmul": _convert_matmul,

@@ -45,11 +45,24 @@ class ConvertTrnToNisa(Pass):
             _FunctionLowering(func, Emitter(target)).run()
 
 
+# Ops whose result gets an HBM buffer of its own (the others are views of existing buffers).
+_STORED = ("trn.kernel", "trn.insert_slice", "trn.empty")
+
+
+@dataclasses.dataclass(eq=False)
+class _Storage:
+    """The HBM buffer of one or more values: an insert_slice writes in place into its
+    destination's buffer when nothing else reads the destination."""
+    buffer: ir.Value | None = None
+
+
 class _FunctionLowering:
     def __init__(self, func: ir.Operation, em: Emitter):
         self.old = func
         self.em = em
         self.views: dict[ir.Value, HbmView] = {}
+        self.storage: dict[ir.Value, _Storage] = {}
+        self.in_place: set = set()
 
     def run(self) -> None:
         old = self.old
@@ -57,8 +70,8 @@ class _FunctionLowering:
         for op in body:
             if op.name in ELEMENTWISE_OPS or op.name in ("trn.matmul", "trn.reduce"):
                 outline([op])
-            elif not (op.name in VIEW_OPS or op.name in ("trn.kernel", "arith.constant",
-                                                         "func.return")):
+            elif not (op.name in VIEW_OPS or op.name in _STORED
+                      or op.name in ("arith.constant", "func.return")):
                 raise UnsupportedOpError(
                     f"'{op.name}' cannot be lowered to NeuronCore instructions here "
                     "(expected trn ops; run convert-linalg-to-trn first)", op.location)
@@ -78,26 +91,43 @@ class _FunctionLowering:
             self.views[old_arg] = HbmView.of(new_arg)
         out_args = new_args[len(inputs):]
 
-        # A kernel whose result is returned writes straight into the output buffer.
-        claims: dict[ir.Value, ir.Value] = {}
+        # A returned value computed here is written straight into its output buffer; an
+        # insert_slice shares its destination's buffer when it is the destination's only user.
         for value, out in zip(ret.operands, out_args):
             owner = U.defining_op(value)
-            if owner is not None and owner.name == "trn.kernel" and value not in claims:
-                claims[value] = out
+            if owner is not None and owner.name in _STORED and value not in self.storage:
+                self.storage[value] = _Storage(out)
+        for op in reversed(body):
+            if op.name != "trn.insert_slice":
+                continue
+            shared = self.storage.setdefault(op.results[0], _Storage())
+            dest = op.operands[0]
+            producer = U.defining_op(dest)
+            if producer is not None and producer.name in _STORED and len(list(dest.uses)) == 1 \
+                    and dest not in self.storage:
+                self.storage[dest] = shared
+                self.in_place.add(op)
 
         with ir.InsertionPoint(block):
             for op in body[:-1]:
                 with op.location:
-                    self._lower_op(op, claims)
+                    self._lower_op(op)
             with ret.location:
                 for value, out in zip(ret.operands, out_args):
-                    if claims.get(value) is not out:
+                    if self.views[value].buffer is not out:
                         self._copy(self.views[value], HbmView.of(out))
                 func_d.ReturnOp([])
         old.erase()
         new.attributes["sym_name"] = U.string(name)
 
-    def _lower_op(self, op: ir.Operation, claims: dict) -> None:
+    def _buffer(self, value: ir.Value) -> HbmView:
+        """The whole-buffer view of a stored value (allocating HBM scratch on first need)."""
+        storage = self.storage.setdefault(value, _Storage())
+        if storage.buffer is None:
+            storage.buffer = self.em.alloc_hbm(U.shape(value), U.element_type(value))
+        return HbmView.of(storage.buffer)
+
+    def _lower_op(self, op: ir.Operation) -> None:
         if op.name == "arith.constant":
             value = op.attributes["value"]
             if isinstance(value, ir.DenseElementsAttr):
@@ -108,13 +138,19 @@ class _FunctionLowering:
         if op.name in VIEW_OPS:
             self.views[op.results[0]] = self._view(op, self.views[op.operands[0]])
             return
-        # trn.kernel
         result = op.results[0]
-        buffer = claims.get(result)
-        if buffer is None:
-            buffer = self.em.alloc_hbm(U.shape(result), U.element_type(result))
-        out = HbmView.of(buffer)
-        self._lower_kernel(op, out)
+        out = self._buffer(result)
+        if op.name == "trn.kernel":
+            self._lower_kernel(op, out)
+        elif op.name == "trn.insert_slice":
+            dest, source = op.operands
+            if op not in self.in_place and U.defining_op(dest).name != "trn.empty":
+                self._copy(self.views[dest], out)
+            region = out
+            for dim, (start, stride, size) in enumerate(zip(
+                    U.array_attr(op, "offsets"), U.array_attr(op, "strides"), U.shape(source))):
+                region = region.slice(dim, start, size, stride)
+            self._copy(self.views[source], region)
         self.views[result] = out
 
     def _view(self, op: ir.Operation, source: HbmView) -> HbmView:

@@ -47,15 +47,15 @@ def import_fx_graph(gm: torch.fx.GraphModule, name: str) -> str:
 
 
 # Dialects the compiler's own context parses; anything else torch-mlir leaves in its
-# linalg-on-tensors output (tm_tensor scans/sorts/scatters, ml_program globals, cf asserts)
-# has no lowering.
+# linalg-on-tensors output (tm_tensor scans/sorts/scatters, ml_program globals) has no
+# lowering. cf.assert (index checks) is accepted and dropped by convert-linalg-to-trn.
 SUPPORTED_DIALECTS = ("builtin", "func", "arith", "math", "linalg", "tensor")
 
 
 def _check_dialects(module) -> None:
     def visit(op):
         name = op.operation.name
-        if name.split(".")[0] not in SUPPORTED_DIALECTS:
+        if name.split(".")[0] not in SUPPORTED_DIALECTS and name != "cf.assert":
             raise UnsupportedOpError(f"no lowering to the NeuronCore for '{name}'",
                                      op.operation.location)
         return ir.WalkResult.ADVANCE

@@ -12,7 +12,7 @@ ELEMENTWISE_OPS = ("trn.activation", "trn.tensor_tensor", "trn.tensor_scalar", "
                    "trn.convert", "trn.fill", "trn.iota")
 # Ops that make a tensor from nothing: generated on chip wherever they are used.
 SOURCE_OPS = ("trn.fill", "trn.iota")
-VIEW_OPS = ("trn.transpose", "trn.broadcast", "trn.reshape")
+VIEW_OPS = ("trn.transpose", "trn.broadcast", "trn.reshape", "trn.view")
 COMMUTATIVE = ("add", "mul", "max", "min", "eq", "ne", "and", "or", "xor")
 
 

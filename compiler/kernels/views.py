@@ -68,11 +68,22 @@ class HbmView:
                                    shape=self.shape[:dim] + self.shape[dim + 1:],
                                    strides=self.strides[:dim] + self.strides[dim + 1:])
 
-    def slice(self, dim: int, start: int, size: int) -> "HbmView":
+    def slice(self, dim: int, start: int, size: int, step: int = 1) -> "HbmView":
         shape = list(self.shape)
         shape[dim] = size
+        strides = list(self.strides)
+        strides[dim] *= step
         return dataclasses.replace(self, offset=self.offset + start * self.strides[dim],
-                                   shape=tuple(shape))
+                                   shape=tuple(shape), strides=tuple(strides))
+
+    def affine(self, coefficients: list[tuple[int, list[int]]],
+               shape: tuple[int, ...]) -> "HbmView":
+        """The view whose element i is this view's element (c_k + sum_j a_kj * i_j)_k for
+        per-dim (c_k, a_k) (a trn.view's affine map); strides may come out negative."""
+        offset = self.offset + sum(st * c for st, (c, _) in zip(self.strides, coefficients))
+        strides = tuple(sum(st * a[j] for st, (_, a) in zip(self.strides, coefficients))
+                        for j in range(len(shape)))
+        return dataclasses.replace(self, offset=offset, shape=tuple(shape), strides=strides)
 
     def access_pattern(self, partition_dim: int | None, free_dims: list[int]) -> list[int]:
         """A DMA access pattern [offset, pstride, partitions, (stride, size)...] walking the
@@ -170,8 +181,8 @@ def reshape_strides(old_shape, old_strides, new_shape) -> tuple[int, ...] | None
 
 
 def apply_view_op(op: ir.Operation, source: HbmView) -> HbmView | None:
-    """The view a trn view op (transpose, broadcast, reshape) makes of `source`, or None when
-    a reshape cannot be expressed as a strided view."""
+    """The view a trn view op (transpose, broadcast, reshape, view) makes of `source`, or None
+    when a reshape cannot be expressed as a strided view."""
     from torchneuron.compiler import ir_utils as U
 
     result_shape = tuple(U.shape(op.results[0]))
@@ -181,4 +192,7 @@ def apply_view_op(op: ir.Operation, source: HbmView) -> HbmView | None:
         return source.broadcast(U.array_attr(op, "dimensions"), result_shape)
     if op.name == "trn.reshape":
         return source.reshape(result_shape)
+    if op.name == "trn.view":
+        from torchneuron.dialects.trn import affine_view_coefficients
+        return source.affine(affine_view_coefficients(op), result_shape)
     raise ValueError(f"{op.name} is not a view op")

@@ -7,8 +7,8 @@ from typing import Union
 from torch_mlir import ir
 
 from torchneuron.compiler import ir_utils as U
-from torchneuron.compiler.errors import CompileError
-from torchneuron.compiler.scalar.expr import COMPARISONS, Expr, fold
+from torchneuron.compiler.errors import CompileError, UnsupportedOpError
+from torchneuron.compiler.scalar.expr import COMPARISONS, Expr, affine_in_loops, fold
 
 
 def trn_op(name: str, result_type: ir.Type, operands, **attrs) -> ir.Value:
@@ -61,6 +61,8 @@ class TrnEmitter:
                           dimension=U.i64(e.index))
         if e.kind == "acc":
             raise CompileError("a reduction accumulator is used outside its combining op")
+        if e.kind == "extract":
+            return self._extract(e)
         args = [self.value(a) for a in e.args]
         if e.kind.startswith("act:"):
             (x,) = args
@@ -85,6 +87,29 @@ class TrnEmitter:
             a, b = (self._materialise(v, etype) for v in (a, b))
             return trn_op("select", a.type, [mask, a, b])
         return self._alu(e.kind, args)
+
+    def _extract(self, e: Expr) -> ir.Value:
+        """tensor.extract at indices affine in the loop indices: a trn.view of the source
+        (slices, strides, flips, broadcasts)."""
+        n = len(self.shape)
+        exprs = []
+        for index in e.args:
+            affine = affine_in_loops(index, n)
+            if affine is None or not float(affine[0]).is_integer() \
+                    or not all(float(c).is_integer() for c in affine[1]):
+                raise UnsupportedOpError("no lowering to the NeuronCore yet for indexing by "
+                                         "tensor values (gather)")
+            const, coeffs = affine
+            expr = ir.AffineExpr.get_constant(int(const))
+            for d, c in enumerate(coeffs):
+                if c:
+                    expr = ir.AffineExpr.get_add(expr, ir.AffineExpr.get_mul(
+                        ir.AffineExpr.get_dim(d), ir.AffineExpr.get_constant(int(c))))
+            exprs.append(expr)
+        amap = ir.AffineMap.get(n, 0, exprs)
+        source = e.source
+        return trn_op("view", self.tensor_of(U.element_type(source)), [source],
+                      indexing_map=ir.AffineMapAttr.get(amap))
 
     def _materialise(self, v, etype: ir.Type) -> ir.Value:
         if isinstance(v, ir.Value):

@@ -25,9 +25,10 @@ class Expr:
     """A node of a body's scalar expression DAG (compared by identity).
 
     kind is 'arg' (iteration-space input `index`), 'acc' (accumulator of output `index`),
-    'iota' (the loop index of dim `index`), 'const' (`value`), or an operation: an ALU op name
-    (add, mul, gt, ...), 'act:<func>' (with `scale` and `bias`), 'select', or 'convert' (to
-    element type `etype`)."""
+    'iota' (the loop index of dim `index`), 'const' (`value`), 'extract' (an element of the
+    tensor `source` at the indices `args`), or an operation: an ALU op name (add, mul, gt,
+    ...), 'act:<func>' (with `scale` and `bias`), 'select', or 'convert' (to element type
+    `etype`)."""
     kind: str
     args: tuple["Expr", ...] = ()
     value: float = 0.0
@@ -35,6 +36,7 @@ class Expr:
     scale: float = 1.0
     bias: float = 0.0
     etype: object = None
+    source: object = None
 
     def is_const(self, value: float | None = None, rel: float = 1e-6) -> bool:
         return self.kind == "const" and (value is None or math.isclose(
@@ -132,6 +134,9 @@ def scalar_expr(op: ir.Operation, operand) -> Expr:
         return const(c)
     if name == "linalg.index":
         return Expr("iota", index=U.int_attr(op, "dim"))
+    if name == "tensor.extract":
+        return Expr("extract", tuple(operand(k) for k in range(1, len(op.operands))),
+                    source=op.operands[0])
     if name in _BINARY:
         return alu(_BINARY[name], operand(0), operand(1))
     if name in _UNARY_ACT:
@@ -219,3 +224,30 @@ def fold(kind: str, a: float, b: float) -> float | None:
         return ops[kind]() if kind in ops else None
     except (OverflowError, ValueError, ZeroDivisionError):
         return None
+
+
+def affine_in_loops(e: Expr, n_dims: int) -> tuple[float, list[float]] | None:
+    """(constant, coefficient per loop dim) when `e` is an affine function of the loop
+    indices alone, else None."""
+    if e.kind == "const":
+        return e.value, [0.0] * n_dims
+    if e.kind == "iota":
+        coeff = [0.0] * n_dims
+        coeff[e.index] = 1.0
+        return 0.0, coeff
+    if e.kind == "convert":
+        return affine_in_loops(e.args[0], n_dims)
+    if e.kind in ("add", "sub"):
+        a, b = (affine_in_loops(x, n_dims) for x in e.args)
+        if a is None or b is None:
+            return None
+        sign = 1.0 if e.kind == "add" else -1.0
+        return a[0] + sign * b[0], [x + sign * y for x, y in zip(a[1], b[1])]
+    if e.kind == "mul":
+        a, b = (affine_in_loops(x, n_dims) for x in e.args)
+        if a is None or b is None or (any(a[1]) and any(b[1])):
+            return None
+        if any(a[1]):
+            a, b = b, a
+        return a[0] * b[0], [a[0] * x for x in b[1]]
+    return None

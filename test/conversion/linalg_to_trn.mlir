@@ -196,5 +196,62 @@ func.func @floor(%x: tensor<8xf32>) -> tensor<8xf32> {
   return %r : tensor<8xf32>
 }
 
-// ERR: linalg_to_trn-unsupported.mlir:{{[0-9]+}}:{{[0-9]+}}: error: convert-linalg-to-trn: no lowering to the NeuronCore for 'tensor.pad'
+// -----
+
+// Tests that a strided, rank-reducing tensor.extract_slice becomes one trn.view whose map
+// holds offsets and strides (the dropped unit dim becomes a constant index).
+// CHECK: #[[SMAP:.*]] = affine_map<(d0) -> (1, d0 * 2 + 1)>
+// CHECK-LABEL: func.func @slices
+// CHECK: "trn.view"(%arg0) {indexing_map = #[[SMAP]]} : (tensor<4x16xf32>) -> tensor<8xf32>
+func.func @slices(%x: tensor<4x16xf32>) -> tensor<8xf32> {
+  %s = tensor.extract_slice %x[1, 1] [1, 8] [1, 2] : tensor<4x16xf32> to tensor<8xf32>
+  return %s : tensor<8xf32>
+}
+
+// -----
+
+// Tests that tensor.concat becomes insert_slices into a trn.empty destination, and
+// tensor.pad a fill of the padding value with the source inserted at the low padding.
+// CHECK-LABEL: func.func @concat_pad
+// CHECK: %[[E:.*]] = "trn.empty"() : () -> tensor<4x32xf32>
+// CHECK: %[[C1:.*]] = "trn.insert_slice"(%[[E]], %arg0) {offsets = array<i64: 0, 0>, strides = array<i64: 1, 1>}
+// CHECK: %[[C2:.*]] = "trn.insert_slice"(%[[C1]], %arg0) {offsets = array<i64: 0, 16>, strides = array<i64: 1, 1>}
+// CHECK: %[[F:.*]] = "trn.fill"() {value = -1.500000e+00 : f32} : () -> tensor<4x35xf32>
+// CHECK: "trn.insert_slice"(%[[F]], %[[C2]]) {offsets = array<i64: 0, 1>, strides = array<i64: 1, 1>}
+func.func @concat_pad(%x: tensor<4x16xf32>) -> tensor<4x35xf32> {
+  %c = tensor.concat dim(1) %x, %x : (tensor<4x16xf32>, tensor<4x16xf32>) -> tensor<4x32xf32>
+  %v = arith.constant -1.500000e+00 : f32
+  %p = tensor.pad %c low[0, 1] high[0, 2] {
+  ^bb0(%i: index, %j: index):
+    tensor.yield %v : f32
+  } : tensor<4x32xf32> to tensor<4x35xf32>
+  return %p : tensor<4x35xf32>
+}
+
+// -----
+
+// Tests that tensor.extract at indices affine in the loop indices (a flip) becomes a
+// trn.view, and that the index check torch-mlir adds (cf.assert) is dropped.
+// CHECK: #[[FMAP:.*]] = affine_map<(d0, d1) -> (d0, -d1 + 15)>
+// CHECK-LABEL: func.func @flip
+// CHECK: "trn.view"(%arg0) {indexing_map = #[[FMAP]]} : (tensor<4x16xf32>) -> tensor<4x16xf32>
+// CHECK-NOT: cf.assert
+#map = affine_map<(d0, d1) -> (d0, d1)>
+func.func @flip(%x: tensor<4x16xf32>) -> tensor<4x16xf32> {
+  %c15 = arith.constant 15 : index
+  %e = tensor.empty() : tensor<4x16xf32>
+  %r = linalg.generic {indexing_maps = [#map], iterator_types = ["parallel", "parallel"]} outs(%e : tensor<4x16xf32>) {
+  ^bb0(%out: f32):
+    %i = linalg.index 0 : index
+    %j = linalg.index 1 : index
+    %k = arith.subi %c15, %j : index
+    %ok = arith.cmpi slt, %k, %c15 : index
+    cf.assert %ok, "index out of range"
+    %v = tensor.extract %x[%i, %k] : tensor<4x16xf32>
+    linalg.yield %v : f32
+  } -> tensor<4x16xf32>
+  return %r : tensor<4x16xf32>
+}
+
+// ERR: linalg_to_trn-unsupported.mlir:{{[0-9]+}}:{{[0-9]+}}: error: convert-linalg-to-trn: no lowering to the NeuronCore for 'tensor.extract'
 // ERR: linalg_to_trn-unsupported.mlir:{{[0-9]+}}:{{[0-9]+}}: error: convert-linalg-to-trn: no lowering to the NeuronCore for 'math.atan2' inside linalg.generic

@@ -115,4 +115,33 @@ func.func @iota(%x: tensor<4x16xi64>) -> tensor<4x16xi64> {
   return %s : tensor<4x16xi64>
 }
 
+// -----
+
+// Tests that an insert_slice writes in place into its destination's buffer (the output,
+// since the result is returned): each source is copied into its region, no destination copy.
+// CHECK-LABEL: func.func @concat
+// CHECK-SAME: (%arg0: memref<4x16xf32, "hbm">, %arg1: memref<4x32xf32, "hbm">)
+// CHECK: "nisa.dma"(%{{.*}}, %arg0)
+// CHECK: "nisa.dma"(%arg1, %{{.*}}) {aps = [array<i64: 0, 32, 4, 1, 16>
+// CHECK: "nisa.dma"(%{{.*}}, %arg0)
+// CHECK: "nisa.dma"(%arg1, %{{.*}}) {aps = [array<i64: 16, 32, 4, 1, 16>
+// CHECK-NOT: "nisa.alloc"() {memory = "hbm"}
+func.func @concat(%x: tensor<4x16xf32>) -> tensor<4x32xf32> {
+  %e = "trn.empty"() : () -> tensor<4x32xf32>
+  %a = "trn.insert_slice"(%e, %x) {offsets = array<i64: 0, 0>, strides = array<i64: 1, 1>} : (tensor<4x32xf32>, tensor<4x16xf32>) -> tensor<4x32xf32>
+  %b = "trn.insert_slice"(%a, %x) {offsets = array<i64: 0, 16>, strides = array<i64: 1, 1>} : (tensor<4x32xf32>, tensor<4x16xf32>) -> tensor<4x32xf32>
+  return %b : tensor<4x32xf32>
+}
+
+// -----
+
+// Tests that a flipped view is read by a DMA with a negative stride.
+// CHECK-LABEL: func.func @flip
+// CHECK: "nisa.dma"(%{{.*}}, %arg0) {aps = [array<i64: 0, 16, 4, 1, 16>, array<i64: 15, 16, 4, -1, 16>]
+func.func @flip(%x: tensor<4x16xf32>) -> tensor<4x16xf32> {
+  %v = "trn.view"(%x) {indexing_map = affine_map<(d0, d1) -> (d0, 15 - d1)>} : (tensor<4x16xf32>) -> tensor<4x16xf32>
+  %e = "trn.activation"(%v) {func = "exp", scale = 1.0 : f32, bias = 0.0 : f32} : (tensor<4x16xf32>) -> tensor<4x16xf32>
+  return %e : tensor<4x16xf32>
+}
+
 // ERR: trn_to_nisa-invalid.mlir:{{[0-9]+}}:{{[0-9]+}}: error: convert-trn-to-nisa: 'tensor.empty' cannot be lowered to NeuronCore instructions here (expected trn ops; run convert-linalg-to-trn first)

@@ -22,7 +22,7 @@ func.func @matmul_engine() {
 // -----
 
 // Tests that an access pattern reaching past its buffer is rejected.
-// CHECK: error: 'nisa.dma' op src access pattern [0, 64, 129, 1, 64] reaches element 8255 of a 8192-element buffer
+// CHECK: error: 'nisa.dma' op src access pattern [0, 64, 129, 1, 64] reaches elements 0..8255 of a 8192-element buffer
 func.func @dma_out_of_bounds(%x: memref<128x64xf32, "hbm">) {
   %a = "nisa.alloc"() {memory = "sbuf"} : () -> memref<128x64xf32, "sbuf">
   "nisa.dma"(%a, %x) {engine = "dma", queue = 0 : i64, aps = [array<i64: 0, 64, 128, 1, 64>, array<i64: 0, 64, 129, 1, 64>]} : (memref<128x64xf32, "sbuf">, memref<128x64xf32, "hbm">) -> ()

@@ -44,3 +44,21 @@ func.func @broadcast(%x: tensor<4xf32>) -> tensor<2x4xf32> {
   %y = "trn.broadcast"(%x) : (tensor<4xf32>) -> tensor<2x4xf32>
   return %y : tensor<2x4xf32>
 }
+
+// -----
+
+// Tests that a view reaching outside its input is rejected.
+// CHECK: error: 'trn.view' op indexing_map {{.*}} reaches [1, 16] along input dim 1 of size 16
+func.func @view(%x: tensor<4x16xf32>) -> tensor<4x16xf32> {
+  %v = "trn.view"(%x) {indexing_map = affine_map<(d0, d1) -> (d0, d1 + 1)>} : (tensor<4x16xf32>) -> tensor<4x16xf32>
+  return %v : tensor<4x16xf32>
+}
+
+// -----
+
+// Tests that an insert_slice leaving its destination is rejected.
+// CHECK: error: 'trn.insert_slice' op slice along dim 1 (offset 12, stride 1, size 8) leaves the dest (size 16)
+func.func @insert(%d: tensor<4x16xf32>, %s: tensor<4x8xf32>) -> tensor<4x16xf32> {
+  %i = "trn.insert_slice"(%d, %s) {offsets = array<i64: 0, 12>, strides = array<i64: 1, 1>} : (tensor<4x16xf32>, tensor<4x8xf32>) -> tensor<4x16xf32>
+  return %i : tensor<4x16xf32>
+}

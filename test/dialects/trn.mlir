@@ -48,3 +48,20 @@ func.func @kernel(%x: tensor<2x4xf32>, %w: tensor<4x8xf32>) -> tensor<2x8xf32> {
   }) {kind = "matmul"} : () -> tensor<2x8xf32>
   return %k : tensor<2x8xf32>
 }
+
+// -----
+
+// Tests that the data-movement and index ops round-trip: view (affine map), empty,
+// insert_slice, iota.
+// CHECK-LABEL: func.func @movement
+// CHECK: "trn.view"(%arg0) {indexing_map = #{{.*}}} : (tensor<4x16xf32>) -> tensor<4x8xf32>
+// CHECK: "trn.empty"() : () -> tensor<4x24xf32>
+// CHECK: "trn.insert_slice"(%{{.*}}, %{{.*}}) {offsets = array<i64: 0, 8>, strides = array<i64: 1, 2>}
+// CHECK: "trn.iota"() {dimension = 1 : i64} : () -> tensor<4x24xi64>
+func.func @movement(%x: tensor<4x16xf32>) -> (tensor<4x24xf32>, tensor<4x24xi64>) {
+  %v = "trn.view"(%x) {indexing_map = affine_map<(d0, d1) -> (d0, 15 - d1 * 2)>} : (tensor<4x16xf32>) -> tensor<4x8xf32>
+  %e = "trn.empty"() : () -> tensor<4x24xf32>
+  %i = "trn.insert_slice"(%e, %v) {offsets = array<i64: 0, 8>, strides = array<i64: 1, 2>} : (tensor<4x24xf32>, tensor<4x8xf32>) -> tensor<4x24xf32>
+  %k = "trn.iota"() {dimension = 1 : i64} : () -> tensor<4x24xi64>
+  return %i, %k : tensor<4x24xf32>, tensor<4x24xi64>
+}
