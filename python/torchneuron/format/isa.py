@@ -25,9 +25,17 @@ Access patterns (operands)
 
 Instruction semantics (operand slots 0..4; "-" = unused; N = free elements per partition)
     NOP            -                         waits and signals only.
-    DMA            0 dst, 1 src              copy elements in row-major order of each operand's
-                                             logical shape (equal element counts); converts
+    DMA            0 dst, 1 src,             copy elements in row-major order of each operand's
+                   2 index (FLAG_INDIRECT)   logical shape (equal element counts); converts
                                              dtype. Memories: HBM and SBUF, any direction.
+                                             With FLAG_INDIRECT exactly one of dst/src is in
+                                             HBM, and its partition p starts at element
+                                             `offset + index[p] * partition_stride` (index:
+                                             SBUF [P, 1] of an integer dtype) instead of
+                                             `offset + p * partition_stride`: a row gather
+                                             (src) or scatter (dst; partitions written in
+                                             increasing order). An index that takes a row
+                                             outside its tensor faults the DMA.
     MATMUL (PE)    0 dst PSUM fp32 [M, N],   dst = stationary^T @ moving, or dst += ... when
                    1 stationary SBUF [K, M], FLAG_ACCUMULATE is set. K <= 128, M <= 128,
                    2 moving SBUF [K, N]      N <= 512, dst within one PSUM bank. fp32 inputs
@@ -279,6 +287,7 @@ class AluOp(IntEnum):
 FLAG_ACCUMULATE = 1 << 0   # MATMUL: add into dst instead of overwriting it
 FLAG_REVERSE0 = 1 << 1     # TENSOR_SCALAR: compute s0 <alu0> src
 FLAG_REVERSE1 = 1 << 2     # TENSOR_SCALAR: compute s1 <alu1> (...)
+FLAG_INDIRECT = 1 << 3     # DMA: the HBM side's partitions are rows chosen by the index operand
 
 NO_SIGNAL = -1
 
