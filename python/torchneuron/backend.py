@@ -2,18 +2,27 @@
 
     torch.compile(model, backend="neuron")                       # registered entry point
     torch.compile(model, backend="neuron", options={"target": "trn1"})
+    torch.compile(model, backend="neuron", options={"fallback": False})   # raise, don't fall back
 
 Dynamo hands over an FX graph; AOTAutograd turns it into functional, core-ATen forward (and
-backward) graphs; each is compiled to a NEFF (see torchneuron.compiler.pipeline) and runs on
-the simulated NeuronCore through the runtime. With TORCHNEURON_DUMP_DIR set, every graph
-leaves its stages and a replay bundle (NAME.inputs.npz, NAME.expected.npz) there.
+backward) graphs. Each graph is split (torchneuron.partition): the nodes the compiler takes are
+grouped into partitions, each compiled to a NEFF (see torchneuron.compiler.pipeline) and run on
+the simulated NeuronCore through the runtime; the rest runs in PyTorch on the CPU, and every
+such fallback is reported with its reason and source line (torchneuron.report, logged at INFO
+on the "torchneuron" logger; `torchneuron.explain` collects them). With TORCHNEURON_DUMP_DIR
+set, every compiled partition leaves its stages and a replay bundle (NAME.inputs.npz,
+NAME.expected.npz) there, and every graph its split (NAME.split.fx.txt).
 """
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import itertools
 import logging
 import os
+import re
+import sys
 import threading
 import time
 from typing import Any, Callable
@@ -25,27 +34,58 @@ log = logging.getLogger("torchneuron")
 _graph_ids = itertools.count()
 _lock = threading.Lock()
 _compiled: list["CompiledGraph"] = []
+_reports: list = []
 
 
 def compiled_graphs() -> list["CompiledGraph"]:
-    """Every graph this process has compiled, oldest first (for reports and tools)."""
+    """Every partition this process has compiled, oldest first (for reports and tools)."""
     return list(_compiled)
+
+
+def graph_reports() -> list:
+    """The torchneuron.report.GraphReport of every graph this process has compiled, oldest
+    first: what was compiled, what fell back to PyTorch and why."""
+    return list(_reports)
+
+
+@dataclasses.dataclass(frozen=True)
+class BackendOptions:
+    compile: Any          # torchneuron.compiler.pipeline.CompileOptions
+    fallback: bool = True  # False: raise the compiler's error instead of falling back
+
+    @staticmethod
+    def from_dict(options: dict | None) -> "BackendOptions":
+        from torchneuron.compiler.pipeline import CompileOptions
+
+        options = dict(options or {})
+        fallback = options.pop("fallback", True)
+        if not isinstance(fallback, bool):
+            raise ValueError(f"torchneuron option fallback must be a bool, not {fallback!r}")
+        return BackendOptions(CompileOptions.from_dict(options), fallback)
+
+
+def _backend_options(options) -> BackendOptions:
+    if isinstance(options, BackendOptions):
+        return options
+    if options is None or isinstance(options, dict):
+        return BackendOptions.from_dict(options)
+    return BackendOptions(options)       # a CompileOptions
 
 
 def neuron(gm, example_inputs, options: dict | None = None, mode: str | None = None):
     """torch.compile backend: `backend="neuron"`."""
     import torch._dynamo.backends.common as dynamo_common
     from torch._decomp import core_aten_decompositions
+    from torch._functorch.aot_autograd import make_boxed_func
 
-    from torchneuron.compiler.pipeline import CompileOptions
-
-    opts = CompileOptions.from_dict(options)
+    opts = BackendOptions.from_dict(options)
     with _lock:
         graph_id = next(_graph_ids)
 
     def compiler(kind: str) -> Callable:
         def compile_graph(graph_module, inputs):
-            return compile_fx_graph(graph_module, inputs, f"graph{graph_id}_{kind}", opts)
+            return make_boxed_func(compile_fx_graph(graph_module, inputs,
+                                                    f"graph{graph_id}_{kind}", opts))
         return compile_graph
 
     backend = dynamo_common.aot_autograd(
@@ -61,7 +101,12 @@ class CompiledGraph:
 
     def __init__(self, name: str, program, device, graph_module, dump_dir: str | None,
                  stage_seconds: dict[str, float]):
+        import numpy as np
+
         self.name = name
+        # bool tensors are stored as uint8 (the NEFF has no i1): convert at the boundary.
+        self._bool_inputs = [spec.dtype == np.uint8 for spec in program.inputs]
+        self._bool_outputs = [_is_bool(v) for v in _output_values(graph_module)]
         self.program = program
         self.device = device
         self.graph_module = graph_module
@@ -72,9 +117,13 @@ class CompiledGraph:
 
     def __call__(self, *args) -> tuple:
         arrays = [_to_numpy(a) for a in args]
+        arrays = [a.view("uint8") if bool_in and a.dtype == "bool" else a
+                  for a, bool_in in zip(arrays, self._bool_inputs)]
         result = self.device.execute(self.program, arrays)
         self.last_profile = result.profile
         outputs = tuple(_to_torch(o) for o in result.outputs)
+        outputs = tuple(o.bool() if i < len(self._bool_outputs) and self._bool_outputs[i] and
+                        o.dtype != _torch().bool else o for i, o in enumerate(outputs))
         if self.dump_dir and not self._replay_written:
             self._write_replay(args)
         return outputs
@@ -153,31 +202,290 @@ def _has_symbolic_sizes(example_inputs) -> bool:
 
 
 def compile_fx_graph(gm, example_inputs, name: str, options):
-    """FX graph -> NEFF -> a callable running it on the simulator."""
+    """FX graph -> the callable the backend returns: supported partitions compiled to NEFFs
+    running on the simulator, the rest in PyTorch (see torchneuron.partition)."""
     if _has_symbolic_sizes(example_inputs):
         return ShapeSpecializedGraph(gm, name, options)
-    from torchneuron import runtime
-    from torchneuron.compiler.frontend.fx_import import import_fx_graph
-    from torchneuron.compiler.pipeline import compile_linalg
+    from torchneuron import partition, report
+    from torchneuron.compiler.errors import UnsupportedOpError
 
+    opts = _backend_options(options)
+
+    def compile_partition(sub, part_name: str, dump: bool):
+        return _compile_partition(sub, part_name, opts.compile, dump)
+
+    try:
+        split = partition.split_and_compile(gm, name, compile_partition,
+                                            strict=not opts.fallback)
+    except partition.NotCompilable as exc:
+        raise UnsupportedOpError(str(exc)) from None
+    graph_report = report.graph_report(split)
+    split.report = graph_report
+    with _lock:
+        _reports.append(graph_report)
     dump_dir = config.DUMP_DIR.get()
     if dump_dir:
         os.makedirs(dump_dir, exist_ok=True)
+        with open(os.path.join(dump_dir, f"{name}.split.fx.txt"), "w") as f:
+            f.write(split.split.print_readable(print_output=False))
+    log.info("%s", graph_report)
+    return split
+
+
+def _compile_partition(sub, name: str, options, dump: bool) -> "CompiledGraph":
+    """One partition: FX -> linalg -> NEFF -> a loaded program. Every failure becomes a
+    PartitionFailure naming the FX node to blame when the error says which."""
+    from torchneuron import runtime
+    from torchneuron.compiler.errors import CompileError
+    from torchneuron.compiler.frontend.fx_import import import_fx_graph
+    from torchneuron.compiler.pipeline import compile_linalg
+    from torchneuron.partition import PartitionFailure
+
+    dump_dir = config.DUMP_DIR.get() if dump else None
+    if dump_dir:
+        os.makedirs(dump_dir, exist_ok=True)
         with open(os.path.join(dump_dir, f"{name}.fx.txt"), "w") as f:
-            f.write(gm.print_readable(print_output=False))
+            f.write(sub.print_readable(print_output=False))
     start = time.perf_counter()
-    linalg = import_fx_graph(gm, name)
+    linalg, error, diagnostics = _import(import_fx_graph, sub, name)
+    if error is not None:
+        node, message = _import_diagnostic(diagnostics, sub)
+        if message is None:
+            node, message = _summarize(error)
+        raise PartitionFailure("import", message, node, error)
+    if diagnostics.strip():
+        log.debug("torch-mlir diagnostics for %s:\n%s", name, diagnostics)
     import_seconds = time.perf_counter() - start
-    compiled = compile_linalg(linalg, name, options, dump_dir)
+    try:
+        compiled = compile_linalg(linalg, name, options, dump_dir)
+        program = runtime.load(compiled.neff)
+    except CompileError as exc:
+        node, message = _summarize(exc)
+        if node is None:
+            node, op = _foreign_op(linalg)
+            if op is not None:
+                message = f"no lowering to the NeuronCore for '{op}'"
+        raise PartitionFailure("compile", message, node, exc) from None
+    except Exception as exc:     # a compiler bug: reported, and the partition falls back
+        node, message = _summarize(exc)
+        raise PartitionFailure("compile", f"internal compiler error: {message}", node,
+                               exc) from None
     seconds = {"linalg": import_seconds, **compiled.stage_seconds}
-    program = runtime.load(compiled.neff)
-    log.info("compiled %s in %.2f s (%s)", name, sum(seconds.values()),
-             ", ".join(f"{k} {v:.2f} s" for k, v in seconds.items()))
-    compiled_graph = CompiledGraph(name, program, runtime.Device(program.target), gm, dump_dir,
+    log.debug("compiled %s in %.2f s (%s)", name, sum(seconds.values()),
+              ", ".join(f"{k} {v:.2f} s" for k, v in seconds.items()))
+    compiled_graph = CompiledGraph(name, program, runtime.Device(program.target), sub, dump_dir,
                                    seconds)
-    with _lock:
-        _compiled.append(compiled_graph)
+    if dump:
+        with _lock:
+            _compiled.append(compiled_graph)
     return compiled_graph
+
+
+class ImportFailure(Exception):
+    """torch-mlir's importer failed with something other than a CompileError, or killed the
+    process it ran in (an LLVM fatal error or abort)."""
+
+    def __init__(self, message: str, fx_node: str | None = None):
+        super().__init__(message)
+        self.fx_node = fx_node
+
+
+# torch-mlir's C++ aborts on some graphs (e.g. "LLVM ERROR: out of memory" for a scatter along
+# dim -1) and would take the user's process with it, so the import runs in a forked child.
+IMPORT_IN_CHILD = hasattr(os, "fork")
+IMPORT_TIMEOUT_S = 300
+
+
+def _import(import_fx_graph, sub, name: str) -> tuple[str | None, Exception | None, str]:
+    """(linalg text, error, what torch-mlir printed on stderr) of importing `sub`."""
+    if not IMPORT_IN_CHILD:
+        with _captured_stderr() as diagnostics:
+            try:
+                return import_fx_graph(sub, name), None, ""
+            except Exception as exc:   # CompileError, or a bug in torch-mlir's importer
+                error = exc
+        return None, error, diagnostics[0]
+    import pickle
+    import select
+    import signal
+    import tempfile
+
+    from torchneuron.compiler.errors import CompileError
+
+    with tempfile.TemporaryFile() as err:
+        read_end, write_end = os.pipe()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        pid = os.fork()
+        if pid == 0:   # the child: import, send the result, exit without cleanup
+            status = 0
+            try:
+                import faulthandler
+                faulthandler.disable()     # an abort is the parent's to report
+                os.close(read_end)
+                os.dup2(err.fileno(), 2)
+                try:
+                    result = ("ok", import_fx_graph(sub, name))
+                except CompileError as exc:
+                    result = ("compile-error", exc.message, exc.location)
+                except Exception as exc:
+                    result = ("error", *_summarize(exc))
+                data = pickle.dumps(result)
+                with os.fdopen(write_end, "wb") as pipe:
+                    pipe.write(data)
+            except BaseException:
+                status = 1
+            finally:
+                os._exit(status)
+        os.close(write_end)
+        chunks, deadline = [], time.monotonic() + IMPORT_TIMEOUT_S
+        with os.fdopen(read_end, "rb") as pipe:
+            while True:
+                ready, _, _ = select.select([pipe], [], [], max(0.0, deadline - time.monotonic()))
+                if not ready:
+                    os.kill(pid, signal.SIGKILL)
+                    break
+                chunk = os.read(pipe.fileno(), 1 << 20)
+                if not chunk:
+                    break
+                chunks.append(chunk)
+        _, status = os.waitpid(pid, 0)
+        err.seek(0)
+        diagnostics = err.read().decode("utf-8", errors="replace")
+    try:
+        result = pickle.loads(b"".join(chunks)) if chunks else None
+    except Exception:
+        result = None
+    if result is None:
+        how = (f"killed by signal {os.WTERMSIG(status)}" if os.WIFSIGNALED(status)
+               else f"exit status {os.WEXITSTATUS(status)}")
+        last = [line for line in diagnostics.strip().splitlines() if line.strip()]
+        detail = f": {last[0].strip()}" if last else ""
+        if time.monotonic() >= deadline:
+            return None, ImportFailure(f"torch-mlir import timed out after "
+                                       f"{IMPORT_TIMEOUT_S} s"), diagnostics
+        return None, ImportFailure(f"torch-mlir crashed ({how}){detail}"), diagnostics
+    if result[0] == "ok":
+        return result[1], None, diagnostics
+    if result[0] == "compile-error":
+        return None, CompileError(result[1], result[2]), diagnostics
+    return None, ImportFailure(result[2], result[1]), diagnostics
+
+
+@contextlib.contextmanager
+def _captured_stderr():
+    """Collect what is written to file descriptor 2 (MLIR prints the diagnostics of a failed
+    torch-mlir lowering there, with the location naming the FX node) into box[0]."""
+    import tempfile
+
+    box: list[str] = []
+    try:
+        sys.stderr.flush()
+        saved = os.dup(2)
+    except (OSError, ValueError, AttributeError):   # no usable fd 2: do not capture
+        box.append("")
+        yield box
+        return
+    with tempfile.TemporaryFile() as tmp:
+        os.dup2(tmp.fileno(), 2)
+        try:
+            yield box
+        finally:
+            try:
+                sys.stderr.flush()
+            except (OSError, ValueError):
+                pass
+            os.dup2(saved, 2)
+            os.close(saved)
+            tmp.seek(0)
+            box.append(tmp.read().decode("utf-8", errors="replace"))
+
+
+_DIAGNOSTIC = re.compile(r'^loc\("(?P<node>[^"]+)"[^\n]*?\): error: (?P<msg>.*)$', re.M)
+_TORCH_OPERATOR = re.compile(r'%\S+ = "torch\.operator"\(.*<\{name = "(?P<op>[^"]+)"\}>.*')
+
+
+def _import_diagnostic(text: str, sub) -> tuple[str | None, str | None]:
+    """(FX node, message) of the first error diagnostic torch-mlir printed, if any."""
+    names = {n.name for n in sub.graph.nodes if n.op == "call_function"}
+    for m in _DIAGNOSTIC.finditer(text or ""):
+        message = _TORCH_OPERATOR.sub(lambda o: f"torch.operator {o.group('op')}", m.group("msg"))
+        node = m.group("node") if m.group("node") in names else None
+        return node, "torch-mlir: " + _first_line(message)
+    return None, None
+
+
+def _foreign_op(linalg_text: str) -> tuple[str | None, str | None]:
+    """(FX node, op name) of the first op in torch-mlir's output that belongs to a dialect the
+    compiler does not load (e.g. tm_tensor.sort), which it cannot even parse."""
+    from torch_mlir import ir
+
+    from torchneuron.compiler.errors import fx_node_of
+    from torchneuron.dialects import make_context
+
+    found: list = []
+
+    def visit(op):
+        if found:
+            return ir.WalkResult.INTERRUPT
+        if not context.is_registered_operation(op.name):
+            found.append((fx_node_of(str(op.location)), op.name))
+            return ir.WalkResult.INTERRUPT
+        return ir.WalkResult.ADVANCE
+
+    try:
+        context = make_context()
+        context.allow_unregistered_dialects = True
+        with context:
+            module = ir.Module.parse(linalg_text)
+            module.operation.walk(visit)
+    except Exception:
+        return None, None
+    return found[0] if found else (None, None)
+
+
+_FX_NODE = re.compile(r"FX node '(?P<node>[^']+)'(?: at [^:]+:\d+)?: ")
+
+
+def _summarize(exc: BaseException) -> tuple[str | None, str]:
+    """(FX node, one-line message) of a compiler exception. A CompileError names its node; an
+    exception raised inside an MLIR callback arrives as a RuntimeError carrying the original
+    traceback, whose last line is the original error."""
+    from torchneuron.compiler.errors import CompileError
+
+    if isinstance(exc, CompileError):
+        return exc.fx_node, _first_line(exc.message)
+    if isinstance(exc, ImportFailure):
+        return exc.fx_node, str(exc)
+    text = str(exc).strip()
+    if "Traceback (most recent call last)" in text:
+        last = text.splitlines()[-1].strip()
+        m = _FX_NODE.search(last)
+        if m:
+            return m.group("node"), _first_line(last[m.end():])
+        return None, _first_line(last)
+    return None, f"{type(exc).__name__}: {_first_line(text)}"
+
+
+def _first_line(text: str, limit: int = 300) -> str:
+    text = text.strip()
+    line = text.splitlines()[0] if text else ""
+    return line if len(line) <= limit else line[:limit] + "..."
+
+
+def _output_values(gm) -> list:
+    out = gm.graph.output_node().args[0]
+    out = out if isinstance(out, (tuple, list)) else (out,)
+    return [o.meta.get("val") if hasattr(o, "meta") else None for o in out]
+
+
+def _is_bool(value) -> bool:
+    return getattr(value, "dtype", None) is _torch().bool
+
+
+def _torch():
+    import torch
+    return torch
 
 
 # Dtypes numpy stores through ml_dtypes, with the same-size integer torch views them as.
