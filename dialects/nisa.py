@@ -88,6 +88,8 @@ def check_access_pattern(ap: list[int], buffer: ir.Value, role: str) -> None:
 _ONCHIP = ("sbuf", "psum")
 _SPECS: dict[str, tuple[tuple[str, ...], tuple[str, ...], dict[str, tuple[str, ...]]]] = {
     "nisa.dma": (("dst", "src"), ("dma",), {"dst": ("hbm", "sbuf"), "src": ("hbm", "sbuf")}),
+    "nisa.dma_indirect": (("dst", "src", "index"), ("dma",),
+                          {"dst": ("hbm", "sbuf"), "src": ("hbm", "sbuf"), "index": ("sbuf",)}),
     "nisa.matmul": (("dst", "stationary", "moving"), ("pe",),
                     {"dst": ("psum",), "stationary": ("sbuf",), "moving": ("sbuf",)}),
     "nisa.transpose": (("dst", "src"), ("pe",), {"dst": ("psum",), "src": ("sbuf",)}),
@@ -200,6 +202,24 @@ class DmaOp(Nisa.Operation, name="dma"):
     engine: ir.StringAttr
     aps: ir.ArrayAttr
     verify_invariants = _instruction_verifier()
+
+
+def _check_dma_indirect(op) -> None:
+    memories = [memory_of(v) for v in op.operands[:2]]
+    require(memories.count("hbm") == 1, "exactly one of dst and src must be in hbm (the rows "
+            "the index chooses)")
+    index_type = ir.MemRefType(op.operands[2].type).element_type
+    require(isinstance(index_type, ir.IntegerType), f"index must be integers, not {index_type}")
+
+
+class DmaIndirectOp(Nisa.Operation, name="dma_indirect"):
+    """DMA whose HBM side takes, for partition p, the row `index[p]` (gather or scatter)."""
+    dst: Buffer
+    src: Buffer
+    index: Buffer
+    engine: ir.StringAttr
+    aps: ir.ArrayAttr
+    verify_invariants = _instruction_verifier(_check_dma_indirect)
 
 
 def _check_matmul(op) -> None:

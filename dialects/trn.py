@@ -217,6 +217,101 @@ class InsertSliceOp(Trn.Operation, name="insert_slice", traits=[ext.Pure]):
     verify_invariants = verifier(_check_insert_slice)
 
 
+def _check_gather(op) -> None:
+    shape_of(op.operands[0], "source")
+    index = shape_of(op.operands[1], "index")
+    res = shape_of(op.results[0], "result")
+    free_strides = i64_array(op, "free_strides")
+    require(res[:len(index)] == index and len(res) == len(index) + len(free_strides),
+            f"result shape {res} must be the index shape {index} followed by "
+            f"{len(free_strides)} free dims")
+    require(isinstance(tensor_type(op.operands[1], "index").element_type, ir.IntegerType),
+            "index must be a tensor of integers")
+    int_value(op, "offset")
+    require(int_value(op, "row_stride") >= 1, "row_stride must be positive")
+    _same_element_type(op, op.operands[0], op.results[0], "result")
+
+
+class GatherOp(Trn.Operation, name="gather", traits=[ext.Pure]):
+    """result[r, f] = source_flat[offset + index[r] * row_stride + sum_k f_k * free_strides_k]
+    over the source's row-major elements: rows chosen by data (embedding, index_select,
+    gather), each read with a static pattern."""
+    source: ext.Operand[ir.RankedTensorType]
+    index: ext.Operand[ir.RankedTensorType]
+    offset: ir.IntegerAttr
+    row_stride: ir.IntegerAttr
+    free_strides: AnyAttr
+    result: ext.Result[ir.RankedTensorType]
+    verify_invariants = verifier(_check_gather)
+
+
+def _window_attrs(op, spatial: int) -> tuple[list[int], list[int]]:
+    strides, dilations = i64_array(op, "strides"), i64_array(op, "dilations")
+    require(len(strides) == len(dilations) == spatial and min(strides + dilations) >= 1,
+            f"strides {strides} and dilations {dilations} need {spatial} positive entries")
+    return strides, dilations
+
+
+def _out_size(n: int, k: int, stride: int, dilation: int) -> int:
+    return (n - dilation * (k - 1) - 1) // stride + 1
+
+
+def _check_conv(op) -> None:
+    x = shape_of(op.operands[0], "input")
+    w = shape_of(op.operands[1], "filter")
+    res = shape_of(op.results[0], "result")
+    spatial = len(x) - 2
+    require(1 <= spatial <= 3 and len(w) == len(x) == len(res),
+            f"expects input [N, C, spatial...] with 1-3 spatial dims, filter [F, C/groups, "
+            f"kernel...] and result of the same rank, got {x}, {w} -> {res}")
+    strides, dilations = _window_attrs(op, spatial)
+    groups = int_value(op, "groups")
+    require(groups >= 1 and x[1] % groups == 0 and w[0] % groups == 0
+            and w[1] * groups == x[1],
+            f"channels: input {x[1]}, filter {w[0]}x{w[1]} do not split into {groups} groups")
+    expected = [x[0], w[0]] + [_out_size(n, k, s, d) for n, k, s, d in
+                               zip(x[2:], w[2:], strides, dilations)]
+    require(res == expected, f"result shape {res} differs from {expected}")
+
+
+class ConvOp(Trn.Operation, name="conv", traits=[ext.Pure]):
+    """result[n, f, o...] = sum_{c, k...} input[n, g*C + c, o*stride + k*dilation]
+    * filter[f, c, k...] with g = f / (F / groups): an unpadded, grouped convolution."""
+    input: ext.Operand[ir.RankedTensorType]
+    filter: ext.Operand[ir.RankedTensorType]
+    strides: AnyAttr
+    dilations: AnyAttr
+    groups: ir.IntegerAttr
+    result: ext.Result[ir.RankedTensorType]
+    verify_invariants = verifier(_check_conv)
+
+
+def _check_pool(op) -> None:
+    x = shape_of(op.operands[0], "input")
+    res = shape_of(op.results[0], "result")
+    spatial = len(x) - 2
+    window = i64_array(op, "window")
+    strides, dilations = _window_attrs(op, spatial)
+    require(1 <= spatial <= 3 and len(window) == spatial,
+            f"expects input [N, C, spatial...] and a window per spatial dim, got {x}, {window}")
+    require(string(op, "op") in ("max", "add"), "op must be max or add")
+    expected = x[:2] + [_out_size(n, k, s, d) for n, k, s, d in
+                        zip(x[2:], window, strides, dilations)]
+    require(res == expected, f"result shape {res} differs from {expected}")
+
+
+class PoolOp(Trn.Operation, name="pool", traits=[ext.Pure]):
+    """result[n, c, o...] = max (or sum) over the window of input[n, c, o*stride +
+    k*dilation]."""
+    input: ext.Operand[ir.RankedTensorType]
+    op: ir.StringAttr
+    window: AnyAttr
+    strides: AnyAttr
+    dilations: AnyAttr
+    result: ext.Result[ir.RankedTensorType]
+    verify_invariants = verifier(_check_pool)
+
+
 def _check_same_shape(op, operand_indices=(0,)) -> list[int]:
     res = shape_of(op.results[0], "result")
     for i in operand_indices:

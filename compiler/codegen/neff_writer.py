@@ -127,7 +127,8 @@ def _constant_bytes(op: ir.Operation) -> bytes:
 
 
 _OPCODES = {
-    "nisa.dma": isa.Opcode.DMA, "nisa.matmul": isa.Opcode.MATMUL,
+    "nisa.dma": isa.Opcode.DMA, "nisa.dma_indirect": isa.Opcode.DMA,
+    "nisa.matmul": isa.Opcode.MATMUL,
     "nisa.transpose": isa.Opcode.TRANSPOSE, "nisa.activation": isa.Opcode.ACTIVATE,
     "nisa.tensor_tensor": isa.Opcode.TENSOR_TENSOR,
     "nisa.tensor_scalar": isa.Opcode.TENSOR_SCALAR,
@@ -139,7 +140,7 @@ _OPCODES = {
 _SLOTS = {
     "dst": 0, "src": 1, "stationary": 1, "moving": 2, "lhs": 1, "rhs": 2, "bias": 2,
     "scale": 3, "accum": 4, "operand0": 2, "operand1": 3, "mask": 1, "on_true": 2,
-    "on_false": 3,
+    "on_false": 3, "index": 2,
 }
 
 
@@ -158,7 +159,9 @@ def _instruction(op: ir.Operation, tensor_of: dict, base: dict) -> isa.Instructi
         ins.waits = [(w[i], w[i + 1]) for i in range(0, len(w), 2)]
     if "signal" in op.attributes:
         ins.signal = U.int_attr(op, "signal")
-    if name == "nisa.matmul":
+    if name == "nisa.dma_indirect":
+        ins.flags |= isa.FLAG_INDIRECT
+    elif name == "nisa.matmul":
         if ir.BoolAttr(op.attributes["accumulate"]).value:
             ins.flags |= isa.FLAG_ACCUMULATE
     elif name == "nisa.activation":

@@ -136,6 +136,63 @@ def _convert_reshape(op: ir.Operation) -> ir.Value:
     return trn_op("reshape", op.results[0].type, [op.operands[0]])
 
 
+# -- convolution and pooling -----------------------------------------------------------------
+
+def _dense_i64(op: ir.Operation, name: str, rank: int) -> list[int]:
+    if name not in op.attributes:
+        return [1] * rank
+    return [int(v) for v in ir.DenseIntElementsAttr(op.attributes[name])]
+
+
+def _accumulate_into(value: ir.Value, init: ir.Value, kind: str) -> ir.Value:
+    """`value` combined with the named op's accumulator, unless that starts at identity."""
+    identity = {"add": 0.0, "max": -math.inf}[kind]
+    if _fill_value(init) == identity:
+        return value
+    return trn_op("tensor_tensor", value.type, [value, init], op=U.string(kind))
+
+
+def _convert_conv(op: ir.Operation) -> ir.Value:
+    (x, w), (init,) = _ins_outs(op)
+    name = op.name
+    spatial = len(U.shape(x)) - 2
+    strides = _dense_i64(op, "strides", spatial)
+    dilations = _dense_i64(op, "dilations", spatial)
+    result_type = op.results[0].type
+    etype = U.element_type(op.results[0])
+    if name == "linalg.conv_2d_ngchw_gfchw":
+        # [N, G, C, H, W] and [G, F, C, KH, KW]: groups folded into the channel dims.
+        n, g, c, *hw = U.shape(x)
+        _, f, _, *k = U.shape(w)
+        x = trn_op("reshape", U.tensor_type([n, g * c, *hw], U.element_type(x)), [x])
+        w = trn_op("reshape", U.tensor_type([g * f, c, *k], U.element_type(w)), [w])
+        out_shape = U.shape(op.results[0])
+        flat = U.tensor_type([out_shape[0], g * f, *out_shape[3:]], etype)
+        conv = trn_op("conv", flat, [x, w], strides=U.i64_array(strides),
+                      dilations=U.i64_array(dilations), groups=U.i64(g))
+        conv = trn_op("reshape", result_type, [conv])
+    elif name == "linalg.depthwise_conv_2d_nchw_chw":
+        c, *k = U.shape(w)
+        w = trn_op("reshape", U.tensor_type([c, 1, *k], U.element_type(w)), [w])
+        conv = trn_op("conv", result_type, [x, w], strides=U.i64_array(strides),
+                      dilations=U.i64_array(dilations), groups=U.i64(c))
+    else:
+        conv = trn_op("conv", result_type, [x, w], strides=U.i64_array(strides),
+                      dilations=U.i64_array(dilations), groups=U.i64(1))
+    return _accumulate_into(conv, init, "add")
+
+
+def _convert_pool(op: ir.Operation) -> ir.Value:
+    (x, window), (init,) = _ins_outs(op)
+    spatial = len(U.shape(x)) - 2
+    kind = "max" if op.name.endswith("_max") else "add"
+    pooled = trn_op("pool", op.results[0].type, [x], op=U.string(kind),
+                    window=U.i64_array(U.shape(window)),
+                    strides=U.i64_array(_dense_i64(op, "strides", spatial)),
+                    dilations=U.i64_array(_dense_i64(op, "dilations", spatial)))
+    return _accumulate_into(pooled, init, kind)
+
+
 # -- tensor dialect data movement ---------------------------------------------------------------
 
 def _static(op: ir.Operation, name: str) -> list[int]:
@@ -242,9 +299,11 @@ def _convert_generic(op: ir.Operation) -> list[ir.Value]:
     args = list(block.arguments)
     env: dict = {}
     leaves: list[ir.Value] = []
+    leaf_dims: list[set[int]] = []
 
     def leaf(tensor: ir.Value, amap) -> Expr:
         leaves.append(_to_iteration_space(tensor, amap, bounds, op))
+        leaf_dims.append({e.position for e in amap.results if isinstance(e, ir.AffineDimExpr)})
         return Expr("arg", index=len(leaves) - 1)
 
     for i, (arg, tensor) in enumerate(zip(args, ins)):
@@ -259,7 +318,7 @@ def _convert_generic(op: ir.Operation) -> list[ir.Value]:
         env[inner.results[0]] = scalar_expr(
             inner, lambda k, inner=inner: _operand_expr(inner.operands[k], env, op))
     yields = [recognise_idioms(_operand_expr(v, env, op)) for v in body[-1].operands]
-    emitter = TrnEmitter(leaves, bounds)
+    emitter = TrnEmitter(leaves, bounds, leaf_dims)
     results = []
     for j, (expr, result) in enumerate(zip(yields, op.results)):
         if not list(result.uses):
@@ -456,6 +515,17 @@ def _to_iteration_space(tensor: ir.Value, amap, bounds: list[int], op) -> ir.Val
 
 
 _CONVERTERS = {
+    "linalg.conv_1d_ncw_fcw": _convert_conv,
+    "linalg.conv_2d_nchw_fchw": _convert_conv,
+    "linalg.conv_3d_ncdhw_fcdhw": _convert_conv,
+    "linalg.conv_2d_ngchw_gfchw": _convert_conv,
+    "linalg.depthwise_conv_2d_nchw_chw": _convert_conv,
+    "linalg.pooling_ncw_max": _convert_pool,
+    "linalg.pooling_nchw_max": _convert_pool,
+    "linalg.pooling_ncdhw_max": _convert_pool,
+    "linalg.pooling_ncw_sum": _convert_pool,
+    "linalg.pooling_nchw_sum": _convert_pool,
+    "linalg.pooling_ncdhw_sum": _convert_pool,
     "tensor.extract_slice": _convert_extract_slice,
     "tensor.insert_slice": _convert_insert_slice,
     "tensor.concat": _convert_concat,

@@ -18,10 +18,12 @@ from torch_mlir.dialects import func as func_d
 from torchneuron.compiler import ir_utils as U
 from torchneuron.compiler.errors import CompileError, UnsupportedOpError
 from torchneuron.compiler.kernels.elementwise import lower_elementwise
+from torchneuron.compiler.kernels.conv import lower_conv, lower_pool
 from torchneuron.compiler.kernels.emitter import Emitter
+from torchneuron.compiler.kernels.gather import lower_gather
 from torchneuron.compiler.kernels.matmul import lower_matmul
 from torchneuron.compiler.kernels.reduce import lower_reduce
-from torchneuron.compiler.kernels.tile_ops import ELEMENTWISE_OPS, SOURCE_OPS, VIEW_OPS
+from torchneuron.compiler.kernels.tile_ops import ELEMENTWISE_OPS, ROOT_OPS, SOURCE_OPS, VIEW_OPS
 from torchneuron.compiler.kernels.views import HbmView, apply_view_op, source_view
 from torchneuron.compiler.passes import Pass, register
 from torchneuron.compiler.transforms.fuse import outline
@@ -46,7 +48,7 @@ class ConvertTrnToNisa(Pass):
 
 
 # Ops whose result gets an HBM buffer of its own (the others are views of existing buffers).
-_STORED = ("trn.kernel", "trn.insert_slice", "trn.empty")
+_STORED = ("trn.kernel", "trn.insert_slice", "trn.empty", "trn.gather")
 
 
 @dataclasses.dataclass(eq=False)
@@ -68,7 +70,7 @@ class _FunctionLowering:
         old = self.old
         body = U.body_ops(old)
         for op in body:
-            if op.name in ELEMENTWISE_OPS or op.name in ("trn.matmul", "trn.reduce"):
+            if op.name in ELEMENTWISE_OPS or op.name in ROOT_OPS:
                 outline([op])
             elif not (op.name in VIEW_OPS or op.name in _STORED
                       or op.name in ("arith.constant", "func.return")):
@@ -151,6 +153,14 @@ class _FunctionLowering:
                     U.array_attr(op, "offsets"), U.array_attr(op, "strides"), U.shape(source))):
                 region = region.slice(dim, start, size, stride)
             self._copy(self.views[source], region)
+        elif op.name == "trn.gather":
+            source = self.views[op.operands[0]]
+            if not source.is_contiguous():
+                contiguous = HbmView.of(self.em.alloc_hbm(list(source.shape),
+                                                          source.element_type))
+                self._copy(source, contiguous)
+                source = contiguous
+            lower_gather(self.em, op, source, self.views[op.operands[1]], out)
         self.views[result] = out
 
     def _view(self, op: ir.Operation, source: HbmView) -> HbmView:
@@ -189,9 +199,15 @@ class _FunctionLowering:
         yielded = body[-1].operands[0]
         matmuls = [op for op in compute if op.name == "trn.matmul"]
         reduces = [op for op in compute if op.name == "trn.reduce"]
-        if len(matmuls) + len(reduces) > 1:
-            raise CompileError("a kernel holds at most one matmul or reduction", kernel.location)
-        if matmuls:
+        windows = [op for op in compute if op.name in ("trn.conv", "trn.pool")]
+        if len(matmuls) + len(reduces) + len(windows) > 1:
+            raise CompileError("a kernel holds at most one matmul, convolution, pooling or "
+                               "reduction", kernel.location)
+        if windows:
+            root = windows[0]
+            lower = lower_conv if root.name == "trn.conv" else lower_pool
+            lower(self.em, root, [op for op in compute if op != root], views, (yielded, out))
+        elif matmuls:
             lower_matmul(self.em, matmuls[0], [op for op in compute if op != matmuls[0]], views,
                          [(yielded, out)], U.str_attr(kernel, "orientation"))
         elif reduces:

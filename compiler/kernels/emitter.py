@@ -46,11 +46,50 @@ class Tile:
             ap += [stride, size]
         return ap
 
+    def pattern(self, offset: int, dims: list[tuple[int, int]]) -> "TilePattern":
+        """This tile's partitions read with a free access pattern of (stride, size) pairs
+        starting `offset` elements into each partition (e.g. a convolution window)."""
+        return TilePattern(self.buffer, self.partitions, self.col + offset, tuple(dims))
+
     def columns(self, start: int, width: int) -> "Tile":
         return Tile(self.buffer, self.partitions, width, self.col + start)
 
     def rows(self, count: int) -> "Tile":
         return Tile(self.buffer, count, self.free, self.col)
+
+
+@dataclasses.dataclass(frozen=True)
+class TilePattern:
+    """An arbitrary free access pattern over the partitions of an on-chip buffer."""
+    buffer: ir.Value
+    partitions: int
+    offset: int
+    dims: tuple[tuple[int, int], ...]
+
+    @property
+    def row(self) -> int:
+        return ir.MemRefType(self.buffer.type).shape[1]
+
+    @property
+    def element_type(self) -> ir.Type:
+        return ir.MemRefType(self.buffer.type).element_type
+
+    @property
+    def memory(self) -> str:
+        return ir.StringAttr(ir.MemRefType(self.buffer.type).memory_space).value
+
+    @property
+    def free(self) -> int:
+        n = 1
+        for _, size in self.dims:
+            n *= size
+        return n
+
+    def ap(self) -> list[int]:
+        ap = [self.offset, self.row, self.partitions]
+        for stride, size in self.dims:
+            ap += [stride, size]
+        return ap
 
 
 class Emitter:
@@ -95,6 +134,14 @@ class Emitter:
             store: bool = False) -> None:
         queue = next(self._store_queues if store else self._load_queues)
         self._instr("nisa.dma", "dma", [(dst, dst_ap), (src, src_ap)], queue=U.i64(queue))
+
+    def dma_indirect(self, dst: ir.Value, dst_ap: list[int], src: ir.Value, src_ap: list[int],
+                     index: Tile) -> None:
+        """A row gather (src in HBM) or scatter (dst in HBM): partition p of the HBM side is
+        the row index[p] (times the access pattern's partition stride)."""
+        self._instr("nisa.dma_indirect", "dma",
+                    [(dst, dst_ap), (src, src_ap), (index.buffer, index.ap())],
+                    queue=U.i64(next(self._load_queues)))
 
     def load(self, tile: Tile, view: HbmView, partition_dim: int | None,
              free_dims: list[int]) -> None:

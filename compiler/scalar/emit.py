@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import math
 from typing import Union
 
 from torch_mlir import ir
 
 from torchneuron.compiler import ir_utils as U
 from torchneuron.compiler.errors import CompileError, UnsupportedOpError
-from torchneuron.compiler.scalar.expr import COMPARISONS, Expr, affine_in_loops, fold
+from torchneuron.compiler.scalar.expr import (
+    COMPARISONS, Expr, const, fold, loop_dims_of, split_index,
+)
 
 
 def trn_op(name: str, result_type: ir.Type, operands, **attrs) -> ir.Value:
@@ -28,9 +31,13 @@ def storage_element_type(t: ir.Type) -> ir.Type:
 class TrnEmitter:
     """Emits trn ops computing Exprs over `leaves` (tensors of the iteration `shape`)."""
 
-    def __init__(self, leaves: list[ir.Value], shape: list[int]):
+    def __init__(self, leaves: list[ir.Value], shape: list[int],
+                 leaf_dims: list[set[int]] | None = None):
         self.leaves = leaves
         self.shape = list(shape)
+        # The loop dims each leaf varies along (it is broadcast along the others).
+        self.leaf_dims = leaf_dims if leaf_dims is not None else \
+            [set(range(len(shape))) for _ in leaves]
         self.memo: dict[int, Union[ir.Value, float]] = {}
 
     def tensor_of(self, etype: ir.Type) -> ir.Type:
@@ -89,27 +96,70 @@ class TrnEmitter:
         return self._alu(e.kind, args)
 
     def _extract(self, e: Expr) -> ir.Value:
-        """tensor.extract at indices affine in the loop indices: a trn.view of the source
-        (slices, strides, flips, broadcasts)."""
+        """tensor.extract of an element of `e.source`: a trn.view when the indices are affine
+        in the loop indices (slices, strides, flips), else a trn.gather of rows chosen by the
+        data-dependent part of the indices."""
         n = len(self.shape)
-        exprs = []
-        for index in e.args:
-            affine = affine_in_loops(index, n)
-            if affine is None or not float(affine[0]).is_integer() \
-                    or not all(float(c).is_integer() for c in affine[1]):
-                raise UnsupportedOpError("no lowering to the NeuronCore yet for indexing by "
-                                         "tensor values (gather)")
-            const, coeffs = affine
-            expr = ir.AffineExpr.get_constant(int(const))
-            for d, c in enumerate(coeffs):
-                if c:
-                    expr = ir.AffineExpr.get_add(expr, ir.AffineExpr.get_mul(
-                        ir.AffineExpr.get_dim(d), ir.AffineExpr.get_constant(int(c))))
-            exprs.append(expr)
-        amap = ir.AffineMap.get(n, 0, exprs)
         source = e.source
+        parts = [split_index(index, n) for index in e.args]
+        for const, coeffs, _ in parts:
+            if not float(const).is_integer() or not all(float(c).is_integer() for c in coeffs):
+                raise UnsupportedOpError("no lowering to the NeuronCore for a fractional index")
+        if not any(terms for _, _, terms in parts):
+            return self._affine_view(source, parts)
+        return self._gather(source, parts)
+
+    def _affine_view(self, source: ir.Value, parts) -> ir.Value:
+        exprs = [_affine_expr(const, coeffs) for const, coeffs, _ in parts]
+        amap = ir.AffineMap.get(len(self.shape), 0, exprs)
         return trn_op("view", self.tensor_of(U.element_type(source)), [source],
                       indexing_map=ir.AffineMapAttr.get(amap))
+
+    def _gather(self, source: ir.Value, parts) -> ir.Value:
+        n = len(self.shape)
+        strides = _row_major(U.shape(source))
+        rows = sorted(set().union(*(loop_dims_of(t, self.leaf_dims)
+                                    for _, _, terms in parts for _, t in terms)))
+        frees = [d for d in range(n) if d not in rows]
+        offset = int(sum(st * c for st, (c, _, _) in zip(strides, parts)))
+        free_strides = [int(sum(st * coeffs[j] for st, (_, coeffs, _) in zip(strides, parts)))
+                        for j in frees]
+        # The row part: sum over source dims of stride * (affine over row dims + data terms),
+        # scaled down by its gcd, which the DMA multiplies back in integer arithmetic.
+        row_terms: list[tuple[int, Expr]] = []
+        for st, (_, coeffs, terms) in zip(strides, parts):
+            row_terms += [(int(st * coeffs[j]), Expr("iota", index=j)) for j in rows
+                          if coeffs[j]]
+            for mult, term in terms:
+                if not float(mult).is_integer():
+                    raise UnsupportedOpError("no lowering to the NeuronCore for a fractional "
+                                             "index")
+                row_terms.append((int(st * mult), term))
+        row_stride = math.gcd(*[m for m, _ in row_terms]) or 1
+        i64 = ir.IntegerType.get_signless(64)
+        index = None
+        for mult, term in row_terms:
+            scaled = Expr("convert", (term,), etype=i64)
+            if mult != row_stride:
+                scaled = Expr("mul", (scaled, const(mult // row_stride)))
+            index = scaled if index is None else Expr("add", (index, scaled))
+        index_full = self.emit(index, i64)
+        # Take the index at free-dim position 0: it does not vary along the free dims.
+        select_rows = ir.AffineMap.get(len(rows), 0, [
+            ir.AffineExpr.get_dim(rows.index(d)) if d in rows else ir.AffineExpr.get_constant(0)
+            for d in range(n)])
+        index_rows = trn_op("view", U.tensor_type([self.shape[d] for d in rows], i64),
+                            [index_full], indexing_map=ir.AffineMapAttr.get(select_rows))
+        etype = U.element_type(source)
+        gathered = trn_op("gather", U.tensor_type([self.shape[d] for d in rows + frees], etype),
+                          [source, index_rows], offset=U.i64(offset),
+                          row_stride=U.i64(row_stride), free_strides=U.i64_array(free_strides))
+        order = rows + frees
+        if order == list(range(n)):
+            return gathered
+        perm = [order.index(d) for d in range(n)]
+        return trn_op("transpose", self.tensor_of(etype), [gathered],
+                      permutation=U.i64_array(perm))
 
     def _materialise(self, v, etype: ir.Type) -> ir.Value:
         if isinstance(v, ir.Value):
@@ -133,3 +183,20 @@ class TrnEmitter:
         tensor, scalar, reverse = (a, b, False) if isinstance(a, ir.Value) else (b, a, True)
         return trn_op("tensor_scalar", rtype, [tensor], op=U.string(kind),
                       scalar=U.f32(scalar), reverse=U.bool_attr(reverse))
+
+
+def _affine_expr(const: float, coeffs: list[float]) -> ir.AffineExpr:
+    expr = ir.AffineExpr.get_constant(int(const))
+    for d, c in enumerate(coeffs):
+        if c:
+            expr = ir.AffineExpr.get_add(expr, ir.AffineExpr.get_mul(
+                ir.AffineExpr.get_dim(d), ir.AffineExpr.get_constant(int(c))))
+    return expr
+
+
+def _row_major(shape: list[int]) -> list[int]:
+    strides, acc = [], 1
+    for size in reversed(shape):
+        strides.append(acc)
+        acc *= size
+    return strides[::-1]

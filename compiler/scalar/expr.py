@@ -251,3 +251,38 @@ def affine_in_loops(e: Expr, n_dims: int) -> tuple[float, list[float]] | None:
             a, b = b, a
         return a[0] * b[0], [a[0] * x for x in b[1]]
     return None
+
+
+def split_index(e: Expr, n_dims: int) -> tuple[float, list[float], list[tuple[float, Expr]]]:
+    """An index expression as constant + sum(coeff_j * loop_j) + sum(mult_t * term_t), where
+    the terms are the parts that depend on tensor data (or are not affine)."""
+    affine = affine_in_loops(e, n_dims)
+    if affine is not None:
+        return affine[0], affine[1], []
+    if e.kind == "convert":
+        return split_index(e.args[0], n_dims)
+    if e.kind in ("add", "sub"):
+        ca, la, ta = split_index(e.args[0], n_dims)
+        cb, lb, tb = split_index(e.args[1], n_dims)
+        sign = 1.0 if e.kind == "add" else -1.0
+        return (ca + sign * cb, [x + sign * y for x, y in zip(la, lb)],
+                ta + [(sign * m, t) for m, t in tb])
+    if e.kind == "mul":
+        for k in (0, 1):
+            if e.args[k].is_const():
+                c, l, t = split_index(e.args[1 - k], n_dims)
+                v = e.args[k].value
+                return c * v, [x * v for x in l], [(m * v, term) for m, term in t]
+    return 0.0, [0.0] * n_dims, [(1.0, e)]
+
+
+def loop_dims_of(e: Expr, leaf_dims: list[set[int]]) -> set[int]:
+    """The loop dims an expression varies along (leaves vary along the dims they index)."""
+    if e.kind == "arg":
+        return set(leaf_dims[e.index])
+    if e.kind == "iota":
+        return {e.index}
+    dims: set[int] = set()
+    for a in e.args:
+        dims |= loop_dims_of(a, leaf_dims)
+    return dims

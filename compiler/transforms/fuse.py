@@ -1,8 +1,9 @@
 """trn-fuse: group trn ops into `trn.kernel`s whose intermediates never leave the chip.
 
 Groups formed:
-- matmul + epilogue: a matmul and the chain of elementwise ops that consume it one after the
-  other (bias add, activation, scaling, residual add ...), evaluated while PSUM is evacuated;
+- matmul / convolution / pooling + epilogue: the root and the chain of elementwise ops that
+  consume it one after the other (bias add, activation, scaling, residual add ...), evaluated
+  while the result is on chip (PSUM evacuation for PE results);
 - elementwise chains: elementwise ops each feeding only the next, possibly through one
   reduction (exp -> sum -> reciprocal), so the reduced input never reaches HBM.
 View ops (transpose, broadcast, reshape) and constant sources (fill, iota) that feed a group
@@ -41,7 +42,7 @@ class Fuse(Pass):
         for op in U.body_ops(func):
             if op in taken:
                 continue
-            if op.name == "trn.matmul":
+            if op.name in ("trn.matmul", "trn.conv", "trn.pool"):
                 group = [op] + (self._chain(op, taken, through_reduce=False)
                                 if self.matmul_epilogue else [])
             elif op.name == "trn.reduce" or (op.name in ELEMENTWISE_OPS
@@ -127,6 +128,7 @@ def _owner(use) -> ir.Operation:
 
 def _kind(ops: list[ir.Operation]) -> str:
     names = {op.name for op in ops}
-    if "trn.matmul" in names:
-        return "matmul"
-    return "reduce" if "trn.reduce" in names else "elementwise"
+    for root in ("matmul", "conv", "pool", "reduce"):
+        if f"trn.{root}" in names:
+            return root
+    return "elementwise"

@@ -253,5 +253,71 @@ func.func @flip(%x: tensor<4x16xf32>) -> tensor<4x16xf32> {
   return %r : tensor<4x16xf32>
 }
 
+// -----
+
+// Tests that a convolution whose accumulator starts from a broadcast bias becomes trn.conv
+// plus the bias add, and a grouped convolution folds its group dim into the channels.
+// CHECK-LABEL: func.func @conv_bias
+// CHECK: %[[C:.*]] = "trn.conv"(%arg0, %arg1) {dilations = array<i64: 1, 1>, groups = 1 : i64, strides = array<i64: 2, 2>} : (tensor<2x3x10x10xf32>, tensor<4x3x3x3xf32>) -> tensor<2x4x4x4xf32>
+// CHECK: "trn.tensor_tensor"(%[[C]], %{{.*}}) {op = "add"}
+func.func @conv_bias(%x: tensor<2x3x10x10xf32>, %w: tensor<4x3x3x3xf32>, %b: tensor<4xf32>) -> tensor<2x4x4x4xf32> {
+  %e = tensor.empty() : tensor<2x4x4x4xf32>
+  %bb = linalg.broadcast ins(%b : tensor<4xf32>) outs(%e : tensor<2x4x4x4xf32>) dimensions = [0, 2, 3]
+  %c = linalg.conv_2d_nchw_fchw {dilations = dense<1> : vector<2xi64>, strides = dense<2> : vector<2xi64>} ins(%x, %w : tensor<2x3x10x10xf32>, tensor<4x3x3x3xf32>) outs(%bb : tensor<2x4x4x4xf32>) -> tensor<2x4x4x4xf32>
+  return %c : tensor<2x4x4x4xf32>
+}
+
+// -----
+
+// CHECK-LABEL: func.func @conv_grouped
+// CHECK: "trn.reshape"(%arg0) : (tensor<2x3x1x8x8xf32>) -> tensor<2x3x8x8xf32>
+// CHECK: "trn.reshape"(%arg1) : (tensor<3x2x1x3x3xf32>) -> tensor<6x1x3x3xf32>
+// CHECK: "trn.conv"({{.*}}) {dilations = array<i64: 2, 2>, groups = 3 : i64, strides = array<i64: 1, 1>} : (tensor<2x3x8x8xf32>, tensor<6x1x3x3xf32>) -> tensor<2x6x4x4xf32>
+// CHECK: "trn.reshape"({{.*}}) : (tensor<2x6x4x4xf32>) -> tensor<2x3x2x4x4xf32>
+func.func @conv_grouped(%x: tensor<2x3x1x8x8xf32>, %w: tensor<3x2x1x3x3xf32>) -> tensor<2x3x2x4x4xf32> {
+  %cst = arith.constant 0.000000e+00 : f32
+  %e = tensor.empty() : tensor<2x3x2x4x4xf32>
+  %z = linalg.fill ins(%cst : f32) outs(%e : tensor<2x3x2x4x4xf32>) -> tensor<2x3x2x4x4xf32>
+  %c = linalg.conv_2d_ngchw_gfchw {dilations = dense<2> : vector<2xi64>, strides = dense<1> : vector<2xi64>} ins(%x, %w : tensor<2x3x1x8x8xf32>, tensor<3x2x1x3x3xf32>) outs(%z : tensor<2x3x2x4x4xf32>) -> tensor<2x3x2x4x4xf32>
+  return %c : tensor<2x3x2x4x4xf32>
+}
+
+// -----
+
+// Tests that max pooling from a -inf accumulator becomes trn.pool with its window.
+// CHECK-LABEL: func.func @maxpool
+// CHECK: "trn.pool"(%arg0) {dilations = array<i64: 1, 1>, op = "max", strides = array<i64: 2, 2>, window = array<i64: 2, 2>} : (tensor<2x3x8x8xf32>) -> tensor<2x3x4x4xf32>
+// CHECK-NOT: trn.tensor_tensor
+func.func @maxpool(%x: tensor<2x3x8x8xf32>) -> tensor<2x3x4x4xf32> {
+  %ninf = arith.constant 0xFF800000 : f32
+  %e = tensor.empty() : tensor<2x3x4x4xf32>
+  %m = linalg.fill ins(%ninf : f32) outs(%e : tensor<2x3x4x4xf32>) -> tensor<2x3x4x4xf32>
+  %w = tensor.empty() : tensor<2x2xf32>
+  %p = linalg.pooling_nchw_max {dilations = dense<1> : vector<2xi64>, strides = dense<2> : vector<2xi64>} ins(%x, %w : tensor<2x3x8x8xf32>, tensor<2x2xf32>) outs(%m : tensor<2x3x4x4xf32>) -> tensor<2x3x4x4xf32>
+  return %p : tensor<2x3x4x4xf32>
+}
+
+// -----
+
+// Tests that indexing by tensor values (an embedding lookup) becomes trn.gather of rows:
+// the index scaled by the row length is left to the DMA (row_stride), the embedding dim is
+// the gather's free dim.
+// CHECK-LABEL: func.func @embedding
+// CHECK: %[[I:.*]] = "trn.view"(%{{.*}}) {indexing_map = #{{.*}}} : (tensor<2x5x8xi64>) -> tensor<2x5xi64>
+// CHECK: "trn.gather"(%arg0, %[[I]]) {free_strides = array<i64: 1>, offset = 0 : i64, row_stride = 8 : i64} : (tensor<10x8xf32>, tensor<2x5xi64>) -> tensor<2x5x8xf32>
+#map = affine_map<(d0, d1, d2) -> (d0, d1)>
+#map1 = affine_map<(d0, d1, d2) -> (d0, d1, d2)>
+func.func @embedding(%table: tensor<10x8xf32>, %ids: tensor<2x5xi64>) -> tensor<2x5x8xf32> {
+  %e = tensor.empty() : tensor<2x5x8xf32>
+  %r = linalg.generic {indexing_maps = [#map, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%ids : tensor<2x5xi64>) outs(%e : tensor<2x5x8xf32>) {
+  ^bb0(%id: i64, %out: f32):
+    %row = arith.index_cast %id : i64 to index
+    %col = linalg.index 2 : index
+    %v = tensor.extract %table[%row, %col] : tensor<10x8xf32>
+    linalg.yield %v : f32
+  } -> tensor<2x5x8xf32>
+  return %r : tensor<2x5x8xf32>
+}
+
 // ERR: linalg_to_trn-unsupported.mlir:{{[0-9]+}}:{{[0-9]+}}: error: convert-linalg-to-trn: no lowering to the NeuronCore for 'tensor.extract'
 // ERR: linalg_to_trn-unsupported.mlir:{{[0-9]+}}:{{[0-9]+}}: error: convert-linalg-to-trn: no lowering to the NeuronCore for 'math.atan2' inside linalg.generic

@@ -144,4 +144,52 @@ func.func @flip(%x: tensor<4x16xf32>) -> tensor<4x16xf32> {
   return %e : tensor<4x16xf32>
 }
 
+// -----
+
+// Tests the convolution lowering: the input plane is loaded once ([C, H*W]); weights come
+// as contiguous rows and are transposed on PE per kernel position; each of the 9 positions is
+// a matmul reading the plane through a window access pattern (stride 2 along both spatial
+// dims), all accumulating in one PSUM tile; the bias add and ReLU fold into one activation.
+// CHECK-LABEL: func.func @conv
+// CHECK: "nisa.dma"(%{{.*}}, %arg1) {aps = [array<i64: 0, 27, 4, 1, 27>, array<i64: 0, 27, 4, 9, 3, 3, 3, 1, 3>]
+// CHECK-COUNT-9: "nisa.transpose"
+// CHECK: "nisa.dma"(%{{.*}}, %arg0) {aps = [array<i64: 0, 100, 3, 1, 100>, array<i64: 0, 100, 3, 10, 10, 1, 10>]
+// CHECK: "nisa.matmul"({{.*}}) {accumulate = false, aps = [array<i64: 0, 16, 4, 1, 16>, array<i64: 0, 4, 3, 1, 4>, array<i64: 0, 100, 3, 20, 4, 2, 4>]
+// CHECK: "nisa.matmul"({{.*}}) {accumulate = true, aps = [array<i64: 0, 16, 4, 1, 16>, array<i64: 0, 4, 3, 1, 4>, array<i64: 1, 100, 3, 20, 4, 2, 4>]
+// CHECK: "nisa.activation"({{.*}}func = "relu", operandSegmentSizes = array<i32: 1, 1, 1, 0, 0>
+func.func @conv(%x: tensor<2x3x10x10xf32>, %w: tensor<4x3x3x3xf32>, %b: tensor<4xf32>) -> tensor<2x4x4x4xf32> {
+  %k = "trn.kernel"() ({
+    %c = "trn.conv"(%x, %w) {strides = array<i64: 2, 2>, dilations = array<i64: 1, 1>, groups = 1 : i64} : (tensor<2x3x10x10xf32>, tensor<4x3x3x3xf32>) -> tensor<2x4x4x4xf32>
+    %bb = "trn.broadcast"(%b) {dimensions = array<i64: 0, 2, 3>} : (tensor<4xf32>) -> tensor<2x4x4x4xf32>
+    %s = "trn.tensor_tensor"(%c, %bb) {op = "add"} : (tensor<2x4x4x4xf32>, tensor<2x4x4x4xf32>) -> tensor<2x4x4x4xf32>
+    %r = "trn.activation"(%s) {func = "relu", scale = 1.0 : f32, bias = 0.0 : f32} : (tensor<2x4x4x4xf32>) -> tensor<2x4x4x4xf32>
+    "trn.yield"(%r) : (tensor<2x4x4x4xf32>) -> ()
+  }) {kind = "conv"} : () -> tensor<2x4x4x4xf32>
+  return %k : tensor<2x4x4x4xf32>
+}
+
+// -----
+
+// Tests that max pooling reads each window of the loaded plane through an access pattern and
+// combines them on DVE.
+// CHECK-LABEL: func.func @maxpool
+// CHECK: "nisa.tensor_copy"({{.*}}) {aps = [array<i64: 0, 16, 3, 1, 16>, array<i64: 0, 64, 3, 16, 4, 2, 4>], engine = "dve"}
+// CHECK-COUNT-3: "nisa.tensor_tensor"({{.*}}engine = "dve", op = "max"}
+func.func @maxpool(%x: tensor<2x3x8x8xf32>) -> tensor<2x3x4x4xf32> {
+  %p = "trn.pool"(%x) {op = "max", window = array<i64: 2, 2>, strides = array<i64: 2, 2>, dilations = array<i64: 1, 1>} : (tensor<2x3x8x8xf32>) -> tensor<2x3x4x4xf32>
+  return %p : tensor<2x3x4x4xf32>
+}
+
+// -----
+
+// Tests the gather lowering: a [P, 1] slice of the index is loaded, and one indirect DMA
+// brings row index[p] (row_stride 8 elements) of the table to partition p.
+// CHECK-LABEL: func.func @gather
+// CHECK: "nisa.dma"(%[[IDX:.*]], %arg1) {aps = [array<i64: 0, 1, 5, 1, 1>, array<i64: 0, 1, 5, 1, 1>]
+// CHECK: "nisa.dma_indirect"(%{{.*}}, %arg0, %[[IDX]]) {aps = [array<i64: 0, 8, 5, 1, 8>, array<i64: 0, 8, 5, 1, 8>, array<i64: 0, 1, 5, 1, 1>], engine = "dma"
+func.func @gather(%table: tensor<10x8xf32>, %ids: tensor<5xi64>) -> tensor<5x8xf32> {
+  %g = "trn.gather"(%table, %ids) {offset = 0 : i64, row_stride = 8 : i64, free_strides = array<i64: 1>} : (tensor<10x8xf32>, tensor<5xi64>) -> tensor<5x8xf32>
+  return %g : tensor<5x8xf32>
+}
+
 // ERR: trn_to_nisa-invalid.mlir:{{[0-9]+}}:{{[0-9]+}}: error: convert-trn-to-nisa: 'tensor.empty' cannot be lowered to NeuronCore instructions here (expected trn ops; run convert-linalg-to-trn first)

@@ -37,3 +37,15 @@ func.func @instructions(%x: memref<128x64xf32, "hbm">, %y: memref<64x128xf32, "h
   %c = "nisa.hbm_constant"() {value = dense<1.0> : tensor<4xf32>} : () -> memref<4xf32, "hbm">
   return
 }
+
+// -----
+
+// Tests that an indirect DMA round-trips.
+// CHECK-LABEL: func.func @indirect
+// CHECK: "nisa.dma_indirect"(%{{.*}}, %arg0, %{{.*}}) {aps = [array<i64: 0, 8, 5, 1, 8>, array<i64: 0, 8, 5, 1, 8>, array<i64: 0, 1, 5, 1, 1>], engine = "dma", queue = 0 : i64}
+func.func @indirect(%t: memref<10x8xf32, "hbm">) {
+  %i = "nisa.alloc"() {memory = "sbuf"} : () -> memref<5x1xi32, "sbuf">
+  %d = "nisa.alloc"() {memory = "sbuf"} : () -> memref<5x8xf32, "sbuf">
+  "nisa.dma_indirect"(%d, %t, %i) {engine = "dma", queue = 0 : i64, aps = [array<i64: 0, 8, 5, 1, 8>, array<i64: 0, 8, 5, 1, 8>, array<i64: 0, 1, 5, 1, 1>]} : (memref<5x8xf32, "sbuf">, memref<10x8xf32, "hbm">, memref<5x1xi32, "sbuf">) -> ()
+  return
+}

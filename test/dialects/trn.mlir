@@ -65,3 +65,17 @@ func.func @movement(%x: tensor<4x16xf32>) -> (tensor<4x24xf32>, tensor<4x24xi64>
   %k = "trn.iota"() {dimension = 1 : i64} : () -> tensor<4x24xi64>
   return %i, %k : tensor<4x24xf32>, tensor<4x24xi64>
 }
+
+// -----
+
+// Tests that convolution, pooling and gather round-trip.
+// CHECK-LABEL: func.func @windows
+// CHECK: "trn.conv"(%arg0, %arg1) {dilations = array<i64: 1, 1>, groups = 1 : i64, strides = array<i64: 1, 1>}
+// CHECK: "trn.pool"(%arg0) {dilations = array<i64: 1, 1>, op = "max", strides = array<i64: 2, 2>, window = array<i64: 2, 2>}
+// CHECK: "trn.gather"(%arg2, %arg3) {free_strides = array<i64: 1>, offset = 0 : i64, row_stride = 8 : i64}
+func.func @windows(%x: tensor<1x3x8x8xf32>, %w: tensor<4x3x3x3xf32>, %t: tensor<10x8xf32>, %i: tensor<5xi64>) -> (tensor<1x4x6x6xf32>, tensor<1x3x4x4xf32>, tensor<5x8xf32>) {
+  %c = "trn.conv"(%x, %w) {strides = array<i64: 1, 1>, dilations = array<i64: 1, 1>, groups = 1 : i64} : (tensor<1x3x8x8xf32>, tensor<4x3x3x3xf32>) -> tensor<1x4x6x6xf32>
+  %p = "trn.pool"(%x) {op = "max", window = array<i64: 2, 2>, strides = array<i64: 2, 2>, dilations = array<i64: 1, 1>} : (tensor<1x3x8x8xf32>) -> tensor<1x3x4x4xf32>
+  %g = "trn.gather"(%t, %i) {offset = 0 : i64, row_stride = 8 : i64, free_strides = array<i64: 1>} : (tensor<10x8xf32>, tensor<5xi64>) -> tensor<5x8xf32>
+  return %c, %p, %g : tensor<1x4x6x6xf32>, tensor<1x3x4x4xf32>, tensor<5x8xf32>
+}

@@ -1,0 +1,201 @@
+"""Lowering of convolutions and pooling.
+
+Each input channel plane is loaded into SBUF once (channels on partitions, the spatial dims
+flattened along the free axis); every kernel position then reads it through an access pattern
+(offset and strides of the window), so HBM is read once however large the kernel.
+
+- Convolution on PE: for each kernel position, psum[f, o] += W_k[c, f]^T @ X[c, window_k(o)],
+  accumulating all positions and input-channel tiles in one PSUM bank (output channels on
+  partitions, a block of output positions on the free axis). The weights are loaded as
+  contiguous rows [f, c * kernel] and transposed on PE per kernel position.
+- Depthwise convolution (one channel per group) on DVE: per kernel position, the window times
+  the channel's weight (a per-partition scalar), accumulated.
+- Pooling on DVE: the max (or sum) of the windows.
+The results then run through the kernel's epilogue (bias, activation, ...) and are stored.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+from torch_mlir import ir
+
+from torchneuron.compiler import ir_utils as U
+from torchneuron.compiler.errors import CompileError
+from torchneuron.compiler.kernels.emitter import Emitter, Tile
+from torchneuron.compiler.kernels.epilogue import Epilogue
+from torchneuron.compiler.kernels.matmul import matmul_element_type
+from torchneuron.compiler.kernels.views import HbmView, row_major_strides
+
+# Free bytes per partition an input plane may take in SBUF.
+_PLANE_BUDGET_FRACTION = 4
+
+
+def _window(strides_in, out_sizes, starts, kernel_pos, strides, dilations):
+    """Offset and (stride, size) dims of the window of one kernel position over output
+    positions [starts[0] : starts[0] + out_sizes[0], all of the other dims]."""
+    offset = sum((o * s + k * d) * st for o, k, s, d, st in
+                 zip(starts, kernel_pos, strides, dilations, strides_in))
+    dims = [(s * st, n) for s, st, n in zip(strides, strides_in, out_sizes)]
+    return offset, dims
+
+
+def _load_plane(em: Emitter, view: HbmView, element_type: ir.Type) -> Tile:
+    """Channels [C, spatial...] of one sample into SBUF as [C, prod(spatial)]."""
+    free = math.prod(view.shape[1:])
+    if free * U.element_bytes(element_type) > em.target.sbuf_partition_bytes // \
+            _PLANE_BUDGET_FRACTION:
+        raise CompileError(f"an input plane of {free} elements per channel does not fit in "
+                           "SBUF (spatial tiling of convolutions is not implemented)")
+    tile = em.alloc("sbuf", view.shape[0], free, element_type)
+    em.load(tile, view, 0, list(range(1, view.rank)))
+    return tile
+
+
+def _store(em: Emitter, tile: Tile, view: HbmView) -> None:
+    if tile.memory != "sbuf" or tile.element_type != view.element_type:
+        staged = em.alloc("sbuf", tile.partitions, tile.free, view.element_type)
+        em.copy(staged, tile)
+        tile = staged
+    em.store(view, 0, list(range(1, view.rank)), tile)
+
+
+def lower_conv(em: Emitter, conv: ir.Operation, chain: list[ir.Operation], views: dict,
+               output: tuple[ir.Value, HbmView]) -> None:
+    """`chain`: the kernel's epilogue; `output`: the value it yields and where it goes."""
+    yielded, out = output
+    x, w = views[conv.operands[0]], views[conv.operands[1]]
+    strides, dilations = U.array_attr(conv, "strides"), U.array_attr(conv, "dilations")
+    groups = U.int_attr(conv, "groups")
+    n_batch, _, *in_sizes = x.shape
+    f_total, c_group, *kernel = w.shape
+    f_group = f_total // groups
+    out_sizes = list(out.shape[2:])
+    in_strides = row_major_strides(tuple(in_sizes))
+    epilogue = Epilogue(em, chain, views, conv.results[0])
+    if c_group == 1 and f_group == 1:
+        _depthwise(em, x, w, output, in_strides, out_sizes, kernel, strides, dilations,
+                   epilogue)
+        return
+    inner = math.prod(out_sizes[1:])
+    bank = em.target.matmul_max_moving
+    if inner > bank:
+        raise CompileError(f"output rows of {inner} positions exceed one PSUM bank ({bank})",
+                           conv.location)
+    rows = max(1, bank // inner)
+    etype = matmul_element_type(x.element_type, w.element_type)
+    tk, tm = em.target.pe_rows, em.target.pe_cols
+    positions = list(itertools.product(*(range(k) for k in kernel)))
+    kernel_size = math.prod(kernel)
+    f32 = ir.F32Type.get()
+    for g in range(groups):
+        stationary: dict[tuple[int, int, int], Tile] = {}
+        for f0 in range(0, f_group, tm):
+            fn = min(tm, f_group - f0)
+            # Weight rows [fn, c_group * kernel], transposed per (c tile, position) on PE.
+            w_rows_view = w.slice(0, g * f_group + f0, fn)
+            w_rows = em.alloc("sbuf", fn, c_group * kernel_size, w.element_type)
+            em.load(w_rows, w_rows_view, 0, list(range(1, w.rank)))
+            for c0 in range(0, c_group, tk):
+                cn = min(tk, c_group - c0)
+                for kk in range(kernel_size):
+                    psum = em.alloc("psum", cn, fn, f32)
+                    em.transpose(psum, w_rows.pattern(c0 * kernel_size + kk,
+                                                      [(kernel_size, cn)]))
+                    tile = em.alloc("sbuf", cn, fn, etype)
+                    em.copy(tile, psum)
+                    stationary[(f0, c0, kk)] = tile
+        for b in range(n_batch):
+            planes = {}
+            for c0 in range(0, c_group, tk):
+                cn = min(tk, c_group - c0)
+                plane_view = x.select(0, b).slice(0, g * c_group + c0, cn)
+                planes[c0] = _load_plane(em, plane_view, etype)
+            for f0 in range(0, f_group, tm):
+                fn = min(tm, f_group - f0)
+                for o0 in range(0, out_sizes[0], rows):
+                    on = min(rows, out_sizes[0] - o0)
+                    acc = em.alloc("psum", fn, on * inner, f32)
+                    first = True
+                    for c0, plane in planes.items():
+                        for kk, pos in enumerate(positions):
+                            offset, dims = _window(in_strides, [on] + out_sizes[1:],
+                                                   [o0] + [0] * (len(out_sizes) - 1), pos,
+                                                   strides, dilations)
+                            em.matmul(acc, stationary[(f0, c0, kk)],
+                                      plane.pattern(offset, dims), accumulate=not first)
+                            first = False
+                    channel0 = g * f_group + f0
+
+                    def locate(view: HbmView, b=b, channel0=channel0, fn=fn, o0=o0, on=on):
+                        return view.select(0, b).slice(0, channel0, fn).slice(1, o0, on)
+
+                    results = epilogue.run(acc, (b, channel0, o0), locate)
+                    _store(em, results[yielded], locate(out))
+
+
+def _depthwise(em: Emitter, x: HbmView, w: HbmView, output: tuple[ir.Value, HbmView],
+               in_strides, out_sizes, kernel, strides, dilations, epilogue: Epilogue) -> None:
+    yielded, out = output
+    channels = x.shape[1]
+    positions = list(itertools.product(*(range(k) for k in kernel)))
+    kernel_size = math.prod(kernel)
+    f32 = ir.F32Type.get()
+    free = math.prod(out_sizes)
+    for c0 in range(0, channels, em.target.num_partitions):
+        cn = min(em.target.num_partitions, channels - c0)
+        weights = em.alloc("sbuf", cn, kernel_size, w.element_type)
+        em.load(weights, w.slice(0, c0, cn), 0, list(range(1, w.rank)))
+        for b in range(x.shape[0]):
+            plane = _load_plane(em, x.select(0, b).slice(0, c0, cn), x.element_type)
+            acc = em.alloc("sbuf", cn, free, f32)
+            for kk, pos in enumerate(positions):
+                offset, dims = _window(in_strides, out_sizes, [0] * len(out_sizes), pos,
+                                       strides, dilations)
+                tap = weights.pattern(kk, [(1, 1)])
+                if kk == 0:
+                    em.tensor_scalar(acc, plane.pattern(offset, dims), "mul", tap)
+                else:
+                    term = em.alloc("sbuf", cn, free, f32)
+                    em.tensor_scalar(term, plane.pattern(offset, dims), "mul", tap)
+                    em.tensor_tensor(acc, acc, term, "add")
+
+            def locate(view: HbmView, b=b, c0=c0, cn=cn):
+                return view.select(0, b).slice(0, c0, cn)
+
+            results = epilogue.run(acc, (b, c0), locate)
+            _store(em, results[yielded], locate(out))
+
+
+def lower_pool(em: Emitter, pool: ir.Operation, chain: list[ir.Operation], views: dict,
+               output: tuple[ir.Value, HbmView]) -> None:
+    yielded, out = output
+    x = views[pool.operands[0]]
+    kind = U.str_attr(pool, "op")
+    window = U.array_attr(pool, "window")
+    strides, dilations = U.array_attr(pool, "strides"), U.array_attr(pool, "dilations")
+    out_sizes = list(out.shape[2:])
+    in_strides = row_major_strides(tuple(x.shape[2:]))
+    positions = list(itertools.product(*(range(k) for k in window)))
+    free = math.prod(out_sizes)
+    epilogue = Epilogue(em, chain, views, pool.results[0])
+    f32 = ir.F32Type.get()
+    for c0 in range(0, x.shape[1], em.target.num_partitions):
+        cn = min(em.target.num_partitions, x.shape[1] - c0)
+        for b in range(x.shape[0]):
+            plane = _load_plane(em, x.select(0, b).slice(0, c0, cn), x.element_type)
+            acc = em.alloc("sbuf", cn, free, f32)
+            for kk, pos in enumerate(positions):
+                offset, dims = _window(in_strides, out_sizes, [0] * len(out_sizes), pos,
+                                       strides, dilations)
+                if kk == 0:
+                    em.copy(acc, plane.pattern(offset, dims), engine="dve")
+                else:
+                    em.tensor_tensor(acc, acc, plane.pattern(offset, dims), kind)
+
+            def locate(view: HbmView, b=b, c0=c0, cn=cn):
+                return view.select(0, b).slice(0, c0, cn)
+
+            results = epilogue.run(acc, (b, c0), locate)
+            _store(em, results[yielded], locate(out))

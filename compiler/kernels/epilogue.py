@@ -1,0 +1,122 @@
+"""Epilogues: the elementwise ops that follow a matmul, convolution or pooling, applied to
+each result tile while it is on chip (PSUM evacuation for PE results).
+
+A binary op whose other operand is constant along the tile's free axes (a bias over output
+features on partitions) reads it as a per-partition [P, 1] vector: an `add` followed by an
+activation folds into the activation's bias (one ACT instruction reading PSUM), anything else
+becomes a DVE tensor_scalar with a per-partition operand.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from torch_mlir import ir
+
+from torchneuron.compiler import ir_utils as U
+from torchneuron.compiler.errors import CompileError
+from torchneuron.compiler.kernels.elementwise import load_leaf
+from torchneuron.compiler.kernels.emitter import Emitter, Tile
+from torchneuron.compiler.kernels.tile_ops import COMMUTATIVE, ConstantVectors, emit_elementwise
+from torchneuron.compiler.kernels.transfers import load_tile
+from torchneuron.compiler.kernels.views import HbmView
+
+# Maps a view over the kernel's result shape to the part one tile covers: [P, free dims...].
+Locate = Callable[[HbmView], HbmView]
+
+
+class Epilogue:
+    def __init__(self, em: Emitter, chain: list[ir.Operation], views: dict, product: ir.Value):
+        self.em, self.chain, self.views, self.product = em, chain, views, product
+        self.consts = ConstantVectors(em)
+        self.vectors: dict[tuple, Tile] = {}
+
+    def run(self, acc: Tile, partitions: tuple[int, int], locate: Locate) -> dict:
+        """Apply the chain to `acc` ([pn, fn], for the rows `partitions` = (p0, pn) of the
+        partition dim); returns the tile of every value computed."""
+        em = self.em
+        pn, fn = acc.partitions, acc.free
+        tiles: dict[ir.Value, Tile] = {self.product: acc}
+        folded_bias: dict[ir.Value, tuple[Tile, Tile]] = {}
+        for i, op in enumerate(self.chain):
+            result = op.results[0]
+            if op.name == "trn.tensor_tensor":
+                per_partition = self._per_partition_operand(op, tiles, locate)
+                if per_partition is not None:
+                    chain_side, other, other_is_lhs = per_partition
+                    vec = self._vector(other, locate, partitions)
+                    alu = U.str_attr(op, "op")
+                    nxt = self.chain[i + 1] if i + 1 < len(self.chain) else None
+                    if alu == "add" and _takes_bias(nxt, result):
+                        folded_bias[result] = (tiles[chain_side], vec)
+                        continue
+                    dst = em.alloc("sbuf", pn, fn, U.element_type(result))
+                    em.tensor_scalar(dst, tiles[chain_side], alu, vec,
+                                     reverse0=other_is_lhs and alu not in COMMUTATIVE)
+                    tiles[result] = dst
+                    continue
+            dst = em.alloc("sbuf", pn, fn, U.element_type(result))
+            if op.name == "trn.activation" and op.operands[0] in folded_bias:
+                src, vec = folded_bias[op.operands[0]]
+                em.activation(dst, src, U.str_attr(op, "func"), U.float_attr(op, "scale"), vec)
+                tiles[result] = dst
+                continue
+            operands = [self._operand_tile(v, locate, tiles) for v in op.operands]
+            if len(operands) == 2 and all(t.memory == "psum" for t in operands):
+                staged = em.alloc("sbuf", pn, fn, operands[1].element_type)
+                em.copy(staged, operands[1])
+                operands[1] = staged
+            emit_elementwise(em, op, operands, dst, self.consts)
+            tiles[result] = dst
+        return tiles
+
+    def _vector(self, value: ir.Value, locate: Locate, partitions: tuple[int, int]) -> Tile:
+        """A per-partition operand [pn, 1], loaded once per partition block."""
+        key = (value, partitions)
+        tile = self.vectors.get(key)
+        if tile is None:
+            view = locate(self.views[value])
+            column = view
+            for dim in range(1, view.rank):
+                column = column.slice(dim, 0, 1)
+            pn = view.shape[0]
+            tile = self.em.alloc("sbuf", pn, 1, ir.F32Type.get())
+            if view.element_type == tile.element_type:
+                self.em.load(tile, column, 0, list(range(1, column.rank)))
+            else:
+                staged = load_leaf(self.em, column)
+                self.em.copy(tile, staged)
+            self.vectors[key] = tile
+        return tile
+
+    def _per_partition_operand(self, op: ir.Operation, tiles: dict, locate: Locate):
+        """(chain operand, other operand, other-is-lhs) when one operand of a binary op is
+        computed on chip and the other is a view constant along the tile's free axes."""
+        lhs, rhs = op.operands
+        for chain_side, other, other_is_lhs in ((lhs, rhs, False), (rhs, lhs, True)):
+            view = self.views.get(other)
+            if chain_side in tiles and view is not None and view.buffer is not None \
+                    and all(st == 0 for st in locate(view).strides[1:]):
+                return chain_side, other, other_is_lhs
+        return None
+
+    def _operand_tile(self, value: ir.Value, locate: Locate, tiles: dict) -> Tile:
+        if value in tiles:
+            return tiles[value]
+        view = self.views.get(value)
+        if view is None:
+            raise CompileError("epilogue operand is neither computed in the kernel nor in HBM")
+        part = locate(view)
+        if part.rank == 2 and part.buffer is not None:
+            tile = load_tile(self.em, part, view.element_type)
+        else:
+            tile = load_leaf(self.em, part)
+        tiles[value] = tile
+        return tile
+
+
+def _takes_bias(op: ir.Operation | None, value: ir.Value) -> bool:
+    """`op` is an activation of `value` that can absorb a per-partition bias."""
+    return (op is not None and op.name == "trn.activation" and op.operands[0] == value
+            and U.float_attr(op, "bias") == 0.0 and U.float_attr(op, "scale") == 1.0
+            and len(list(value.uses)) == 1)

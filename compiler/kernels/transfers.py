@@ -1,0 +1,65 @@
+"""Moving 2-D tiles between HBM views and SBUF with contiguous DMAs: a view whose partition
+axis is the contiguous one (a transposed layout) is moved as its transpose and turned around
+on PE, instead of one DMA descriptor per element."""
+
+from __future__ import annotations
+
+from torch_mlir import ir
+
+from torchneuron.compiler.kernels.elementwise import load_leaf
+from torchneuron.compiler.kernels.emitter import Emitter, Tile
+from torchneuron.compiler.kernels.views import HbmView
+
+
+def transposed_access(view: HbmView) -> bool:
+    """A 2-D view [P, F] whose DMA would move one element per descriptor (partition stride 1,
+    free stride > 1), i.e. that should be transposed on PE instead."""
+    return (view.shape[0] > 1 and view.shape[1] > 1 and view.strides[0] == 1
+            and view.strides[1] != 1)
+
+
+def load_tile(em: Emitter, view: HbmView, element_type: ir.Type) -> Tile:
+    """Load a 2-D view into a new SBUF tile [P, F] of `element_type` (<= 128 x any)."""
+    parts, free = view.shape
+    if view.buffer is None:
+        generated = load_leaf(em, view)
+        if generated.element_type == element_type:
+            return generated
+        tile = em.alloc("sbuf", parts, free, element_type)
+        em.copy(tile, generated)
+        return tile
+    tile = em.alloc("sbuf", parts, free, element_type)
+    if not transposed_access(view):
+        if view.element_type == element_type:
+            em.load(tile, view, 0, [1])
+        else:
+            staging = em.alloc("sbuf", parts, free, view.element_type)
+            em.load(staging, view, 0, [1])
+            em.copy(tile, staging)
+        return tile
+    step = em.target.pe_rows
+    for c0 in range(0, free, step):
+        cn = min(step, free - c0)
+        rows = em.alloc("sbuf", cn, parts, view.element_type)
+        em.load(rows, view.slice(1, c0, cn).transpose([1, 0]), 0, [1])
+        psum = em.alloc("psum", parts, cn, ir.F32Type.get())
+        em.transpose(psum, rows)
+        em.copy(tile.columns(c0, cn), psum)
+    return tile
+
+
+def store_tile(em: Emitter, view: HbmView, tile: Tile) -> None:
+    """Store an SBUF tile [P, F] to a 2-D view of the same shape."""
+    if not transposed_access(view):
+        em.store(view, 0, [1], tile)
+        return
+    step = em.target.pe_rows
+    for c0 in range(0, tile.free, step):
+        cn = min(step, tile.free - c0)
+        psum = em.alloc("psum", cn, tile.partitions, ir.F32Type.get())
+        em.transpose(psum, tile.columns(c0, cn))
+        rows = em.alloc("sbuf", cn, tile.partitions, view.element_type)
+        em.copy(rows, psum)
+        em.store(view.slice(1, c0, cn).transpose([1, 0]), 0, [1], rows)
+
+
