@@ -11,7 +11,13 @@ Layout (little-endian):
         debug.json       instruction -> source location table (records carry an index into it)
 
 `read_neff` validates everything it returns: a truncated, bit-flipped, wrong-magic,
-future-version or otherwise malformed file raises `NeffFormatError` and nothing else.
+future-version or otherwise malformed file raises `NeffFormatError` and nothing else (no
+IndexError, KeyError, zipfile/zlib error, RecursionError ...; test_fuzz_loader.py feeds it
+thousands of mutated files). Sizes and counts are bounded before anything is allocated for
+them: members by MAX_MEMBER_BYTES (def.json, debug.json by MAX_DEF_JSON_BYTES), a stream's
+or constant's member must have exactly the size def.json implies, semaphores by
+MAX_SEMAPHORES and a tensor by MAX_TENSOR_BYTES (the runtime then checks that all tensors fit
+the target's HBM). Header flags are reserved and must be 0.
 """
 
 from __future__ import annotations
@@ -39,6 +45,11 @@ assert _HEADER.size <= HEADER_SIZE
 TENSOR_KINDS = ("input", "output", "constant", "scratch")
 MAX_DEF_JSON_BYTES = 64 << 20
 MAX_MEMBER_BYTES = 4 << 30
+# Format limits (not hardware figures): far above what a program uses (the compiler uses one
+# semaphore per engine and DMA queue), low enough that nothing absurd is ever allocated.
+MAX_SEMAPHORES = 1 << 16
+MAX_TENSOR_BYTES = 1 << 40
+MAX_TENSOR_DIMS = 32
 
 
 class NeffFormatError(ValueError):
@@ -163,7 +174,7 @@ def read_neff(data: bytes, source: str | None = None) -> Neff:
 
     if len(data) < HEADER_SIZE:
         raise fail(f"truncated: {len(data)} bytes is shorter than the {HEADER_SIZE}-byte header")
-    (magic, major, minor, header_size, _flags, payload_size, digest, file_uuid, name, target,
+    (magic, major, minor, header_size, flags, payload_size, digest, file_uuid, name, target,
      num_cores) = _HEADER.unpack_from(data, 0)
     if magic != MAGIC:
         raise fail(f"not a NEFF file (magic {magic!r}, expected {MAGIC!r})")
@@ -174,6 +185,8 @@ def read_neff(data: bytes, source: str | None = None) -> Neff:
         raise fail(f"unsupported format version {major}.{minor}")
     if header_size != HEADER_SIZE:
         raise fail(f"header size {header_size} (expected {HEADER_SIZE})")
+    if flags != 0:
+        raise fail(f"header flags {flags:#x} are reserved and must be 0")
     if any(data[_HEADER.size:HEADER_SIZE]):
         raise fail("reserved header bytes are not zero")
     actual = len(data) - HEADER_SIZE
@@ -192,25 +205,42 @@ def read_neff(data: bytes, source: str | None = None) -> Neff:
     try:
         zf = zipfile.ZipFile(io.BytesIO(payload))
         members = {i.filename: i for i in zf.infolist()}
-    except (zipfile.BadZipFile, ValueError, OSError, EOFError) as exc:
-        raise fail(f"payload is not a valid archive: {exc}") from None
+    except Exception as exc:  # BadZipFile, NotImplementedError (zip version), ... : corrupt
+        raise fail(f"payload is not a valid archive: {type(exc).__name__}: {exc}") from None
 
-    def member(path: str, limit: int = MAX_MEMBER_BYTES) -> bytes:
+    def member(path: str, limit: int = MAX_MEMBER_BYTES, size: int | None = None) -> bytes:
+        """The bytes of archive member `path`: at most `limit` bytes, exactly `size` when
+        given (both checked against the directory before anything is decompressed)."""
         info = members.get(path)
         if info is None:
             raise fail(f"archive has no {path}")
         if info.file_size > limit:
             raise fail(f"{path} is {info.file_size} bytes (limit {limit})")
+        if size is not None and info.file_size != size:
+            raise fail(f"{path} is {info.file_size} bytes, expected {size}")
         try:
-            return zf.read(info)
+            content = zf.read(info)
         except Exception as exc:  # zlib.error, BadZipFile, ... all mean a corrupt member
-            raise fail(f"cannot read {path}: {exc}") from None
+            raise fail(f"cannot read {path}: {type(exc).__name__}: {exc}") from None
+        if len(content) != info.file_size:
+            raise fail(f"{path} has {len(content)} bytes, its directory entry says "
+                       f"{info.file_size}")
+        return content
 
-    try:
-        definition = json.loads(member("def.json", MAX_DEF_JSON_BYTES))
-        debug = json.loads(member("debug.json", MAX_DEF_JSON_BYTES))
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise fail(f"malformed JSON: {exc}") from None
+    def parse_json(path: str):
+        try:
+            return json.loads(member(path, MAX_DEF_JSON_BYTES))
+        except (ValueError, RecursionError) as exc:
+            # JSONDecodeError, UnicodeDecodeError, an integer of more than 4300 digits,
+            # nesting deeper than the parser's recursion limit.
+            raise fail(f"malformed JSON in {path}: {type(exc).__name__}: "
+                       f"{str(exc)[:200]}") from None
+
+    definition = parse_json("def.json")
+    debug = parse_json("debug.json")
+    locations = debug.get("locations") if isinstance(debug, dict) else None
+    if not isinstance(locations, list) or not all(isinstance(x, str) for x in locations):
+        raise fail("debug.json has no list of locations")
 
     d = _Checker(definition, fail)
     version = d.get("format_version", list)
@@ -223,7 +253,11 @@ def read_neff(data: bytes, source: str | None = None) -> Neff:
     if neff_target.encode()[:16] != header_target:
         raise fail("target in def.json disagrees with the header")
     num_semaphores = d.get("num_semaphores", int, minimum=0)
+    if num_semaphores > MAX_SEMAPHORES:
+        raise fail(f"{num_semaphores} semaphores (the format allows {MAX_SEMAPHORES})")
     scratch_bytes = d.get("scratch_bytes", int, minimum=0)
+    if scratch_bytes > MAX_TENSOR_BYTES:
+        raise fail(f"scratch arena of {scratch_bytes} bytes is implausibly large")
 
     tensors: list[TensorDecl] = []
     for i, t in enumerate(d.get("tensors", list)):
@@ -236,20 +270,18 @@ def read_neff(data: bytes, source: str | None = None) -> Neff:
         except isa.IsaError as exc:
             raise fail(f"tensors[{i}]: {exc}") from None
         shape = tuple(tc.get("shape", list))
-        if not all(isinstance(s, int) and not isinstance(s, bool) and 0 <= s < 2**40
-                   for s in shape):
-            raise fail(f"tensors[{i}] has an invalid shape {list(shape)}")
+        if len(shape) > MAX_TENSOR_DIMS or not all(
+                isinstance(s, int) and not isinstance(s, bool) and 0 <= s < 2**40
+                for s in shape):
+            raise fail(f"tensors[{i}] has an invalid shape {list(shape)[:MAX_TENSOR_DIMS + 1]}")
         kind = tc.get("kind", str)
         if kind not in TENSOR_KINDS:
             raise fail(f"tensors[{i}] has unknown kind {kind!r}")
         decl = TensorDecl(tid, tc.get("name", str), dtype, shape, kind)
-        if decl.nbytes > 2**40:
+        if decl.nbytes > MAX_TENSOR_BYTES:
             raise fail(f"tensors[{i}] is implausibly large ({decl.nbytes} bytes)")
         if kind == "constant":
-            decl.data = member(tc.get("data", str))
-            if len(decl.data) != decl.nbytes:
-                raise fail(f"constant tensor {i} has {len(decl.data)} bytes, "
-                           f"expected {decl.nbytes}")
+            decl.data = member(tc.get("data", str), size=decl.nbytes)
         if kind == "scratch":
             decl.scratch_offset = tc.get("scratch_offset", int, minimum=0)
             if decl.scratch_offset + decl.nbytes > scratch_bytes:
@@ -259,8 +291,8 @@ def read_neff(data: bytes, source: str | None = None) -> Neff:
     def tensor_list(key: str, kind: str) -> list[int]:
         ids = d.get(key, list)
         for tid in ids:
-            if not isinstance(tid, int) or not 0 <= tid < len(tensors) \
-                    or tensors[tid].kind != kind:
+            if not isinstance(tid, int) or isinstance(tid, bool) \
+                    or not 0 <= tid < len(tensors) or tensors[tid].kind != kind:
                 raise fail(f"{key} entry {tid!r} is not an {kind} tensor")
         if len(set(ids)) != len(ids):
             raise fail(f"{key} lists a tensor twice")
@@ -282,20 +314,13 @@ def read_neff(data: bytes, source: str | None = None) -> Neff:
         if sname != stream_name(engine, queue) or sname in seen:
             raise fail(f"streams[{i}] has a bad or duplicate name {sname!r}")
         seen.add(sname)
-        raw = member(sc.get("file", str))
         count = sc.get("count", int, minimum=0)
-        if len(raw) != count * isa.RECORD_SIZE:
-            raise fail(f"stream {sname} has {len(raw)} bytes, expected {count} records of "
-                       f"{isa.RECORD_SIZE} bytes")
+        raw = member(sc.get("file", str), size=count * isa.RECORD_SIZE)
         records = isa.decode_records(raw)
-        _check_records(records, engine, queue, num_semaphores, len(tensors),
-                       len(debug.get("locations", [])) if isinstance(debug, dict) else 0,
+        _check_records(records, engine, queue, num_semaphores, len(tensors), len(locations),
                        lambda msg, sname=sname: fail(f"stream {sname}: {msg}"))
         streams.append(Stream(sname, engine, queue, records))
 
-    locations = debug.get("locations") if isinstance(debug, dict) else None
-    if not isinstance(locations, list) or not all(isinstance(x, str) for x in locations):
-        raise fail("debug.json has no list of locations")
     metadata = definition.get("metadata", {})
     if not isinstance(metadata, dict):
         raise fail("metadata is not an object")
@@ -325,7 +350,7 @@ def _check_records(records: np.ndarray, engine: isa.Engine, queue: int, num_sema
     signals = records["signal"]
     if np.any((signals != isa.NO_SIGNAL) & ((signals < 0) | (signals >= num_semaphores))):
         raise fail("an instruction signals a semaphore that does not exist")
-    if np.any(records["loc"] >= max(num_locations, 1)):
+    if np.any(records["loc"] >= num_locations):
         raise fail("an instruction refers to a debug location that does not exist")
     for name, enum in (("func", isa.ActFunc), ("alu0", isa.AluOp), ("alu1", isa.AluOp)):
         if int(records[name].max()) > max(enum):

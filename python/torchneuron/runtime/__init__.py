@@ -15,9 +15,10 @@ Usage
 API
 ---
 `load(path_or_bytes, target=None) -> Program`
-    Reads and validates the container. Raises `NeffFormatError` for a truncated, bit-flipped,
-    wrong-magic, future-version or malformed file, for an unknown target name, and when
-    `target` is given and differs from the program's.
+    Reads and validates the container. Raises `NeffFormatError` (and nothing else, however
+    the file is damaged) for a truncated, bit-flipped, wrong-magic, future-version or
+    malformed file, for an unknown target name, when `target` is given and differs from the
+    program's, and when the program's tensors do not fit the target's HBM.
 `Program`
     `name`, `target` (a `torchneuron.target.Target`), `inputs` / `outputs` (`TensorSpec`
     lists: name, shape, numpy dtype -- bf16/fp8 as ml_dtypes types), `instruction_counts`

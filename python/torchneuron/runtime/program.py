@@ -92,8 +92,9 @@ def load(path_or_bytes: str | os.PathLike | bytes | bytearray | memoryview,
     """Read and validate a NEFF from a file path or from bytes.
 
     Raises `NeffFormatError` for a truncated, corrupt, wrong-version or malformed file, for a
-    target name the runtime does not know, and when `target` is given and the program was
-    compiled for another target. A missing file raises the usual `OSError`.
+    target name the runtime does not know, when `target` is given and the program was
+    compiled for another target, and when its tensors do not fit the target's HBM (checked
+    here, before anything is allocated for them). A missing file raises the usual `OSError`.
     """
     if isinstance(path_or_bytes, (bytes, bytearray, memoryview)):
         data, source = bytes(path_or_bytes), None
@@ -111,4 +112,8 @@ def load(path_or_bytes: str | os.PathLike | bytes | bytearray | memoryview,
         if wanted.name != program_target.name:
             raise NeffFormatError(f"compiled for {program_target.name}, but {wanted.name} "
                                   "was requested", source)
+    try:
+        plan_hbm(neff, program_target)
+    except ConstraintError as exc:
+        raise NeffFormatError(str(exc), source) from None
     return Program(neff, program_target)

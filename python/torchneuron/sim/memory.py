@@ -16,6 +16,7 @@ the element's size, so "every byte of every element written" is one vectorised c
 
 from __future__ import annotations
 
+import mmap
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -69,13 +70,29 @@ class Access(NamedTuple):
         return f"operand {self.slot} ({self.role}) {self.text}"
 
 
+# Memories at least this large are anonymous memory maps: the OS hands out zero pages on
+# first touch, so a run pays only for the bytes it uses. (np.zeros of a block the C heap has
+# recycled -- glibc raises its mmap threshold after large frees -- memsets all of it: about a
+# millisecond per SBUF-sized array, six arrays per execution.)
+_MMAP_BYTES = 1 << 20
+
+
+def _zeroed(shape: tuple[int, ...]) -> np.ndarray:
+    size = 1
+    for n in shape:
+        size *= n
+    if size < _MMAP_BYTES:
+        return np.zeros(shape, dtype=np.uint8)
+    return np.frombuffer(mmap.mmap(-1, size), dtype=np.uint8).reshape(shape)
+
+
 class Store:
-    """One memory: its bytes and its written-mask (same shape)."""
+    """One memory: its bytes and its written-mask (same shape), both zero to begin with."""
 
     def __init__(self, kind: isa.Memory, shape: tuple[int, ...]):
         self.kind = kind
-        self.data = np.zeros(shape, dtype=np.uint8)
-        self.written = np.zeros(shape, dtype=np.uint8)
+        self.data = _zeroed(shape)
+        self.written = _zeroed(shape)
 
     def view(self, a: Access) -> np.ndarray:
         return np.ndarray(a.shape, a.dtype, buffer=self.data, offset=a.offset,

@@ -10,8 +10,10 @@ Rules (figures from the `Target`, never literals):
   the others empty;
 - compute engines (PE/ACT/DVE/POOL/SP) touch only SBUF and PSUM; DMA only HBM and SBUF;
 - an on-chip operand lies within the partitions (start + count <= num_partitions) and within
-  the bytes of a partition (else "sbuf overflow" / "psum overflow"); an HBM operand has its
-  tensor's dtype and lies within the tensor's elements;
+  the bytes of a partition (else "sbuf overflow" / "psum overflow"), and names at most as many
+  elements per partition as a partition holds (a stride-0 pattern cannot make an instruction
+  of millions of elements out of one byte); an HBM operand has its tensor's dtype and lies
+  within the tensor's elements;
 - start partition of a compute engine's on-chip operand: 0 if it uses more than half the
   partitions, 0 or half if more than a quarter, a multiple of a quarter otherwise
   (0/64, 0/32/64/96 for 128 partitions);
@@ -23,7 +25,11 @@ Rules (figures from the `Target`, never literals):
   scalars are [P, 1];
 - tensor_tensor (and select) may not read two operands from PSUM;
 - a destination names each element once (a write pattern that overlaps itself has no defined
-  result on the chip).
+  result on the chip). An HBM destination that interleaves more than MAX_CHECKED_ELEMENTS
+  elements in a pattern too irregular to prove distinct is rejected as unverifiable.
+
+Every size, stride and offset is checked with Python integers before numpy sees it, so no
+operand, however absurd its fields, makes numpy allocate or address memory it should not.
 
 The checks take the instruction being checked (`sim.program.Instr`) as `ins`; `ins.error`
 builds the error that names it.
@@ -120,6 +126,14 @@ def decode_operand(ins, engine: isa.Engine, slot: int, role: str, fields: tuple,
                        "queues access HBM; load the data into SBUF first)")
     if count == 0 or 0 in sizes:
         raise ins.error(f"{what} has no elements (partitions {count}, sizes {list(sizes)})")
+    if pstride and memory != isa.Memory.HBM:
+        raise ins.error(f"{what}: on-chip operands have partition_stride 0, not {pstride}")
+    # The stride of a dimension of size 1 is never used: make it 0, so that an absurd one
+    # (e.g. -2**63, which overflows numpy's byte strides) is as harmless as it is meaningless.
+    if 1 in sizes:
+        strides = tuple(0 if n == 1 else st for n, st in zip(sizes, strides))
+    if count == 1:
+        pstride = 0
     shape = (count, *sizes)
     free_size = 1
     for n in sizes:
@@ -148,9 +162,6 @@ def decode_operand(ins, engine: isa.Engine, slot: int, role: str, fields: tuple,
     partition_bytes = (target.sbuf_partition_bytes if memory == isa.Memory.SBUF
                        else target.psum_partition_bytes)
     text = f"{label}[p{start}:{start + count}]+{offset}B [{dims}] {isa_dtype.label}"
-    if pstride != 0:
-        raise ins.error(f"{what} {text}: on-chip operands have partition_stride 0, not "
-                       f"{pstride}")
     if start + count > target.num_partitions:
         raise ins.error(f"{what} {text}: a tile beyond {target.num_partitions} partitions "
                        f"(partitions {start}..{start + count - 1})", OutOfBoundsError)
@@ -161,6 +172,10 @@ def decode_operand(ins, engine: isa.Engine, slot: int, role: str, fields: tuple,
         raise ins.error(f"{what} {text}: {label} overflow: bytes [{b0}, {b1}) of each "
                        f"partition, but a partition holds {partition_bytes} bytes",
                        OutOfBoundsError)
+    if free_size > partition_bytes // isz:
+        raise ins.error(f"{what} {text}: {free_size} elements per partition, more than a "
+                       f"{label} partition holds ({partition_bytes // isz} of "
+                       f"{isa_dtype.label})")
     if engine != isa.Engine.DMA:
         allowed = allowed_start_partitions(count, target.num_partitions)
         if start not in allowed:
@@ -172,13 +187,30 @@ def decode_operand(ins, engine: isa.Engine, slot: int, role: str, fields: tuple,
                   tensor=0, p0=start, p1=start + count, b0=b0, b1=b1, text=text)
 
 
-def writes_each_element_once(a: Access) -> bool:
-    """Whether no two elements of `a` share an address."""
-    return _distinct_addresses(a.shape, a.strides, a.dtype.itemsize)
+# Irregular (interleaved) write patterns are checked by enumerating their addresses; beyond
+# this many elements that costs too much memory and the pattern is rejected instead.
+MAX_CHECKED_ELEMENTS = 1 << 22
+
+
+def writes_each_element_once(a: Access) -> bool | None:
+    """Whether no two elements of `a` share an address (None: too large and irregular to
+    tell). On chip only the free axes matter: partitions are disjoint and an operand's free
+    pattern lies within one partition (checked before)."""
+    if a.memory == isa.Memory.HBM:
+        return _distinct_addresses(a.shape, a.strides, a.dtype.itemsize)
+    return _distinct_addresses(a.shape[1:], a.strides[1:], a.dtype.itemsize)
 
 
 @functools.lru_cache(maxsize=4096)
-def _distinct_addresses(shape: tuple[int, ...], strides: tuple[int, ...], itemsize: int) -> bool:
+def _distinct_addresses(shape: tuple[int, ...], strides: tuple[int, ...],
+                        itemsize: int) -> bool | None:
+    # Pigeonhole: more elements than fit in the byte range the pattern spans must overlap.
+    count = 1
+    for n in shape:
+        count *= n
+    lo, hi = _extent(shape, strides)
+    if count * itemsize > hi - lo + itemsize:
+        return False
     # Cheap sufficient test: sorted by stride, each dimension steps over everything inside it.
     dims = sorted((abs(st), n) for n, st in zip(shape, strides) if n > 1)
     reach = itemsize
@@ -188,6 +220,8 @@ def _distinct_addresses(shape: tuple[int, ...], strides: tuple[int, ...], itemsi
         reach += (n - 1) * stride
     else:
         return True
+    if count > MAX_CHECKED_ELEMENTS:
+        return None
     # Interleaved or overlapping pattern: enumerate the addresses.
     addresses = np.zeros((), dtype=np.int64)
     for n, st in zip(shape, strides):
@@ -215,7 +249,15 @@ def check_operands(ins, ops: tuple[Access | None, ...], target: Target) -> None:
     opcode = ins.opcode
     for slot in WRITE_SLOTS[opcode]:
         a = ops[slot]
-        if a is not None and not writes_each_element_once(a):
+        if a is None:
+            continue
+        once = writes_each_element_once(a)
+        if once is None:
+            raise ins.error(f"{a.describe()} interleaves {a.partitions * a.free_size} "
+                           "elements in a pattern too irregular to check that it writes "
+                           f"each once (at most {MAX_CHECKED_ELEMENTS} are checked); split "
+                           "the instruction")
+        if not once:
             raise ins.error(f"{a.describe()} writes some element more than once")
     check = _OPCODE_CHECKS.get(opcode)
     if check is not None:
