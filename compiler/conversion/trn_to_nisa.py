@@ -189,11 +189,10 @@ class _FunctionLowering:
                 if source is None:
                     raise UnsupportedOpError(f"'{op.name}' of a value computed inside the kernel",
                                              op.location)
-                view = apply_view_op(op, source)
-                if view is None:
-                    raise UnsupportedOpError(f"'{op.name}' that no strided view expresses",
-                                             op.location)
-                views[op.results[0]] = view
+                if source.buffer is None and apply_view_op(op, source) is None:
+                    raise UnsupportedOpError(f"'{op.name}' of a generated value that no strided "
+                                             "view expresses", op.location)
+                views[op.results[0]] = self._view(op, source)
             else:
                 compute.append(op)
         yielded = body[-1].operands[0]

@@ -71,4 +71,9 @@ VERIFY_EACH: Knob[bool] = Knob(
     "Verify the IR after every compiler pass.",
 )
 
-ALL_KNOBS = (DUMP_DIR, TARGET, VERIFY_EACH)
+CACHE_DIR: Knob[str | None] = Knob(
+    "TORCHNEURON_CACHE_DIR", _path_or_none, None,
+    "Directory of the persistent compile cache (default ~/.cache/torchneuron; 'off' disables).",
+)
+
+ALL_KNOBS = (DUMP_DIR, TARGET, VERIFY_EACH, CACHE_DIR)
