@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import itertools
 import logging
 import os
@@ -75,7 +76,6 @@ def _backend_options(options) -> BackendOptions:
 def neuron(gm, example_inputs, options: dict | None = None, mode: str | None = None):
     """torch.compile backend: `backend="neuron"`."""
     import torch._dynamo.backends.common as dynamo_common
-    from torch._decomp import core_aten_decompositions
     from torch._functorch.aot_autograd import make_boxed_func
 
     opts = BackendOptions.from_dict(options)
@@ -91,9 +91,16 @@ def neuron(gm, example_inputs, options: dict | None = None, mode: str | None = N
     backend = dynamo_common.aot_autograd(
         fw_compiler=compiler("forward"),
         bw_compiler=compiler("backward"),
-        decompositions=core_aten_decompositions(),
+        decompositions=_decompositions(),
     )
     return backend(gm, example_inputs)
+
+
+@functools.lru_cache(maxsize=1)
+def _decompositions():
+    """core_aten_decompositions() takes ~0.15 s to build; built once."""
+    from torch._decomp import core_aten_decompositions
+    return core_aten_decompositions()
 
 
 class CompiledGraph:
