@@ -55,8 +55,11 @@ def memory_of(value: ir.Value) -> str:
     return name
 
 
-def check_access_pattern(ap: list[int], buffer: ir.Value, role: str) -> None:
-    """An access pattern must address elements of its buffer only (see module docstring)."""
+def check_access_pattern(ap: list[int], buffer: ir.Value, role: str,
+                         dynamic_rows: bool = False) -> None:
+    """An access pattern must address elements of its buffer only (see module docstring).
+    With `dynamic_rows` (the HBM side of an indirect DMA) the partition axis steps over rows
+    an index chooses at run time: only one row's pattern is checked here."""
     shape = list(ir.MemRefType(buffer.type).shape)
     memory = memory_of(buffer)
     require(len(ap) >= 3 and len(ap) % 2 == 1,
@@ -65,8 +68,9 @@ def check_access_pattern(ap: list[int], buffer: ir.Value, role: str) -> None:
     require(len(dims) - 1 <= MAX_FREE_DIMS,
             f"{role} access pattern has {len(dims) - 1} free dims (at most {MAX_FREE_DIMS})")
     require(all(size >= 1 for _, size in dims), f"{role} access pattern {ap} has an empty dim")
-    first = offset + sum(min(0, stride * (size - 1)) for stride, size in dims)
-    last = offset + sum(max(0, stride * (size - 1)) for stride, size in dims)
+    reach = dims[1:] if dynamic_rows else dims
+    first = offset + sum(min(0, stride * (size - 1)) for stride, size in reach)
+    last = offset + sum(max(0, stride * (size - 1)) for stride, size in reach)
     numel = math.prod(shape)
     require(0 <= first and last < numel,
             f"{role} access pattern {ap} reaches elements {first}..{last} of a "
@@ -136,7 +140,8 @@ def _check_instruction(op) -> None:
         allowed = memories.get(role, MEMORIES if engine == "dma" else _ONCHIP)
         require(memory in allowed,
                 f"{role} is in {memory}; {engine} may use {role} only in {', '.join(allowed)}")
-        check_access_pattern(ap, value, role)
+        check_access_pattern(ap, value, role,
+                             dynamic_rows=op.name == "nisa.dma_indirect" and memory == "hbm")
     if engine == "dma":
         int_value(op, "queue")
     if "waits" in op.attributes:

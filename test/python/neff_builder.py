@@ -143,6 +143,11 @@ class NeffBuilder:
     def dma(self, dst, src, queue=0, **sync) -> Instruction:
         return self._ins(Opcode.DMA, Engine.DMA, [dst, src], queue=queue, **sync)
 
+    def dma_indirect(self, dst, src, index, queue=0, **sync) -> Instruction:
+        """Rows of the HBM side (dst or src) chosen by `index` (SBUF [P, 1] integers)."""
+        return self._ins(Opcode.DMA, Engine.DMA, [dst, src, index], queue=queue,
+                         flags=isa.FLAG_INDIRECT, **sync)
+
     def matmul(self, dst, stationary, moving, accumulate=False, **sync) -> Instruction:
         return self._ins(Opcode.MATMUL, Engine.PE, [dst, stationary, moving],
                          flags=isa.FLAG_ACCUMULATE if accumulate else 0, **sync)

@@ -119,15 +119,16 @@ def needs_fixed_overhead(opcode: isa.Opcode, ops: tuple[Access | None, ...],
                for s in read_slots for w in previous_writes)
 
 
-def contiguous_runs(a: Access) -> int:
+def contiguous_runs(a: Access, rows_apart: bool = False) -> int:
     """How many contiguous byte runs an access pattern is made of (adjacent dims merged).
 
     On chip each partition is its own run at least; in HBM the partition axis is one more
-    strided dimension.
+    strided dimension, unless the rows are placed independently (`rows_apart`: the rows an
+    indirect DMA's index chooses).
     """
     itemsize = a.dtype.itemsize
     dims = list(zip(a.shape, a.strides))
-    if a.memory != isa.Memory.HBM:
+    if a.memory != isa.Memory.HBM or rows_apart:
         outer_runs, dims = a.shape[0], dims[1:]
     else:
         outer_runs = 1
@@ -145,10 +146,12 @@ def contiguous_runs(a: Access) -> int:
     return runs
 
 
-def dma_transfer_ns(ops: tuple[Access | None, ...], target: Target) -> tuple[float, int]:
-    """Duration of a DMA transfer on its queue (without the fixed latency), and its bytes."""
+def dma_transfer_ns(ops: tuple[Access | None, ...], target: Target,
+                    indirect: bool = False) -> tuple[float, int]:
+    """Duration of a DMA transfer on its queue (without the fixed latency), and its bytes.
+    An indirect DMA moves each row as its own descriptor."""
     dst, src = ops[0], ops[1]
     nbytes = dst.nbytes
-    chunks = max(contiguous_runs(dst), contiguous_runs(src))
+    chunks = max(contiguous_runs(dst, indirect), contiguous_runs(src, indirect))
     return (nbytes + chunks * target.dma_chunk_overhead_bytes) / target.dma_queue_bytes_per_ns, \
         nbytes

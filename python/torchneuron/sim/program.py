@@ -139,16 +139,17 @@ def _decode_stream(neff: Neff, name: str, engine: isa.Engine, records, target: T
         fields = operand_fields[i]
         rules.check_opcode(ins, engine, [f is not None for f in fields])
         roles = rules.OPERAND_ROLES[ins.opcode][0]
+        indirect = bool(flags & isa.FLAG_INDIRECT) and ins.opcode == isa.Opcode.DMA
         ops: list[Access | None] = []
         for j, f in enumerate(fields):
             if f is None:
                 ops.append(None)
                 continue
-            key = (is_dma, j, roles[j], f)
+            key = (is_dma, j, roles[j], f, indirect)
             access = decoded.get(key)
             if access is None:
                 access = rules.decode_operand(ins, engine, j, roles[j], f, target,
-                                              neff.tensors, layout)
+                                              neff.tensors, layout, indirect=indirect)
                 decoded[key] = access
             ops.append(access)
         ins.ops = tuple(ops)
@@ -160,7 +161,8 @@ def _decode_stream(neff: Neff, name: str, engine: isa.Engine, records, target: T
             ins.flops_class = costs.matmul_rate_class(st.isa_dtype, mv.isa_dtype)
         if is_dma:
             if ins.opcode == isa.Opcode.DMA:
-                ins.duration_ns, ins.nbytes = costs.dma_transfer_ns(ins.ops, target)
+                ins.duration_ns, ins.nbytes = costs.dma_transfer_ns(ins.ops, target,
+                                                                    indirect=indirect)
         else:
             write_slots = rules.WRITE_SLOTS[ins.opcode]
             read_slots = tuple(j for j in range(isa.NUM_OPERANDS) if j not in write_slots)

@@ -52,7 +52,7 @@ Op = isa.Opcode
 # must be empty; slots not required are optional.
 OPERAND_ROLES: dict[isa.Opcode, tuple[tuple[str, ...], tuple[int, ...]]] = {
     Op.NOP: ((), ()),
-    Op.DMA: (("dst", "src"), (0, 1)),
+    Op.DMA: (("dst", "src", "index"), (0, 1)),
     Op.MATMUL: (("dst", "stationary", "moving"), (0, 1, 2)),
     Op.TRANSPOSE: (("dst", "src"), (0, 1)),
     Op.ACTIVATE: (("dst", "src", "bias", "scale", "accum"), (0, 1)),
@@ -105,11 +105,14 @@ assert all(int(m) == i for i, m in enumerate(MEMORIES)) and \
 
 
 def decode_operand(ins, engine: isa.Engine, slot: int, role: str, fields: tuple,
-                   target: Target, tensors: list, layout: HbmLayout) -> Access:
+                   target: Target, tensors: list, layout: HbmLayout,
+                   indirect: bool = False) -> Access:
     """Check one operand's placement and bounds, and decode it into an `Access`.
 
     `fields` are the record's (memory, dtype, partition_start, partition_count, tensor,
-    offset, partition_stride, sizes, strides), sizes and strides cut to ndim.
+    offset, partition_stride, sizes, strides), sizes and strides cut to ndim. For the HBM
+    side of an indirect DMA (`indirect`) the rows come from the index at run time: only one
+    row's free pattern is checked here, each row's bounds when it is moved.
     """
     memory_id, dtype_id, start, count, tensor_id, offset, pstride, sizes, strides = fields
     memory = MEMORIES[memory_id]
@@ -145,10 +148,12 @@ def decode_operand(ins, engine: isa.Engine, slot: int, role: str, fields: tuple,
         if isa_dtype != tensor.dtype:
             raise ins.error(f"{what}: HBM operand of dtype {isa_dtype.label} reads tensor "
                            f"{tensor.name!r} of dtype {tensor.dtype.label}")
-        lo, hi = _extent(shape, (pstride, *strides))
+        lo, hi = _extent(sizes if indirect else shape,
+                         strides if indirect else (pstride, *strides))
         lo += offset
         hi += offset
-        text = f"hbm[{tensor.name}]+{offset} p{count}@{pstride} [{dims}] {isa_dtype.label}"
+        rows = "rows[index]" if indirect else f"p{count}"
+        text = f"hbm[{tensor.name}]+{offset} {rows}@{pstride} [{dims}] {isa_dtype.label}"
         if lo < 0 or hi >= tensor.num_elements:
             raise ins.error(f"{what} {text} reaches elements [{lo}, {hi}] of tensor "
                            f"{tensor.name!r}, which has {tensor.num_elements}",
@@ -394,10 +399,29 @@ def _check_select(ins, ops, target) -> None:
 
 
 def _check_dma(ins, ops, target) -> None:
-    dst, src = ops[0], ops[1]
+    dst, src, index = ops[0], ops[1], ops[2]
     if dst.partitions * dst.free_size != src.partitions * src.free_size:
         raise ins.error(f"DMA copies {src.partitions * src.free_size} elements into "
                        f"{dst.partitions * dst.free_size}")
+    indirect = bool(ins.flags & isa.FLAG_INDIRECT)
+    if indirect != (index is not None):
+        raise ins.error("an indirect DMA needs an index operand (slot 2), and only an "
+                       "indirect DMA takes one")
+    if not indirect:
+        return
+    if (dst.memory == isa.Memory.HBM) == (src.memory == isa.Memory.HBM):
+        raise ins.error("an indirect DMA moves rows between HBM and SBUF: exactly one of "
+                       "dst and src must be in HBM")
+    rows = dst if dst.memory == isa.Memory.HBM else src
+    other = src if rows is dst else dst
+    if index.memory != isa.Memory.SBUF or index.isa_dtype.is_float:
+        raise ins.error(f"{index.describe()}: the index must be integers in SBUF")
+    if index.partitions != rows.partitions or index.free_size != 1 \
+            or other.partitions != rows.partitions or other.free_size != rows.free_size:
+        raise ins.error(f"{index.describe()}: an indirect DMA moves one row per partition: "
+                       f"index [{index.partitions}, {index.free_size}], rows "
+                       f"[{rows.partitions}, {rows.free_size}], SBUF side "
+                       f"[{other.partitions}, {other.free_size}]")
 
 
 _OPCODE_CHECKS = {

@@ -44,7 +44,7 @@ import numpy as np
 from scipy import special
 
 from torchneuron.format import isa
-from torchneuron.sim.errors import UninitializedReadError
+from torchneuron.sim.errors import OutOfBoundsError, UninitializedReadError
 from torchneuron.sim.memory import Access, Hbm, Store
 from torchneuron.target import Target
 
@@ -197,7 +197,44 @@ def op_nop(ins, m: Machine) -> None:
 
 def op_dma(ins, m: Machine) -> None:
     dst, src = ins.ops[0], ins.ops[1]
+    if ins.flags & isa.FLAG_INDIRECT:
+        _dma_indirect(ins, m, dst, src, ins.ops[2])
+        return
     m.write(dst, m.read(ins, src))
+
+
+def _dma_indirect(ins, m: Machine, dst: Access, src: Access, index: Access) -> None:
+    """Rows of HBM chosen by the index: row p starts `index[p]` partition strides into the
+    pattern. Every row is bounds-checked before any byte moves."""
+    rows = src if src.memory == isa.Memory.HBM else dst
+    hbm = m.stores[isa.Memory.HBM]
+    idx = m.read(ins, index).reshape(-1).astype(np.int64)
+    itemsize = rows.dtype.itemsize
+    # Byte address of every element: row base + free pattern.
+    free = np.zeros((), dtype=np.int64)
+    for n, st in zip(rows.shape[1:], rows.strides[1:]):
+        free = np.add.outer(free, np.arange(n, dtype=np.int64) * st)
+    addresses = (rows.offset + idx * rows.strides[0])[:, None] + free.reshape(1, -1)
+    base = hbm.layout.bases[rows.tensor]
+    limit = base + hbm.tensors[rows.tensor].num_elements * itemsize
+    bad = np.nonzero((addresses.min(axis=1) < base) | (addresses.max(axis=1) + itemsize > limit))[0]
+    if bad.size:
+        p = int(bad[0])
+        raise ins.error(f"{index.describe()}: index {int(idx[p])} of partition {p} takes a "
+                        f"row outside tensor {hbm.tensors[rows.tensor].name!r}",
+                        OutOfBoundsError)
+    flat = hbm.data.view(np.uint8)
+    element_bytes = addresses[..., None] + np.arange(itemsize, dtype=np.int64)
+    if rows is src:
+        if not np.all(hbm.written[element_bytes] == 0xFF):
+            raise ins.error(f"{src.describe()} reads rows that were never written",
+                            UninitializedReadError)
+        raw = flat[element_bytes].reshape(-1).view(src.dtype).reshape(src.partitions, -1)
+        m.write(dst, raw)
+    else:
+        values = convert(m.read(ins, src).reshape(dst.partitions, -1), dst.dtype)
+        flat[element_bytes] = values.view(np.uint8).reshape(element_bytes.shape)
+        hbm.written[element_bytes] = 0xFF
 
 
 def op_matmul(ins, m: Machine) -> None:
