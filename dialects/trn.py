@@ -312,6 +312,24 @@ class PoolOp(Trn.Operation, name="pool", traits=[ext.Pure]):
     verify_invariants = verifier(_check_pool)
 
 
+def _check_scan(op) -> None:
+    shape = _check_same_shape(op)
+    dim = int_value(op, "dimension")
+    require(0 <= dim < len(shape), f"dimension {dim} is not a dim of {shape}")
+    require(string(op, "op") in ("add", "mul", "max", "min"),
+            "op must be add, mul, max or min")
+
+
+class ScanOp(Trn.Operation, name="scan", traits=[ext.Pure]):
+    """Inclusive scan along `dimension`: result[..., i, ...] = input[..., 0, ...] <op> ...
+    <op> input[..., i, ...] (cumsum, cumprod, cummax, cummin)."""
+    input: ext.Operand[ir.RankedTensorType]
+    op: ir.StringAttr
+    dimension: ir.IntegerAttr
+    result: ext.Result[ir.RankedTensorType]
+    verify_invariants = verifier(_check_scan)
+
+
 def _check_same_shape(op, operand_indices=(0,)) -> list[int]:
     res = shape_of(op.results[0], "result")
     for i in operand_indices:

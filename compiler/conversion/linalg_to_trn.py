@@ -64,7 +64,8 @@ def _convert_function(func: ir.Operation) -> None:
 
 
 # Ops kept as they are: constants feed trn ops, tensor.empty feeds only `outs` (erased when dead).
-_KEEP = {"arith.constant", "tensor.empty", "func.return", "cf.assert"}
+_KEEP = {"arith.constant", "tensor.empty", "func.return", "cf.assert",
+         "trn.scan"}   # the frontend made scans trn ops already
 
 
 def _ins_outs(op: ir.Operation) -> tuple[list[ir.Value], list[ir.Value]]:

@@ -22,6 +22,7 @@ from torchneuron.compiler.kernels.conv import lower_conv, lower_pool
 from torchneuron.compiler.kernels.emitter import Emitter
 from torchneuron.compiler.kernels.gather import lower_gather
 from torchneuron.compiler.kernels.matmul import lower_matmul
+from torchneuron.compiler.kernels.scan import lower_scan
 from torchneuron.compiler.kernels.reduce import lower_reduce
 from torchneuron.compiler.kernels.tile_ops import ELEMENTWISE_OPS, ROOT_OPS, SOURCE_OPS, VIEW_OPS
 from torchneuron.compiler.kernels.views import HbmView, apply_view_op, source_view
@@ -48,7 +49,7 @@ class ConvertTrnToNisa(Pass):
 
 
 # Ops whose result gets an HBM buffer of its own (the others are views of existing buffers).
-_STORED = ("trn.kernel", "trn.insert_slice", "trn.empty", "trn.gather")
+_STORED = ("trn.kernel", "trn.insert_slice", "trn.empty", "trn.gather", "trn.scan")
 
 
 @dataclasses.dataclass(eq=False)
@@ -161,6 +162,8 @@ class _FunctionLowering:
                 self._copy(source, contiguous)
                 source = contiguous
             lower_gather(self.em, op, source, self.views[op.operands[1]], out)
+        elif op.name == "trn.scan":
+            lower_scan(self.em, op, self.views[op.operands[0]], out)
         self.views[result] = out
 
     def _view(self, op: ir.Operation, source: HbmView) -> HbmView:

@@ -42,14 +42,74 @@ def import_fx_graph(gm: torch.fx.GraphModule, name: str) -> str:
     except Exception as exc:  # torch-mlir reports lowering failures as plain exceptions
         raise CompileError(f"torch-mlir could not lower graph '{name}' to linalg: "
                            f"{_first_lines(str(exc))}") from exc
+    _rewrite_scans(module)
     _check_dialects(module)
     return module.operation.get_asm(enable_debug_info=True)
+
+
+_SCAN_COMBINES = {"arith.addf": "add", "arith.addi": "add", "arith.mulf": "mul",
+                  "arith.muli": "mul", "arith.maximumf": "max", "arith.maxsi": "max",
+                  "arith.minimumf": "min", "arith.minsi": "min"}
+_SCAN_IDENTITY = {"add": 0, "mul": 1, "max": float("-inf"), "min": float("inf")}
+
+
+def _rewrite_scans(module) -> None:
+    """tm_tensor.scan (cumsum, cumprod, cummax, cummin), which torch-mlir leaves outside
+    linalg, becomes trn.scan while torch-mlir's context can still parse it. Scans this cannot
+    express (exclusive, a used final accumulator, another combining op, a non-identity start)
+    are left for the dialect check to reject."""
+    from torchneuron.dialects import load_dialects
+
+    scans = []
+
+    def collect(op):
+        if op.operation.name == "tm_tensor.scan":
+            scans.append(op.operation)
+        return ir.WalkResult.ADVANCE
+
+    module.operation.walk(collect)
+    if not scans:
+        return
+    load_dialects(module.context)
+    for scan in scans:
+        body = [op for op in scan.regions[0].blocks[0].operations]
+        kind = _SCAN_COMBINES.get(body[0].name) if len(body) == 2 else None
+        inclusive = ir.BoolAttr(scan.attributes["inclusive"]).value
+        accumulator = scan.operands[2]
+        if kind is None or not inclusive or list(scan.results[1].uses) or \
+                _fill_constant(accumulator) != _SCAN_IDENTITY[kind]:
+            continue
+        with ir.InsertionPoint(scan), scan.location:
+            new = ir.Operation.create(
+                "trn.scan", results=[scan.results[0].type], operands=[scan.operands[0]],
+                attributes={"op": ir.StringAttr.get(kind),
+                            "dimension": ir.IntegerAttr.get(
+                                ir.IntegerType.get_signless(64),
+                                ir.IntegerAttr(scan.attributes["dimension"]).value)})
+        scan.results[0].replace_all_uses_with(new.results[0])
+        scan.erase()
+
+
+def _fill_constant(value) -> float | None:
+    """The constant a linalg.fill result holds (None for anything else)."""
+    owner = value.owner
+    op = owner.operation if isinstance(owner, ir.OpView) else owner
+    if not isinstance(op, ir.Operation) or op.name != "linalg.fill":
+        return None
+    source = op.operands[0].owner
+    source = source.operation if isinstance(source, ir.OpView) else source
+    if not isinstance(source, ir.Operation) or source.name != "arith.constant":
+        return None
+    attr = source.attributes["value"]
+    if isinstance(attr, (ir.FloatAttr, ir.IntegerAttr)):
+        return attr.value
+    return None
 
 
 # Dialects the compiler's own context parses; anything else torch-mlir leaves in its
 # linalg-on-tensors output (tm_tensor scans/sorts/scatters, ml_program globals) has no
 # lowering. cf.assert (index checks) is accepted and dropped by convert-linalg-to-trn.
-SUPPORTED_DIALECTS = ("builtin", "func", "arith", "math", "linalg", "tensor")
+SUPPORTED_DIALECTS = ("builtin", "func", "arith", "math", "linalg", "tensor", "trn")
 
 
 def _check_dialects(module) -> None:

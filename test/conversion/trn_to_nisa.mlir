@@ -192,4 +192,18 @@ func.func @gather(%table: tensor<10x8xf32>, %ids: tensor<5xi64>) -> tensor<5x8xf
   return %g : tensor<5x8xf32>
 }
 
+// -----
+
+// Tests the scan lowering: the scanned dim on the free axis, log-step combining of the tile
+// with itself shifted by 1, 2, 4 columns (an 8-element cumsum takes three steps).
+// CHECK-LABEL: func.func @cumsum
+// CHECK: "nisa.tensor_tensor"({{.*}}) {aps = [array<i64: 1, 8, 4, 1, 7>, array<i64: 1, 8, 4, 1, 7>, array<i64: 0, 8, 4, 1, 7>], engine = "dve", op = "add"}
+// CHECK: "nisa.tensor_tensor"({{.*}}) {aps = [array<i64: 2, 8, 4, 1, 6>, array<i64: 2, 8, 4, 1, 6>, array<i64: 0, 8, 4, 1, 6>], engine = "dve", op = "add"}
+// CHECK: "nisa.tensor_tensor"({{.*}}) {aps = [array<i64: 4, 8, 4, 1, 4>, array<i64: 4, 8, 4, 1, 4>, array<i64: 0, 8, 4, 1, 4>], engine = "dve", op = "add"}
+// CHECK-NOT: "nisa.tensor_tensor"
+func.func @cumsum(%x: tensor<4x8xf32>) -> tensor<4x8xf32> {
+  %s = "trn.scan"(%x) {op = "add", dimension = 1 : i64} : (tensor<4x8xf32>) -> tensor<4x8xf32>
+  return %s : tensor<4x8xf32>
+}
+
 // ERR: trn_to_nisa-invalid.mlir:{{[0-9]+}}:{{[0-9]+}}: error: convert-trn-to-nisa: 'tensor.empty' cannot be lowered to NeuronCore instructions here (expected trn ops; run convert-linalg-to-trn first)

@@ -79,3 +79,13 @@ func.func @windows(%x: tensor<1x3x8x8xf32>, %w: tensor<4x3x3x3xf32>, %t: tensor<
   %g = "trn.gather"(%t, %i) {offset = 0 : i64, row_stride = 8 : i64, free_strides = array<i64: 1>} : (tensor<10x8xf32>, tensor<5xi64>) -> tensor<5x8xf32>
   return %c, %p, %g : tensor<1x4x6x6xf32>, tensor<1x3x4x4xf32>, tensor<5x8xf32>
 }
+
+// -----
+
+// Tests that trn.scan round-trips.
+// CHECK-LABEL: func.func @scan
+// CHECK: "trn.scan"(%arg0) {dimension = 1 : i64, op = "add"} : (tensor<4x8xf32>) -> tensor<4x8xf32>
+func.func @scan(%x: tensor<4x8xf32>) -> tensor<4x8xf32> {
+  %s = "trn.scan"(%x) {op = "add", dimension = 1 : i64} : (tensor<4x8xf32>) -> tensor<4x8xf32>
+  return %s : tensor<4x8xf32>
+}
