@@ -382,3 +382,16 @@ def test_results_are_deterministic_across_executions():
     second = device.execute(program, {"x": xv})
     np.testing.assert_array_equal(second.outputs[0], np.tanh(xv.astype(np.float64)).astype(F32))
     assert first.profile.total_ns == second.profile.total_ns
+
+
+def test_bitwise_tensor_scalar_with_an_immediate():
+    """A bitwise ALU op with an immediate operand (a 0-d value) converts it like a tensor."""
+    from neff_builder import run_kernel
+
+    x = np.array([[1.0, 2.0, 3.0, 6.0]], dtype=np.float32)
+
+    def body(b, ins, outs, waits, signal):
+        b.tensor_scalar(outs["y"], ins["x"], "and", 3.0, waits=waits, signal=signal)
+
+    out, _ = run_kernel({"x": x}, {"y": ((1, 4), "f32")}, body)
+    np.testing.assert_array_equal(out["y"], [[1.0, 2.0, 3.0, 2.0]])

@@ -114,8 +114,7 @@ def convert(values: np.ndarray, dtype: np.dtype) -> np.ndarray:
         ilo, ihi, flo, fhi = _INT_BOUNDS[dtype]
         if values.dtype.kind in "iu":
             return np.clip(values.astype(np.int64), ilo, ihi).astype(dtype)
-        v = np.rint(values.astype(F64))
-        np.nan_to_num(v, copy=False, nan=0.0, posinf=fhi, neginf=flo)
+        v = np.nan_to_num(np.rint(values.astype(F64)), nan=0.0, posinf=fhi, neginf=flo)
         return np.clip(v, flo, fhi).astype(dtype)
     return values.astype(dtype)
 
