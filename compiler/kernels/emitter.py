@@ -93,17 +93,32 @@ class TilePattern:
 
 
 class Emitter:
-    """Emits nisa ops at the current MLIR insertion point, choosing DMA queues and copy
-    engines round-robin so that independent work spreads over the machine."""
+    """Emits nisa ops at the current MLIR insertion point. Each DMA goes to the queue with the
+    least transfer time queued so far (bytes plus per-run overhead, as the cost model
+    charges); copies alternate between DVE and ACT, so independent work spreads over the
+    machine."""
 
     def __init__(self, target: Target):
         self.target = target
+        self._queued_bytes = [0] * target.dma_queues
+        # Loads and stores use disjoint queues: a store waiting for compute must not hold up
+        # the prefetch of later tiles queued behind it in an in-order queue.
         loads = max(1, target.dma_queues * 3 // 4)
-        # Loads and stores use disjoint queues: a store waiting on compute must not hold up
-        # the prefetch of the next tile behind it in an in-order queue.
-        self._load_queues = itertools.cycle(range(loads))
-        self._store_queues = itertools.cycle(range(loads, target.dma_queues) or range(loads))
+        self._load_queues = range(loads)
+        self._store_queues = range(loads, target.dma_queues) or self._load_queues
         self._copy_engines = itertools.cycle(("dve", "act"))
+
+    def _next_queue(self, buffer: ir.Value, ap: list[int], store: bool) -> int:
+        """The queue of its kind (load or store) with the least transfer time queued."""
+        elements = 1
+        for size in ap[2::2]:
+            elements *= size
+        nbytes = elements * U.element_bytes(ir.MemRefType(buffer.type).element_type)
+        runs = ap[2]      # one run per partition at least
+        queues = self._store_queues if store else self._load_queues
+        queue = min(queues, key=self._queued_bytes.__getitem__)
+        self._queued_bytes[queue] += nbytes + runs * self.target.dma_chunk_overhead_bytes
+        return queue
 
     # -- buffers -----------------------------------------------------------------------------
 
@@ -130,9 +145,9 @@ class Emitter:
             attributes["operandSegmentSizes"] = ir.DenseI32ArrayAttr.get(segments)
         return U.create(name, [], [v for v, _ in operands], attributes)
 
-    def dma(self, dst: ir.Value, dst_ap: list[int], src: ir.Value, src_ap: list[int],
-            store: bool = False) -> None:
-        queue = next(self._store_queues if store else self._load_queues)
+    def dma(self, dst: ir.Value, dst_ap: list[int], src: ir.Value, src_ap: list[int]) -> None:
+        store = _memory(dst) == "hbm"
+        queue = self._next_queue(*((src, src_ap) if store else (dst, dst_ap)), store)
         self._instr("nisa.dma", "dma", [(dst, dst_ap), (src, src_ap)], queue=U.i64(queue))
 
     def dma_indirect(self, dst: ir.Value, dst_ap: list[int], src: ir.Value, src_ap: list[int],
@@ -141,7 +156,8 @@ class Emitter:
         the row index[p] (times the access pattern's partition stride)."""
         self._instr("nisa.dma_indirect", "dma",
                     [(dst, dst_ap), (src, src_ap), (index.buffer, index.ap())],
-                    queue=U.i64(next(self._load_queues)))
+                    queue=U.i64(self._next_queue(*((src, src_ap, True) if _memory(dst) == "hbm"
+                                                   else (dst, dst_ap, False)))))
 
     def load(self, tile: Tile, view: HbmView, partition_dim: int | None,
              free_dims: list[int]) -> None:
@@ -152,7 +168,7 @@ class Emitter:
     def store(self, view: HbmView, partition_dim: int | None, free_dims: list[int],
               tile: Tile) -> None:
         dst_ap = view.access_pattern(partition_dim, free_dims)
-        self.dma(view.buffer, dst_ap, tile.buffer, tile.ap(), store=True)
+        self.dma(view.buffer, dst_ap, tile.buffer, tile.ap())
 
     def matmul(self, dst: Tile, stationary: Tile, moving: Tile, accumulate: bool) -> None:
         self._instr("nisa.matmul", "pe",
@@ -219,3 +235,7 @@ class Emitter:
         self._instr("nisa.select", "dve",
                     [(dst.buffer, dst.ap()), (mask.buffer, mask.ap()),
                      (on_true.buffer, on_true.ap()), (on_false.buffer, on_false.ap())])
+
+
+def _memory(buffer: ir.Value) -> str:
+    return ir.StringAttr(ir.MemRefType(buffer.type).memory_space).value

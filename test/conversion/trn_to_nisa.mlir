@@ -4,16 +4,18 @@
 // Tests the lowering of a Linear + bias + ReLU kernel computed transposed ("nm"): tensors
 // become HBM buffers and the result an output argument; K = 256 runs as two 128-row K-tiles
 // accumulating in one PSUM tile; the activation engine reads PSUM, adds the per-partition
-// bias and writes SBUF; the operands arrive by DMA and are transposed on PE (K must sit on
-// partitions); the result is transposed back and stored by DMA.
+// bias and writes SBUF; each operand arrives in one wide DMA (contiguous 1 KiB rows) and its
+// [128, 128] blocks are transposed on PE (K must sit on partitions); the result is
+// transposed back and stored by DMA.
 // CHECK-LABEL: func.func @linear_relu
 // CHECK-SAME: (%[[W:.*]]: memref<128x256xf32, "hbm">, %[[B:.*]]: memref<128xf32, "hbm">, %[[X:.*]]: memref<64x256xf32, "hbm">, %[[OUT:.*]]: memref<64x128xf32, "hbm">)
 // CHECK-SAME: nisa.num_inputs = 3 : i64, nisa.target = "trn2"
+// CHECK: "nisa.dma"(%[[WROWS:.*]], %[[W]]) {aps = [array<i64: 0, 256, 128, 1, 256>, array<i64: 0, 256, 128, 1, 256>], engine = "dma"
+// CHECK: "nisa.transpose"(%{{.*}}, %[[WROWS]]) {aps = [array<i64: 0, 128, 128, 1, 128>, array<i64: 0, 256, 128, 1, 128>]
+// CHECK: "nisa.transpose"(%{{.*}}, %[[WROWS]]) {aps = [array<i64: 0, 128, 128, 1, 128>, array<i64: 128, 256, 128, 1, 128>]
 // CHECK: %[[ACC:.*]] = "nisa.alloc"() {memory = "psum"} : () -> memref<128x64xf32, "psum">
-// CHECK: "nisa.dma"(%{{.*}}, %[[W]]) {aps = [array<i64: 0, 128, 128, 1, 128>, array<i64: 0, 256, 128, 1, 128>], engine = "dma"
-// CHECK: "nisa.transpose"
+// CHECK: "nisa.dma"(%{{.*}}, %[[X]])
 // CHECK: "nisa.matmul"(%[[ACC]], %{{.*}}, %{{.*}}) {accumulate = false
-// CHECK: "nisa.dma"(%{{.*}}, %[[W]]) {aps = [array<i64: 0, 128, 128, 1, 128>, array<i64: 128, 256, 128, 1, 128>], engine = "dma"
 // CHECK: "nisa.matmul"(%[[ACC]], %{{.*}}, %{{.*}}) {accumulate = true
 // CHECK: "nisa.dma"(%[[BIAS:.*]], %[[B]]) {aps = [array<i64: 0, 1, 128, 1, 1>, array<i64: 0, 1, 128, 0, 1>]
 // CHECK: %[[H:.*]] = "nisa.alloc"() {memory = "sbuf"} : () -> memref<128x64xf32, "sbuf">
