@@ -93,7 +93,23 @@ def neuron(gm, example_inputs, options: dict | None = None, mode: str | None = N
         bw_compiler=compiler("backward"),
         decompositions=_decompositions(),
     )
-    return backend(gm, example_inputs)
+    try:
+        return backend(gm, example_inputs)
+    except Exception as exc:
+        if not opts.fallback:
+            raise
+        # AOTAutograd could not trace the graph into ATen (e.g. a decomposition that needs a
+        # data-dependent size): the whole Dynamo graph runs in PyTorch, reported as such.
+        from torchneuron import report
+
+        node, message = _summarize(exc)
+        graph_report = report.whole_graph_fallback(
+            f"graph{graph_id}_forward", gm, "trace",
+            f"AOTAutograd could not trace the graph: {message}")
+        with _lock:
+            _reports.append(graph_report)
+        log.warning("%s", graph_report)
+        return gm.forward
 
 
 @functools.lru_cache(maxsize=1)
@@ -111,9 +127,10 @@ class CompiledGraph:
         import numpy as np
 
         self.name = name
-        # bool tensors are stored as uint8 (the NEFF has no i1): convert at the boundary.
-        self._bool_inputs = [spec.dtype == np.uint8 for spec in program.inputs]
-        self._bool_outputs = [_is_bool(v) for v in _output_values(graph_module)]
+        # linalg is signless and has no storable i1: bool travels as ui8, uint8 as i8. The
+        # bits are right; the boundary reinterprets them as the graph's dtypes.
+        self._input_dtypes = [np.dtype(spec.dtype) for spec in program.inputs]
+        self._output_dtypes = [getattr(v, "dtype", None) for v in _output_values(graph_module)]
         self.program = program
         self.device = device
         self.graph_module = graph_module
@@ -124,13 +141,11 @@ class CompiledGraph:
 
     def __call__(self, *args) -> tuple:
         arrays = [_to_numpy(a) for a in args]
-        arrays = [a.view("uint8") if bool_in and a.dtype == "bool" else a
-                  for a, bool_in in zip(arrays, self._bool_inputs)]
+        arrays = [_reinterpret_array(a, d) for a, d in zip(arrays, self._input_dtypes)]
         result = self.device.execute(self.program, arrays)
         self.last_profile = result.profile
-        outputs = tuple(_to_torch(o) for o in result.outputs)
-        outputs = tuple(o.bool() if i < len(self._bool_outputs) and self._bool_outputs[i] and
-                        o.dtype != _torch().bool else o for i, o in enumerate(outputs))
+        outputs = tuple(_reinterpret_tensor(_to_torch(o), d)
+                        for o, d in zip(result.outputs, self._output_dtypes))
         if self.dump_dir and not self._replay_written:
             self._write_replay(args)
         return outputs
@@ -486,8 +501,27 @@ def _output_values(gm) -> list:
     return [o.meta.get("val") if hasattr(o, "meta") else None for o in out]
 
 
-def _is_bool(value) -> bool:
-    return getattr(value, "dtype", None) is _torch().bool
+def _reinterpret_array(array, dtype):
+    """An integer/bool array as the same-size integer/bool dtype the program declares."""
+    if array.dtype != dtype and array.dtype.kind in "biu" and dtype.kind in "biu" and \
+            array.dtype.itemsize == dtype.itemsize:
+        return array.view(dtype)
+    return array
+
+
+def _reinterpret_tensor(tensor, dtype):
+    """A program output as the dtype the graph expects, when only signedness or bool-ness
+    differ (any other difference is left for the comparison with eager to expose)."""
+    torch = _torch()
+    if dtype is None or tensor.dtype == dtype:
+        return tensor
+    if dtype == torch.bool and not tensor.dtype.is_floating_point:
+        return tensor != 0
+    if not tensor.dtype.is_floating_point and not dtype.is_floating_point and \
+            not tensor.dtype.is_complex and tensor.element_size() == dtype.itemsize \
+            and tensor.dtype != torch.bool:
+        return tensor.view(dtype)
+    return tensor
 
 
 def _torch():

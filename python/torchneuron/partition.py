@@ -72,6 +72,7 @@ CATEGORIES = {
     "compile": "the NeuronCore compiler could not compile it",
     "partition": "its partition failed to compile and no single node was to blame",
     "runtime": "its compiled partition failed on the device",
+    "trace": "AOTAutograd could not trace its graph to ATen ops (the whole graph runs in PyTorch)",
 }
 STATIC_CATEGORIES = ("random", "mutation", "non-tensor", "dtype", "empty", "not-aten", "layout")
 

@@ -157,6 +157,20 @@ def graph_report(split, kind: str | None = None) -> GraphReport:
                        split.seconds)
 
 
+def whole_graph_fallback(name: str, gm, category: str, message: str) -> GraphReport:
+    """The report of a (Dynamo-level) graph that runs entirely in PyTorch."""
+    from torchneuron import partition as P
+
+    records = []
+    for node in gm.graph.nodes:
+        if node.op not in ("call_function", "call_method", "call_module") or P.is_getitem(node):
+            continue
+        op = node.target if isinstance(node.target, str) else P.op_name(node)
+        records.append(NodeRecord(node.name, op, "fallback", 0, P.source_of(node), category,
+                                  message))
+    return GraphReport(name, "forward", records, 0, 0, 0.0)
+
+
 @dataclasses.dataclass
 class GraphBreak:
     reason: str

@@ -299,6 +299,31 @@ def test_bool_and_zero_dim_tensors_cross_the_boundary():
     assert not report.fallbacks
 
 
+def test_unsigned_integers_keep_their_dtype():
+    # linalg is signless: the program stores uint8 as i8; the boundary restores uint8.
+    # (Arithmetic on uint8 values >= 128 is not tested here: the compiler treats i8 as signed.)
+    def f(x, y):
+        return (x * 3).to(torch.uint8) + 1, y.t().contiguous()
+
+    x = torch.arange(0, 40, dtype=torch.float32).reshape(4, 10)
+    y = torch.arange(100, 180, dtype=torch.uint8).reshape(8, 10)
+    (report,) = compile_and_check(f, x, y)
+    assert not report.fallbacks
+
+
+def test_graph_aotautograd_cannot_trace_runs_in_pytorch():
+    def f(x, sections):
+        return [t * 2 for t in torch.tensor_split(x + 1, sections)]
+
+    torch._dynamo.reset()
+    first = len(backend.graph_reports())
+    x, sections = torch.randn(5, 5), torch.tensor(2)
+    torch.testing.assert_close(torch.compile(f, backend="neuron")(x, sections), f(x, sections))
+    reports = backend.graph_reports()[first:]
+    assert reports and all(n.category == "trace" for r in reports for n in r.fallbacks)
+    assert "AOTAutograd could not trace" in reports[0].fallbacks[0].reason
+
+
 def test_dynamic_shapes_with_a_fallback():
     def f(x):
         return torch.sort(x * 2, dim=-1).values + 1
