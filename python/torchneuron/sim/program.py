@@ -88,6 +88,7 @@ class PreparedProgram:
     layout: HbmLayout
     streams: list[PreparedStream]   # engines in Engine order, then DMA queues by number
     increments: list[int]           # how many instructions signal each semaphore
+    onchip_extent: dict             # memory -> bytes of each partition the program touches
 
 
 def prepare(neff: Neff, target: Target, layout: HbmLayout) -> PreparedProgram:
@@ -104,7 +105,11 @@ def prepare(neff: Neff, target: Target, layout: HbmLayout) -> PreparedProgram:
             if ins.signal != isa.NO_SIGNAL:
                 increments[ins.signal] += 1
         streams.append(PreparedStream(s.name, s.engine, s.queue, instrs))
-    return PreparedProgram(neff, target, layout, streams, increments)
+    extent = {isa.Memory.SBUF: 0, isa.Memory.PSUM: 0}
+    for access in decoded.values():
+        if access.memory in extent:
+            extent[access.memory] = max(extent[access.memory], access.b1)
+    return PreparedProgram(neff, target, layout, streams, increments, extent)
 
 
 def _operand_fields(records) -> list[list[tuple | None]]:

@@ -58,9 +58,11 @@ Act = isa.ActFunc
 class Machine:
     """The state the semantics act on: SBUF, PSUM and HBM of one core."""
 
-    def __init__(self, target: Target, hbm: Hbm):
-        sbuf = Store(isa.Memory.SBUF, (target.num_partitions, target.sbuf_partition_bytes))
-        psum = Store(isa.Memory.PSUM, (target.num_partitions, target.psum_partition_bytes))
+    def __init__(self, target: Target, hbm: Hbm, onchip: tuple[Store, Store] | None = None):
+        if onchip is None:
+            onchip = (Store(isa.Memory.SBUF, (target.num_partitions, target.sbuf_partition_bytes)),
+                      Store(isa.Memory.PSUM, (target.num_partitions, target.psum_partition_bytes)))
+        sbuf, psum = onchip
         self.stores = {isa.Memory.HBM: hbm, isa.Memory.SBUF: sbuf, isa.Memory.PSUM: psum}
         # ids of (prepared, long-lived) accesses known to be fully written. Memory is never
         # "unwritten" again, so such an access needs no further mask checks or updates.

@@ -30,22 +30,68 @@ from __future__ import annotations
 
 import bisect
 import math
+import threading
 
 import numpy as np
 
 from torchneuron.format import isa
 from torchneuron.sim.errors import DeadlockError
-from torchneuron.sim.memory import Hbm
+from torchneuron.sim.memory import Hbm, Store
 from torchneuron.sim.profile import ENGINE_STREAMS, Profile, StreamStats, TraceEvent
 from torchneuron.sim.program import PreparedProgram
 from torchneuron.sim.semantics import Machine
 
 
+_blas = None
+
+
 def run(program: PreparedProgram, hbm: Hbm) -> Profile:
     """Execute `program` against `hbm` (inputs and constants already stored there); outputs
-    are left in `hbm`. Returns the profile of the run."""
+    are left in `hbm`. Returns the profile of the run.
+
+    numpy's BLAS is held to one thread meanwhile: an instruction's matmul is at most
+    128 x 128 x 512, too small to gain from threads, and threads spinning on a busy machine
+    made such matmuls a hundred times slower."""
+    global _blas
+    if _blas is None:
+        from threadpoolctl import ThreadpoolController
+        _blas = ThreadpoolController()
+    onchip = _take_onchip(program)
+    try:
+        with _blas.limit(limits=1, user_api="blas"):
+            return _run(program, Machine(program.target, hbm, onchip))
+    finally:
+        _give_back_onchip(program.target, onchip)
+
+
+# SBUF and PSUM are reused from run to run: allocating them afresh touches (and faults in)
+# tens of MB of pages per run. Only the written-masks of the bytes a program can touch are
+# cleared, which is all the never-written checks need; stale data is never readable.
+_onchip_pool: dict[tuple, list[tuple[Store, Store]]] = {}
+_onchip_lock = threading.Lock()
+
+
+def _take_onchip(program: PreparedProgram) -> tuple[Store, Store]:
     target = program.target
-    machine = Machine(target, hbm)
+    key = (target.num_partitions, target.sbuf_partition_bytes, target.psum_partition_bytes)
+    with _onchip_lock:
+        pool = _onchip_pool.get(key)
+        stores = pool.pop() if pool else None
+    if stores is None:
+        stores = (Store(isa.Memory.SBUF, (key[0], key[1])), Store(isa.Memory.PSUM, (key[0], key[2])))
+    for store in stores:
+        store.written[:, :program.onchip_extent[store.kind]] = 0
+    return stores
+
+
+def _give_back_onchip(target, stores: tuple[Store, Store]) -> None:
+    key = (target.num_partitions, target.sbuf_partition_bytes, target.psum_partition_bytes)
+    with _onchip_lock:
+        _onchip_pool.setdefault(key, []).append(stores)
+
+
+def _run(program: PreparedProgram, machine: Machine) -> Profile:
+    target = program.target
     streams = program.streams
     n = len(streams)
     instrs = [s.instrs for s in streams]
