@@ -198,7 +198,10 @@ def _signature(args) -> tuple:
 
 
 def _specialise(gm, args):
-    """Re-trace `gm` with concrete sizes: symbolic int inputs become constants."""
+    """Re-trace `gm` with concrete sizes: symbolic int inputs become constants. Nodes keep
+    their stack traces (fallback reports name the user's source line)."""
+    import torch.fx.traceback as fx_traceback
+    from torch.fx import Interpreter
     from torch.fx.experimental.proxy_tensor import make_fx
 
     tensor_positions = [i for i, a in enumerate(args) if _is_tensor(a)]
@@ -207,9 +210,11 @@ def _specialise(gm, args):
         full = list(args)
         for i, t in zip(tensor_positions, tensors):
             full[i] = t
-        return gm(*full)
+        return Interpreter(gm).run(*full)
 
-    return make_fx(with_constants, tracing_mode="real")(*[args[i] for i in tensor_positions])
+    with fx_traceback.preserve_node_meta():
+        return make_fx(with_constants, tracing_mode="real")(
+            *[args[i] for i in tensor_positions])
 
 
 def _has_symbolic_sizes(example_inputs) -> bool:

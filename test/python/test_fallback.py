@@ -337,6 +337,7 @@ def test_dynamic_shapes_with_a_fallback():
     reports = backend.graph_reports()[first:]
     assert [r.name.rsplit("_", 1)[1] for r in reports] == ["v0", "v1"]
     assert all([n.node for n in r.fallbacks] == ["sort"] for r in reports)
+    assert all("torch.sort(x * 2" in r.fallbacks[0].source["code"] for r in reports)
 
 
 def test_strict_mode_raises_instead_of_falling_back():
