@@ -657,6 +657,8 @@ def main(argv=None) -> int:
     parser.add_argument("--timeout", type=float, default=240.0, help="seconds per op")
     parser.add_argument("--write", metavar="MD", help="write the markdown report here")
     parser.add_argument("--json", metavar="FILE", help="write every result as JSON here")
+    parser.add_argument("--commit", help="the commit named in the report (default: git HEAD "
+                        "of this checkout; for a sweep of an exported snapshot)")
     parser.add_argument("-v", "--verbose", action="store_true", help="print every op's result")
     args = parser.parse_args(argv)
     dtype_names = [d.strip() for d in args.dtype.split(",") if d.strip()]
@@ -697,7 +699,7 @@ def main(argv=None) -> int:
             json.dump({"dtypes": dtype_names, "results": results,
                        "totals": {d: totals(results, d) for d in dtype_names}}, f, indent=1)
     if args.write:
-        meta = {"date": time.strftime("%Y-%m-%d"), "commit": _commit(),
+        meta = {"date": time.strftime("%Y-%m-%d"), "commit": args.commit or _commit(),
                 "samples": args.samples, "minutes": minutes}
         with open(args.write, "w") as f:
             f.write(markdown(results, dtype_names, meta))
