@@ -3,6 +3,8 @@ the tensor table (inputs, outputs, constants, scratch) and the debug-location ta
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 from torch_mlir import ir
 
@@ -208,3 +210,53 @@ def _operand(buffer: ir.Value, ap: list[int], tensor_of: dict, base: dict,
     return isa.Operand(isa.Memory.SBUF if memory == "sbuf" else isa.Memory.PSUM, dtype, pcount,
                        sizes, strides, offset=base[buffer] + (offset % row) * dtype.itemsize,
                        partition_start=offset // row)
+
+
+@dataclasses.dataclass(frozen=True)
+class OperandCost:
+    """What the cost model reads of an operand (the simulator's Access has the same fields)."""
+    memory: isa.Memory
+    isa_dtype: isa.DType
+    dtype: np.dtype
+    shape: tuple[int, ...]
+    strides: tuple[int, ...]      # bytes; the partition axis first
+    free_size: int
+
+    @property
+    def partitions(self) -> int:
+        return self.shape[0]
+
+    @property
+    def nbytes(self) -> int:
+        return self.shape[0] * self.free_size * self.dtype.itemsize
+
+
+@dataclasses.dataclass(frozen=True)
+class InstructionCost:
+    opcode: isa.Opcode
+    alu0: isa.AluOp
+    ops: tuple
+
+
+def cost_view(op: ir.Operation) -> InstructionCost:
+    """An instruction op as the cost model sees it (see torchneuron/cost_model.py)."""
+    ops: list = [None] * isa.NUM_OPERANDS
+    aps = [list(ir.DenseI64ArrayAttr(a)) for a in ir.ArrayAttr(op.attributes["aps"])]
+    for role, buffer, ap in zip(instruction_roles(op), op.operands, aps):
+        mtype = ir.MemRefType(buffer.type)
+        dtype = dtype_of(mtype.element_type)
+        itemsize = dtype.itemsize
+        memory = isa.Memory.parse(memory_of(buffer))
+        sizes = tuple(ap[4::2])
+        free_size = 1
+        for n in sizes:
+            free_size *= n
+        pstride = ap[1] * itemsize if memory == isa.Memory.HBM else list(mtype.shape)[1] * itemsize
+        ops[_SLOTS[role]] = OperandCost(memory, dtype, dtype.numpy(), (ap[2], *sizes),
+                                        (pstride, *(s * itemsize for s in ap[3::2])), free_size)
+    alu = "bypass"
+    if "op" in op.attributes:
+        alu = U.str_attr(op, "op")
+    elif "op0" in op.attributes:
+        alu = U.str_attr(op, "op0")
+    return InstructionCost(_OPCODES[op.name], isa.AluOp.parse(alu), tuple(ops))

@@ -110,10 +110,7 @@ class Emitter:
 
     def _next_queue(self, buffer: ir.Value, ap: list[int], store: bool) -> int:
         """The queue of its kind (load or store) with the least transfer time queued."""
-        elements = 1
-        for size in ap[2::2]:
-            elements *= size
-        nbytes = elements * U.element_bytes(ir.MemRefType(buffer.type).element_type)
+        nbytes = _nbytes(buffer, ap)
         runs = ap[2]      # one run per partition at least
         queues = self._store_queues if store else self._load_queues
         queue = min(queues, key=self._queued_bytes.__getitem__)
@@ -146,9 +143,22 @@ class Emitter:
         return U.create(name, [], [v for v, _ in operands], attributes)
 
     def dma(self, dst: ir.Value, dst_ap: list[int], src: ir.Value, src_ap: list[int]) -> None:
+        """One transfer; a large one is split by partitions into pieces of at least
+        `_DMA_PIECE_BYTES` on different queues, whose bandwidths then add up."""
         store = _memory(dst) == "hbm"
-        queue = self._next_queue(*((src, src_ap) if store else (dst, dst_ap)), store)
-        self._instr("nisa.dma", "dma", [(dst, dst_ap), (src, src_ap)], queue=U.i64(queue))
+        onchip = (src, src_ap) if store else (dst, dst_ap)
+        parts = dst_ap[2]
+        pieces = 1
+        if parts == src_ap[2] and parts > 1:
+            pieces = min(parts, self.target.dma_queues,
+                         max(1, _nbytes(*onchip) // _DMA_PIECE_BYTES))
+        per = -(-parts // pieces)
+        for p0 in range(0, parts, per):
+            count = min(per, parts - p0)
+            d = [dst_ap[0] + p0 * dst_ap[1], dst_ap[1], count] + dst_ap[3:]
+            s_ = [src_ap[0] + p0 * src_ap[1], src_ap[1], count] + src_ap[3:]
+            queue = self._next_queue(*((src, s_) if store else (dst, d)), store)
+            self._instr("nisa.dma", "dma", [(dst, d), (src, s_)], queue=U.i64(queue))
 
     def dma_indirect(self, dst: ir.Value, dst_ap: list[int], src: ir.Value, src_ap: list[int],
                      index: Tile) -> None:
@@ -235,6 +245,18 @@ class Emitter:
         self._instr("nisa.select", "dve",
                     [(dst.buffer, dst.ap()), (mask.buffer, mask.ap()),
                      (on_true.buffer, on_true.ap()), (on_false.buffer, on_false.ap())])
+
+
+# A DMA larger than this is split over several queues (the ~1.3 us fixed latency is paid per
+# piece, but overlaps; a queue moves ~23 B/ns, so 32 KiB takes about as long as the latency).
+_DMA_PIECE_BYTES = 32 * 1024
+
+
+def _nbytes(buffer: ir.Value, ap: list[int]) -> int:
+    elements = 1
+    for size in ap[2::2]:
+        elements *= size
+    return elements * U.element_bytes(ir.MemRefType(buffer.type).element_type)
 
 
 def _memory(buffer: ir.Value) -> str:

@@ -40,11 +40,12 @@ def stream_of(op: ir.Operation) -> str:
 @dataclasses.dataclass
 class Schedule(Pass):
     NAME = "trn-schedule"
-    SUMMARY = "Insert semaphore waits and signals between engine instruction streams"
+    SUMMARY = "Order each engine's instructions, pick DMA queues, insert semaphores"
+    reorder: bool = True
 
     def run(self, module: ir.Operation) -> None:
         for func in U.functions(module):
-            schedule_function(func)
+            schedule_function(func, self.reorder)
 
 
 @dataclasses.dataclass
@@ -63,7 +64,7 @@ class _BufferState:
     def __init__(self):
         self.writes: list[_Access] = []
         self.reads: list[_Access] = []
-        self.last_by_stream: dict[str, int] = {}
+        self.accesses: list[int] = []     # every instruction that touched the buffer
 
 
 def _box(buffer: ir.Value, ap: list[int]) -> tuple[int, int, int, int]:
@@ -103,24 +104,16 @@ def _prod(xs) -> int:
     return n
 
 
-def schedule_function(func: ir.Operation) -> None:
-    ops = U.body_ops(func)
-    instructions = [op for op in ops if op.name in INSTRUCTION_OPS]
-    allocs = {op.results[0]: op for op in ops if op.name == "nisa.alloc"}
+def dependencies(instructions: list[ir.Operation], allocs: dict) -> list[list[int]]:
+    """For each instruction (in the given order), the earlier instructions it must wait for:
+    writers of what it reads, readers and writers of what it writes (by the bytes the access
+    patterns touch), and every access to a buffer that lived before at its address."""
     states: dict = {}
     # Occupants of on-chip/scratch memory: (start, end, buffer) per memory, for reuse edges.
     occupants: dict[str, list[tuple[int, int, ir.Value]]] = {"sbuf": [], "psum": [], "hbm": []}
-    deps: list[dict[str, int]] = []
-    streams = [stream_of(op) for op in instructions]
-
+    preds: list[list[int]] = []
     for index, op in enumerate(instructions):
-        stream = streams[index]
-        needs: dict[str, int] = {}
-
-        def depend(other_stream: str, other_index: int) -> None:
-            if other_stream != stream and needs.get(other_stream, -1) < other_index:
-                needs[other_stream] = other_index
-
+        needs: set[int] = set()
         aps = [list(ir.DenseI64ArrayAttr(a)) for a in ir.ArrayAttr(op.attributes["aps"])]
         roles = instruction_roles(op)
         for role, buffer, ap in zip(roles, op.operands, aps):
@@ -132,32 +125,57 @@ def schedule_function(func: ir.Operation) -> None:
                 if placed is not None:
                     for previous in _take_over(occupants[placed[0]], placed[1], placed[2],
                                                buffer):
-                        for s, i in states[previous].last_by_stream.items():
-                            depend(s, i)
+                        needs.update(states[previous].accesses)
             box = _box(buffer, ap)
             write = role == "dst" or role == "accum"
             for access in state.writes:
                 if _overlaps(access.box, box):
-                    depend(access.stream, access.index)
+                    needs.add(access.index)
             if write:
                 for access in state.reads:
                     if _overlaps(access.box, box):
-                        depend(access.stream, access.index)
-            access = _Access(box, index, stream, write)
+                        needs.add(access.index)
+            access = _Access(box, index, "", write)
             (state.writes if write else state.reads).append(access)
-            state.last_by_stream[stream] = index
+            state.accesses.append(index)
             if write and role == "dst":
                 # Accesses this write fully covers can no longer be the latest conflict.
                 state.writes = [a for a in state.writes if a is access or not _covers(box, a.box)]
                 state.reads = [a for a in state.reads if not _covers(box, a.box)]
-        deps.append(needs)
+        needs.discard(index)
+        preds.append(sorted(needs))
+    return preds
+
+
+def schedule_function(func: ir.Operation, reorder: bool = True) -> None:
+    ops = U.body_ops(func)
+    instructions = [op for op in ops if op.name in INSTRUCTION_OPS]
+    allocs = {op.results[0]: op for op in ops if op.name == "nisa.alloc"}
+    target = _target_of(func)
+    preds = dependencies(instructions, allocs)
+    if reorder and instructions:
+        order = list_schedule(instructions, preds, target)
+        _apply_order(func, ops, [instructions[i] for i in order])
+        instructions = [instructions[i] for i in order]
+        preds = dependencies(instructions, allocs)
+    streams = [stream_of(op) for op in instructions]
+    # Per instruction, the latest instruction of each other stream it waits for.
+    deps: list[dict[str, int]] = []
+    for index, needs in enumerate(preds):
+        latest: dict[str, int] = {}
+        for i in needs:
+            s = streams[i]
+            if s != streams[index] and latest.get(s, -1) < i:
+                latest[s] = i
+        deps.append(latest)
 
     # Which instructions are depended upon, and their ordinal in their stream's semaphore.
     signalled = set()
     for needs in deps:
         for s, i in needs.items():
             signalled.add(i)
-    names = stream_names(_num_queues(func, streams))
+    names = stream_names(max([target.dma_queues] + [int(x[1:]) + 1 for x in streams
+                                                    if x.startswith("q")]))
     sem_of = {name: k for k, name in enumerate(names)}
     ordinal: dict[int, int] = {}
     counts: dict[str, int] = {}
@@ -224,10 +242,108 @@ def _take_over(occupied: list[tuple[int, int, ir.Value]], start: int, end: int,
     return displaced
 
 
-def _num_queues(func: ir.Operation, streams: list[str]) -> int:
-    queues = [int(s[1:]) for s in streams if s.startswith("q")]
+def _target_of(func: ir.Operation):
     from torchneuron.target import get_target
 
     name = ir.StringAttr(func.attributes["nisa.target"]).value \
         if "nisa.target" in func.attributes else None
-    return max([get_target(name).dma_queues] + [q + 1 for q in queues])
+    return get_target(name)
+
+
+def _apply_order(func: ir.Operation, ops: list[ir.Operation],
+                 instructions: list[ir.Operation]) -> None:
+    """Put the function's buffers and constants first, then the instructions in `order`."""
+    terminator = ops[-1]
+    for op in ops[:-1]:
+        if op.name not in INSTRUCTION_OPS:
+            op.move_before(terminator)
+    for op in instructions:
+        op.move_before(terminator)
+
+
+def list_schedule(instructions: list[ir.Operation], preds: list[list[int]], target) -> list[int]:
+    """An order of the instructions that keeps every engine busy, by list scheduling with the
+    cost model: repeatedly start, on the engine or DMA queue where it can start soonest, the
+    ready instruction (all of whose predecessors are placed) that is ready first. Each DMA
+    also gets the queue where it would finish first (queues issue in order and overlap the
+    fixed latency with earlier transfers, as the simulator does)."""
+    import heapq
+
+    from torchneuron import cost_model
+
+    n = len(instructions)
+    engines = [U.str_attr(op, "engine") for op in instructions]
+    costs = [_cost(op, engine, target, cost_model) for op, engine in zip(instructions, engines)]
+    succs: list[list[int]] = [[] for _ in range(n)]
+    indegree = [len(p) for p in preds]
+    for i, ps in enumerate(preds):
+        for p in ps:
+            succs[p].append(i)
+    ready_at = [0.0] * n
+    finish = [0.0] * n
+    heaps: dict[str, list[tuple[float, int]]] = {}
+    for i in range(n):
+        if indegree[i] == 0:
+            heapq.heappush(heaps.setdefault(engines[i], []), (0.0, i))
+    engine_free: dict[str, float] = {}
+    queues = target.dma_queues
+    issue = [0.0] * queues
+    transfer_end = [0.0] * queues
+    latency = target.dma_latency_ns
+    order: list[int] = []
+    chosen_queue: dict[int, int] = {}
+
+    def dma_plan(ready: float, duration: float) -> tuple[float, float, int]:
+        best = None
+        for q in range(queues):
+            start_issue = max(ready, issue[q])
+            end = max(start_issue + latency, transfer_end[q]) + duration
+            if best is None or end < best[1]:
+                best = (start_issue, end, q)
+        return best
+
+    while len(order) < n:
+        best = None
+        for engine, heap in heaps.items():
+            if not heap:
+                continue
+            ready, i = heap[0]
+            if engine == "dma":
+                start = dma_plan(ready, costs[i])[0]
+            else:
+                start = max(ready, engine_free.get(engine, 0.0))
+            if best is None or (start, i) < (best[0], best[2]):
+                best = (start, engine, i)
+        start, engine, i = best
+        heapq.heappop(heaps[engine])
+        if engine == "dma":
+            start, end, q = dma_plan(ready_at[i], costs[i])
+            issue[q] = start
+            transfer_end[q] = end
+            chosen_queue[i] = q
+        else:
+            end = start + costs[i]
+            engine_free[engine] = end
+        finish[i] = end
+        order.append(i)
+        for s in succs[i]:
+            ready_at[s] = max(ready_at[s], end)
+            indegree[s] -= 1
+            if indegree[s] == 0:
+                heapq.heappush(heaps.setdefault(engines[s], []), (ready_at[s], s))
+    for i, q in chosen_queue.items():
+        instructions[i].attributes["queue"] = U.i64(q)
+    return order
+
+
+def _cost(op: ir.Operation, engine: str, target, cost_model) -> float:
+    """Estimated ns an instruction occupies its engine (a DMA: its transfer time)."""
+    from torchneuron.compiler.codegen.neff_writer import cost_view
+
+    ins = cost_view(op)
+    if engine == "dma":
+        return cost_model.dma_transfer_ns(ins.ops, target,
+                                          indirect=op.name == "nisa.dma_indirect")[0]
+    return cost_model.compute_cycles(ins, target) / target.engine_ghz(engine)
+
+

@@ -1,5 +1,10 @@
 """TARGET.md's cost model: how long each instruction occupies its engine or DMA queue.
 
+Shared by the simulator (which charges these costs) and the compiler (which plans with
+them: scheduling, tile sizes); it imports only the ISA definitions and the target table.
+Operands are anything with the simulator's `Access` attributes (memory, isa_dtype, dtype,
+shape, strides in bytes, free_size, partitions, nbytes, overlaps()).
+
 Every figure comes from the `Target`. Costs depend only on the instruction (and, for the
 dependent back-to-back overhead, on the previous instruction of the same stream), so they are
 computed once per program; only start times are worked out while running.
@@ -33,9 +38,12 @@ scheduler (see sim/simulator.py), where it overlaps earlier transfers of the que
 
 from __future__ import annotations
 
+from typing import Any
+
 from torchneuron.format import isa
-from torchneuron.sim.memory import Access
 from torchneuron.target import Target
+
+Access = Any    # an operand with the attributes listed above
 
 Op = isa.Opcode
 _FP8 = (isa.DType.F8E4M3, isa.DType.F8E5M2)

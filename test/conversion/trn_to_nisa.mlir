@@ -4,13 +4,14 @@
 // Tests the lowering of a Linear + bias + ReLU kernel computed transposed ("nm"): tensors
 // become HBM buffers and the result an output argument; K = 256 runs as two 128-row K-tiles
 // accumulating in one PSUM tile; the activation engine reads PSUM, adds the per-partition
-// bias and writes SBUF; each operand arrives in one wide DMA (contiguous 1 KiB rows) and its
-// [128, 128] blocks are transposed on PE (K must sit on partitions); the result is
-// transposed back and stored by DMA.
+// bias and writes SBUF; each operand arrives in wide DMAs (contiguous 1 KiB rows, split by
+// partitions over several queues) and its [128, 128] blocks are transposed on PE (K must sit
+// on partitions); the result is transposed back and stored by DMA.
 // CHECK-LABEL: func.func @linear_relu
 // CHECK-SAME: (%[[W:.*]]: memref<128x256xf32, "hbm">, %[[B:.*]]: memref<128xf32, "hbm">, %[[X:.*]]: memref<64x256xf32, "hbm">, %[[OUT:.*]]: memref<64x128xf32, "hbm">)
 // CHECK-SAME: nisa.num_inputs = 3 : i64, nisa.target = "trn2"
-// CHECK: "nisa.dma"(%[[WROWS:.*]], %[[W]]) {aps = [array<i64: 0, 256, 128, 1, 256>, array<i64: 0, 256, 128, 1, 256>], engine = "dma"
+// CHECK: "nisa.dma"(%[[WROWS:.*]], %[[W]]) {aps = [array<i64: 0, 256, 32, 1, 256>, array<i64: 0, 256, 32, 1, 256>], engine = "dma"
+// CHECK: "nisa.dma"(%[[WROWS]], %[[W]]) {aps = [array<i64: 8192, 256, 32, 1, 256>, array<i64: 8192, 256, 32, 1, 256>], engine = "dma"
 // CHECK: "nisa.transpose"(%{{.*}}, %[[WROWS]]) {aps = [array<i64: 0, 128, 128, 1, 128>, array<i64: 0, 256, 128, 1, 128>]
 // CHECK: "nisa.transpose"(%{{.*}}, %[[WROWS]]) {aps = [array<i64: 0, 128, 128, 1, 128>, array<i64: 128, 256, 128, 1, 128>]
 // CHECK: %[[ACC:.*]] = "nisa.alloc"() {memory = "psum"} : () -> memref<128x64xf32, "psum">
@@ -40,7 +41,8 @@ func.func @linear_relu(%w: tensor<128x256xf32>, %b: tensor<128xf32>, %x: tensor<
 // Tests that an elementwise op outside any kernel is tiled over 128 partitions. A [300, 64]
 // tensor plus a row broadcast over it cannot be merged into one contiguous extent, so it is
 // tiled as 128, 128 and 44 rows; the broadcast loads with partition stride 0. A contiguous
-// tensor alone is spread evenly: 19200 elements become 128 partitions x 150.
+// tensor alone is spread evenly: 19200 elements become 128 partitions x 150 (loaded in two
+// 64-partition pieces on two queues).
 // CHECK-LABEL: func.func @add_row
 // CHECK: "nisa.dma"(%{{.*}}, %arg0) {aps = [array<i64: 0, 64, 128, 1, 64>, array<i64: 0, 64, 128, 1, 64>]
 // CHECK: "nisa.dma"(%{{.*}}, %arg1) {aps = [array<i64: 0, 64, 128, 1, 64>, array<i64: 0, 0, 128, 1, 64>]
@@ -49,7 +51,7 @@ func.func @linear_relu(%w: tensor<128x256xf32>, %b: tensor<128xf32>, %x: tensor<
 // CHECK: "nisa.dma"(%{{.*}}, %arg0) {aps = [array<i64: 0, 64, 128, 1, 64>, array<i64: 8192, 64, 128, 1, 64>]
 // CHECK: "nisa.dma"(%{{.*}}, %arg0) {aps = [array<i64: 0, 64, 44, 1, 64>, array<i64: 16384, 64, 44, 1, 64>]
 // CHECK-LABEL: func.func @exp
-// CHECK: "nisa.dma"(%{{.*}}, %arg0) {aps = [array<i64: 0, 150, 128, 1, 150>, array<i64: 0, 150, 128, 1, 150>]
+// CHECK: "nisa.dma"(%{{.*}}, %arg0) {aps = [array<i64: 0, 150, 64, 1, 150>, array<i64: 0, 150, 64, 1, 150>]
 // CHECK: "nisa.activation"({{.*}}func = "exp"
 func.func @add_row(%x: tensor<300x64xf32>, %b: tensor<64xf32>) -> tensor<300x64xf32> {
   %bb = "trn.broadcast"(%b) {dimensions = array<i64: 0>} : (tensor<64xf32>) -> tensor<300x64xf32>

@@ -3,7 +3,6 @@
 Layers, bottom up:
     memory.py     SBUF / PSUM / HBM as uint8 arrays with written-masks; operands as strided views
     rules.py      TARGET.md's rules, checked once per program (ConstraintError)
-    costs.py      TARGET.md's cost model (engine cycles, DMA transfer time)
     semantics.py  one numpy function per opcode (format/isa.py's docstring, executed)
     program.py    `prepare`: a NEFF decoded and checked into runnable instructions
     simulator.py  `run`: the event loop over engines and DMA queues, semaphores, deadlocks

@@ -9,7 +9,7 @@ import os
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from torchneuron.sim.costs import PE_RATE_CLASSES
+from torchneuron.cost_model import PE_RATE_CLASSES
 from torchneuron.target import Target
 
 ENGINE_STREAMS = ("pe", "act", "dve", "pool", "sp")

@@ -14,7 +14,8 @@ import numpy as np
 
 from torchneuron.format import isa
 from torchneuron.format.container import Neff
-from torchneuron.sim import costs, rules
+from torchneuron import cost_model as costs
+from torchneuron.sim import rules
 from torchneuron.sim.errors import ConstraintError, SimulationError, instruction_label
 from torchneuron.sim.memory import Access, HbmLayout
 from torchneuron.sim.semantics import SEMANTICS

@@ -1,6 +1,6 @@
 """The event loop: runs a prepared program's streams in parallel, in simulated time.
 
-Timing rules (all figures from the `Target`; durations from sim/costs.py):
+Timing rules (all figures from the `Target`; durations from torchneuron/cost_model.py):
 - Every stream (pe, act, dve, pool, sp, q0..q15) is an in-order timeline.
 - Semaphores start at 0. An instruction that signals increments its semaphore by one at its
   completion time. "Semaphore s reached value v" happens at the v-th earliest completion time
