@@ -19,6 +19,7 @@ import time
 
 from torch_mlir import ir
 
+from torchneuron import config
 from torchneuron.compiler.codegen.neff_writer import emit_neff
 from torchneuron.compiler.errors import CompileError
 from torchneuron.compiler.passes import build_pass_manager, parse_pipeline
@@ -73,14 +74,12 @@ class CompiledGraph:
     name: str
     neff: bytes
     stage_seconds: dict[str, float]
-    stage_text: dict[str, str]
 
 
 def compile_linalg(linalg_text: str, name: str, options: CompileOptions,
                    dump_dir: str | None = None) -> CompiledGraph:
     """Compile linalg-on-tensors text (the frontend's output) down to a NEFF."""
     seconds: dict[str, float] = {}
-    texts: dict[str, str] = {"linalg": linalg_text}
     _dump(dump_dir, f"{name}.linalg.mlir", linalg_text)
     context = make_context()
     with context:
@@ -88,21 +87,29 @@ def compile_linalg(linalg_text: str, name: str, options: CompileOptions,
             module = ir.Module.parse(linalg_text)
         except ir.MLIRError as exc:
             raise CompileError(f"cannot parse the linalg module: {exc}") from None
+        verify_each = config.VERIFY_EACH.get()
         for stage in stages(options):
             start = time.perf_counter()
             pm = build_pass_manager(parse_pipeline(stage.passes), context)
+            # Verifying after every pass costs as much as the passes on large programs;
+            # each stage's result is verified once instead (TORCHNEURON_VERIFY_EACH=1 for
+            # every pass, as neuron-opt does).
+            pm.enable_verifier(verify_each)
             try:
                 pm.run(module.operation)
+                if not verify_each:
+                    module.operation.verify()
             except ir.MLIRError as exc:
                 raise stage_error(stage.name, exc) from None
             seconds[stage.name] = time.perf_counter() - start
-            texts[stage.name] = module.operation.get_asm(enable_debug_info=True)
-            _dump(dump_dir, f"{name}.{stage.name}.mlir", texts[stage.name])
+            if dump_dir:
+                _dump(dump_dir, f"{name}.{stage.name}.mlir", module.operation.get_asm(
+                    enable_debug_info=True, assume_verified=True))
         start = time.perf_counter()
         neff = emit_neff(module, metadata={"options": dataclasses.asdict(options)})
         seconds["neff"] = time.perf_counter() - start
     _dump(dump_dir, f"{name}.neff", neff)
-    return CompiledGraph(name, neff, seconds, texts)
+    return CompiledGraph(name, neff, seconds)
 
 
 def stage_error(stage: str, exc: ir.MLIRError) -> CompileError:

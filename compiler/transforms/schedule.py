@@ -157,7 +157,9 @@ def schedule_function(func: ir.Operation, reorder: bool = True) -> None:
         order = list_schedule(instructions, preds, target)
         _apply_order(func, ops, [instructions[i] for i in order])
         instructions = [instructions[i] for i in order]
-        preds = dependencies(instructions, allocs)
+        # The same edges, renumbered: dependent pairs keep their order in a schedule.
+        position = {old: new for new, old in enumerate(order)}
+        preds = [sorted(position[p] for p in preds[old]) for old in order]
     streams = [stream_of(op) for op in instructions]
     # Per instruction, the latest instruction of each other stream it waits for.
     deps: list[dict[str, int]] = []

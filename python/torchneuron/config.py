@@ -67,8 +67,8 @@ TARGET: Knob[str] = Knob(
     "Default target NeuronCore generation (trn2 or trn1).",
 )
 VERIFY_EACH: Knob[bool] = Knob(
-    "TORCHNEURON_VERIFY_EACH", _bool, True,
-    "Verify the IR after every compiler pass.",
+    "TORCHNEURON_VERIFY_EACH", _bool, False,
+    "Verify the IR after every compiler pass (default: once per pipeline stage).",
 )
 
 CACHE_DIR: Knob[str | None] = Knob(
