@@ -71,3 +71,11 @@ def test_indirect_dma_rules():
     ins.flags = 0                                  # an index without the flag
     with pytest.raises(ConstraintError, match="only an indirect DMA takes one"):
         execute(b, [np.zeros((10, 8), np.float32), np.zeros((5, 1), np.int32)])
+
+
+def test_gather_of_a_single_row_uses_the_row_stride():
+    """One partition: the index is still scaled by the partition stride."""
+    table = np.arange(10 * 8, dtype=np.float32).reshape(10, 8)
+    ids = np.array([[7]], dtype=np.int32)
+    result = execute(_gather_program(10, 8, 1), [table, ids])
+    np.testing.assert_array_equal(result.outputs[0], table[[7]])

@@ -135,7 +135,7 @@ def decode_operand(ins, engine: isa.Engine, slot: int, role: str, fields: tuple,
     # (e.g. -2**63, which overflows numpy's byte strides) is as harmless as it is meaningless.
     if 1 in sizes:
         strides = tuple(0 if n == 1 else st for n, st in zip(sizes, strides))
-    if count == 1:
+    if count == 1 and not indirect:     # an indirect DMA scales its index by pstride
         pstride = 0
     shape = (count, *sizes)
     free_size = 1
