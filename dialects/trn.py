@@ -316,13 +316,16 @@ def _check_scan(op) -> None:
     shape = _check_same_shape(op)
     dim = int_value(op, "dimension")
     require(0 <= dim < len(shape), f"dimension {dim} is not a dim of {shape}")
-    require(string(op, "op") in ("add", "mul", "max", "min"),
-            "op must be add, mul, max or min")
+    require(string(op, "op") in SCAN_OPS, f"op must be one of {', '.join(SCAN_OPS)}")
+
+
+SCAN_OPS = ("add", "mul", "max", "min", "logaddexp")
 
 
 class ScanOp(Trn.Operation, name="scan", traits=[ext.Pure]):
     """Inclusive scan along `dimension`: result[..., i, ...] = input[..., 0, ...] <op> ...
-    <op> input[..., i, ...] (cumsum, cumprod, cummax, cummin)."""
+    <op> input[..., i, ...] (cumsum, cumprod, cummax, cummin; logaddexp(a, b) = log(e^a + e^b)
+    for logcumsumexp)."""
     input: ext.Operand[ir.RankedTensorType]
     op: ir.StringAttr
     dimension: ir.IntegerAttr

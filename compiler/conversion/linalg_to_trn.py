@@ -61,11 +61,38 @@ def _convert_function(func: ir.Operation) -> None:
         if op.name == "cf.assert":
             op.erase()
     U.erase_dead([o for o in U.body_ops(func) if o.name != "func.return"])
+    for op in U.body_ops(func):
+        if op.name == "trn.scan":
+            _stable_logcumsumexp(op)
+    U.erase_dead([o for o in U.body_ops(func) if o.name != "func.return"])
 
 
 # Ops kept as they are: constants feed trn ops, tensor.empty feeds only `outs` (erased when dead).
 _KEEP = {"arith.constant", "tensor.empty", "func.return", "cf.assert",
          "trn.scan"}   # the frontend made scans trn ops already
+
+
+def _stable_logcumsumexp(scan: ir.Operation) -> None:
+    """torch-mlir lowers logcumsumexp as log(cumsum(exp(x))), which overflows for |x| of a
+    few hundred; a scan combining with logaddexp computes the same exactly-scaled result."""
+    exp = U.defining_op(scan.operands[0])
+    users = list(scan.results[0].uses)
+    if U.str_attr(scan, "op") != "add" or exp is None or not _plain_activation(exp, "exp") \
+            or len(users) != 1:
+        return
+    log = users[0].owner
+    log = log.operation if isinstance(log, ir.OpView) else log
+    if not _plain_activation(log, "log"):
+        return
+    with ir.InsertionPoint(log), log.location:
+        stable = trn_op("scan", log.results[0].type, [exp.operands[0]],
+                        op=U.string("logaddexp"), dimension=scan.attributes["dimension"])
+    log.results[0].replace_all_uses_with(stable)
+
+
+def _plain_activation(op: ir.Operation, func: str) -> bool:
+    return (op.name == "trn.activation" and U.str_attr(op, "func") == func
+            and U.float_attr(op, "scale") == 1.0 and U.float_attr(op, "bias") == 0.0)
 
 
 def _ins_outs(op: ir.Operation) -> tuple[list[ir.Value], list[ir.Value]]:

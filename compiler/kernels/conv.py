@@ -73,7 +73,7 @@ def lower_conv(em: Emitter, conv: ir.Operation, chain: list[ir.Operation], views
     f_group = f_total // groups
     out_sizes = list(out.shape[2:])
     in_strides = row_major_strides(tuple(in_sizes))
-    epilogue = Epilogue(em, chain, views, conv.results[0])
+    epilogue = Epilogue(em, chain, views, conv.results[0], {yielded})
     if c_group == 1 and f_group == 1:
         _depthwise(em, x, w, output, in_strides, out_sizes, kernel, strides, dilations,
                    epilogue)
@@ -179,7 +179,7 @@ def lower_pool(em: Emitter, pool: ir.Operation, chain: list[ir.Operation], views
     in_strides = row_major_strides(tuple(x.shape[2:]))
     positions = list(itertools.product(*(range(k) for k in window)))
     free = math.prod(out_sizes)
-    epilogue = Epilogue(em, chain, views, pool.results[0])
+    epilogue = Epilogue(em, chain, views, pool.results[0], {yielded})
     f32 = ir.F32Type.get()
     for c0 in range(0, x.shape[1], em.target.num_partitions):
         cn = min(em.target.num_partitions, x.shape[1] - c0)

@@ -11,7 +11,9 @@ from torch_mlir import ir
 from torchneuron.compiler import ir_utils as U
 from torchneuron.compiler.errors import CompileError
 from torchneuron.compiler.kernels.emitter import Emitter, Tile
-from torchneuron.compiler.kernels.tile_ops import ConstantVectors, emit_elementwise
+from torchneuron.compiler.kernels.tile_ops import (
+    ConstantVectors, emit_elementwise, rounding_writes,
+)
 from torchneuron.compiler.kernels.views import HbmView
 
 # Smallest free extent (elements) worth spreading a 1-D tensor over partitions for.
@@ -50,6 +52,7 @@ def lower_elementwise(em: Emitter, compute: list[ir.Operation], views: dict,
     tp = min(parts, em.target.num_partitions)
     tf = min(free, free_tile)
     consts = ConstantVectors(em)
+    storage, aliases = rounding_writes(compute, {v for v, _ in outputs})
 
     for outer in itertools.product(*(range(n) for n in shape2[:-2])):
         def at(view: HbmView, p0: int, pn: int, f0: int, fn: int) -> HbmView:
@@ -66,7 +69,11 @@ def lower_elementwise(em: Emitter, compute: list[ir.Operation], views: dict,
                     tiles[v] = load_leaf(em, at(view, p0, pn, f0, fn))
                 for op in compute:
                     result = op.results[0]
-                    dst = em.alloc("sbuf", pn, fn, U.element_type(result))
+                    if result in aliases:
+                        tiles[result] = tiles[aliases[result]]
+                        continue
+                    dst = em.alloc("sbuf", pn, fn,
+                                   storage.get(result, U.element_type(result)))
                     emit_elementwise(em, op, [tiles[v] for v in op.operands], dst, consts)
                     tiles[result] = dst
                 for v, view in out_views:

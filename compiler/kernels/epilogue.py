@@ -17,7 +17,9 @@ from torchneuron.compiler import ir_utils as U
 from torchneuron.compiler.errors import CompileError
 from torchneuron.compiler.kernels.elementwise import load_leaf
 from torchneuron.compiler.kernels.emitter import Emitter, Tile
-from torchneuron.compiler.kernels.tile_ops import COMMUTATIVE, ConstantVectors, emit_elementwise
+from torchneuron.compiler.kernels.tile_ops import (
+    COMMUTATIVE, ConstantVectors, emit_elementwise, rounding_writes,
+)
 from torchneuron.compiler.kernels.transfers import load_tile
 from torchneuron.compiler.kernels.views import HbmView
 
@@ -26,8 +28,11 @@ Locate = Callable[[HbmView], HbmView]
 
 
 class Epilogue:
-    def __init__(self, em: Emitter, chain: list[ir.Operation], views: dict, product: ir.Value):
+    def __init__(self, em: Emitter, chain: list[ir.Operation], views: dict, product: ir.Value,
+                 stored: set):
+        """`stored`: the values the kernel writes back to HBM."""
         self.em, self.chain, self.views, self.product = em, chain, views, product
+        self.storage, self.aliases = rounding_writes(chain, stored)
         self.consts = ConstantVectors(em)
         self.vectors: dict[tuple, Tile] = {}
 
@@ -40,6 +45,10 @@ class Epilogue:
         folded_bias: dict[ir.Value, tuple[Tile, Tile]] = {}
         for i, op in enumerate(self.chain):
             result = op.results[0]
+            if result in self.aliases:
+                tiles[result] = tiles[self.aliases[result]]
+                continue
+            etype = self.storage.get(result, U.element_type(result))
             if op.name == "trn.tensor_tensor":
                 per_partition = self._per_partition_operand(op, tiles, locate)
                 if per_partition is not None:
@@ -50,12 +59,12 @@ class Epilogue:
                     if alu == "add" and _takes_bias(nxt, result):
                         folded_bias[result] = (tiles[chain_side], vec)
                         continue
-                    dst = em.alloc("sbuf", pn, fn, U.element_type(result))
+                    dst = em.alloc("sbuf", pn, fn, etype)
                     em.tensor_scalar(dst, tiles[chain_side], alu, vec,
                                      reverse0=other_is_lhs and alu not in COMMUTATIVE)
                     tiles[result] = dst
                     continue
-            dst = em.alloc("sbuf", pn, fn, U.element_type(result))
+            dst = em.alloc("sbuf", pn, fn, etype)
             if op.name == "trn.activation" and op.operands[0] in folded_bias:
                 src, vec = folded_bias[op.operands[0]]
                 em.activation(dst, src, U.str_attr(op, "func"), U.float_attr(op, "scale"), vec)

@@ -146,7 +146,7 @@ def _lower_2d(em: Emitter, matmul, chain, a: HbmView, b: HbmView, views, outputs
     p_block, f_block = choose_blocks(len(k_tiles), len(p_tiles), len(f_tiles), tp, tf,
                                      U.element_bytes(etype), target.sbuf_partition_bytes)
     p_blocks = [p_tiles[i:i + p_block] for i in range(0, len(p_tiles), p_block)]
-    epilogue = Epilogue(em, chain, views, matmul.results[0])
+    epilogue = Epilogue(em, chain, views, matmul.results[0], {v for v, _ in outputs})
 
     def stage(block) -> None:
         """Load (and transpose, where needed) the stationary tiles of a block of output

@@ -1,4 +1,4 @@
-"""Lowering of trn.scan (cumsum and friends): a log-step (Hillis-Steele) scan on DVE.
+"""Lowering of trn.scan (cumsum and friends, logcumsumexp): a log-step (Hillis-Steele) scan.
 
 The scanned dim goes on the free axis, the last other dim on partitions (the rest loop).
 After step s (s = 1, 2, 4, ...) element i holds the combination of elements i-2s+1 .. i:
@@ -14,11 +14,13 @@ from torch_mlir import ir
 
 from torchneuron.compiler import ir_utils as U
 from torchneuron.compiler.errors import CompileError
-from torchneuron.compiler.kernels.emitter import Emitter
+from torchneuron.compiler.kernels.emitter import Emitter, Tile
+from torchneuron.compiler.kernels.tile_ops import ConstantVectors
 from torchneuron.compiler.kernels.views import HbmView
 
 
 def lower_scan(em: Emitter, op: ir.Operation, source: HbmView, out: HbmView) -> None:
+    consts = ConstantVectors(em)
     dim = U.int_attr(op, "dimension")
     kind = U.str_attr(op, "op")
     rank = source.rank
@@ -47,12 +49,30 @@ def lower_scan(em: Emitter, op: ir.Operation, source: HbmView, out: HbmView) -> 
             while shift < length:
                 nxt = em.alloc("sbuf", pn, length, f32)
                 em.copy(nxt.columns(0, shift), current.columns(0, shift), engine="dve")
-                em.tensor_tensor(nxt.columns(shift, length - shift),
-                                 current.columns(shift, length - shift),
-                                 current.columns(0, length - shift), kind)
+                _combine(em, nxt.columns(shift, length - shift),
+                         current.columns(shift, length - shift),
+                         current.columns(0, length - shift), kind, consts)
                 current, shift = nxt, shift * 2
             result = current
             if out.element_type != f32:
                 result = em.alloc("sbuf", pn, length, out.element_type)
                 em.copy(result, current, engine="dve")
             em.store(dst.slice(0, p0, pn), 0, [1], result)
+
+
+def _combine(em: Emitter, dst: Tile, a: Tile, b: Tile, kind: str,
+             consts: ConstantVectors) -> None:
+    if kind != "logaddexp":
+        em.tensor_tensor(dst, a, b, kind)
+        return
+    # logaddexp(a, b) = max(a, b) + log(1 + exp(-|a - b|)): no exp of a large argument.
+    f32 = ir.F32Type.get()
+    pn, n = dst.partitions, dst.free
+    top = em.alloc("sbuf", pn, n, f32)
+    em.tensor_tensor(top, a, b, "max")
+    gap = em.alloc("sbuf", pn, n, f32)
+    em.tensor_tensor(gap, a, b, "sub")
+    em.activation(gap, gap, "abs")
+    em.activation(gap, gap, "exp", scale=-1.0)
+    em.activation(gap, gap, "log", bias=consts.get(1.0, pn))
+    em.tensor_tensor(dst, top, gap, "add")

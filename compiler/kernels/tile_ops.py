@@ -35,6 +35,28 @@ class ConstantVectors:
         return tile.rows(partitions)
 
 
+def rounding_writes(ops: list[ir.Operation], keep: set) -> tuple[dict, dict]:
+    """Float-to-float trn.converts that cost no instruction: the engines compute in fp32 and
+    round to the destination type as they write, so when a converted value has no other use
+    (and is not in `keep`, the values the kernel stores) its producer writes the converted
+    type directly. Returns ({produced value: storage type}, {convert result: produced value})."""
+    inside = {op.results[0] for op in ops}
+    storage, aliases = {}, {}
+    for op in ops:
+        if op.name != "trn.convert":
+            continue
+        source = op.operands[0]
+        if source not in inside or source in keep or source in storage:
+            continue
+        users = [u.owner for u in source.uses]
+        target = U.element_type(op.results[0])
+        if len(users) == 1 and isinstance(U.element_type(source), ir.FloatType) \
+                and isinstance(target, ir.FloatType):
+            storage[source] = target
+            aliases[op.results[0]] = source
+    return storage, aliases
+
+
 def emit_elementwise(em: Emitter, op: ir.Operation, operands: list[Tile], dst: Tile,
                      consts: ConstantVectors) -> None:
     """Compute trn elementwise `op` of full tiles `operands` into `dst` (same [P, F])."""

@@ -10,7 +10,7 @@ from torch_mlir import ir
 from torchneuron.compiler import ir_utils as U
 from torchneuron.compiler.errors import CompileError, UnsupportedOpError
 from torchneuron.compiler.scalar.expr import (
-    COMPARISONS, Expr, const, fold, loop_dims_of, split_index,
+    COMPARISONS, Expr, const, fold, fold_activation, loop_dims_of, split_index,
 )
 
 
@@ -26,6 +26,19 @@ def storage_element_type(t: ir.Type) -> ir.Type:
     if isinstance(t, ir.IndexType):
         return ir.IntegerType.get_signless(64)
     return t
+
+
+def compute_type(t: ir.Type) -> ir.Type:
+    """The element type a body's intermediate values are kept in: the engines compute in
+    fp32 whatever they read, so a fused chain over bf16/fp16/fp8 tensors keeps its
+    intermediates in fp32 and rounds once, on the final store (as Inductor does)."""
+    if _is_float(t) and not isinstance(t, (ir.F32Type, ir.F64Type)):
+        return ir.F32Type.get()
+    return t
+
+
+def _is_float(t: ir.Type) -> bool:
+    return isinstance(t, ir.FloatType)
 
 
 class TrnEmitter:
@@ -74,8 +87,12 @@ class TrnEmitter:
         if e.kind.startswith("act:"):
             (x,) = args
             if not isinstance(x, ir.Value):
-                raise CompileError(f"activation '{e.kind[4:]}' of a constant was not folded")
-            return trn_op("activation", x.type, [x], func=U.string(e.kind[4:]),
+                folded = fold_activation(e.kind[4:], x * e.scale + e.bias)
+                if folded is None:
+                    raise CompileError(f"cannot fold the constant activation '{e.kind[4:]}'")
+                return folded
+            return trn_op("activation", self.tensor_of(compute_type(U.element_type(x))), [x],
+                          func=U.string(e.kind[4:]),
                           scale=U.f32(e.scale), bias=U.f32(e.bias))
         if e.kind == "convert":
             (x,) = args
@@ -174,10 +191,13 @@ class TrnEmitter:
                 raise CompileError(f"cannot fold constant '{kind}'")
             return folded
         ref = a if isinstance(a, ir.Value) else b
-        etype = ir.IntegerType.get_signless(1) if kind in COMPARISONS else U.element_type(ref)
+        etype = ir.IntegerType.get_signless(1) if kind in COMPARISONS \
+            else compute_type(U.element_type(ref))
         rtype = self.tensor_of(etype)
         if isinstance(a, ir.Value) and isinstance(b, ir.Value):
-            if U.element_type(a) != U.element_type(b) and kind not in COMPARISONS:
+            if kind not in COMPARISONS and not (_is_float(U.element_type(a))
+                                               and _is_float(U.element_type(b))) \
+                    and U.element_type(a) != U.element_type(b):
                 b = trn_op("convert", a.type, [b])
             return trn_op("tensor_tensor", rtype, [a, b], op=U.string(kind))
         tensor, scalar, reverse = (a, b, False) if isinstance(a, ir.Value) else (b, a, True)

@@ -55,17 +55,26 @@ def as_float(mask: Expr) -> Expr:
     return Expr("convert", (mask,), etype=ir.F32Type.get())
 
 
+def to_f32(x: Expr) -> Expr:
+    """Rounding is computed on fp32 values whatever the storage type: intermediate results
+    stored as bf16 or an integer type would be rounded themselves."""
+    return Expr("convert", (x,), etype=ir.F32Type.get())
+
+
 def trunc(x: Expr) -> Expr:
     """x - fmod(x, 1): exact, since the engines' mod keeps the dividend's sign."""
+    x = to_f32(x)
     return alu("sub", x, alu("mod", x, const(1.0)))
 
 
 def floor(x: Expr) -> Expr:
+    x = to_f32(x)
     t = trunc(x)
     return alu("sub", t, as_float(alu("lt", x, t)))
 
 
 def ceil(x: Expr) -> Expr:
+    x = to_f32(x)
     t = trunc(x)
     return alu("add", t, as_float(alu("gt", x, t)))
 
@@ -76,6 +85,7 @@ _TWO_23 = float(2 ** 23)
 def round_even(x: Expr) -> Expr:
     """Round half to even: adding and removing 2^23 in fp32 rounds to an integer (the
     engines round each result to nearest even); |x| >= 2^23 is an integer already."""
+    x = to_f32(x)
     up = alu("sub", alu("add", x, const(_TWO_23)), const(_TWO_23))
     down = alu("add", alu("sub", x, const(_TWO_23)), const(_TWO_23))
     rounded = Expr("select", (alu("ge", x, const(0.0)), up, down))
@@ -85,6 +95,7 @@ def round_even(x: Expr) -> Expr:
 
 def round_away(x: Expr) -> Expr:
     """math.round: halves away from zero, sign(x) * floor(|x| + 0.5)."""
+    x = to_f32(x)
     magnitude = floor(alu("add", Expr("act:abs", (x,)), const(0.5)))
     return alu("mul", Expr("act:sign", (x,)), magnitude)
 
@@ -170,11 +181,11 @@ def scalar_expr(op: ir.Operation, operand) -> Expr:
     if name == "math.round":
         return round_away(operand(0))
     if name in ("arith.divsi", "arith.divui"):
-        return trunc(alu("div", operand(0), operand(1)))
+        return trunc(alu("div", to_f32(operand(0)), to_f32(operand(1))))
     if name == "arith.floordivsi":
-        return floor(alu("div", operand(0), operand(1)))
+        return floor(alu("div", to_f32(operand(0)), to_f32(operand(1))))
     if name == "arith.ceildivsi":
-        return ceil(alu("div", operand(0), operand(1)))
+        return ceil(alu("div", to_f32(operand(0)), to_f32(operand(1))))
     if name == "math.isnan":
         return alu("ne", operand(0), operand(0))
     if name == "math.isinf":
@@ -222,6 +233,26 @@ def fold(kind: str, a: float, b: float) -> float | None:
     }
     try:
         return ops[kind]() if kind in ops else None
+    except (OverflowError, ValueError, ZeroDivisionError):
+        return None
+
+
+def fold_activation(func: str, x: float) -> float | None:
+    """The constant func(x) for a scalar-engine function, or None when it does not fold."""
+    def gelu_tanh(v):
+        return 0.5 * v * (1.0 + math.tanh(math.sqrt(2.0 / math.pi) * (v + 0.044715 * v ** 3)))
+    funcs = {
+        "identity": lambda v: v, "relu": lambda v: max(v, 0.0),
+        "gelu": lambda v: 0.5 * v * (1.0 + math.erf(v / math.sqrt(2.0))),
+        "gelu_tanh": gelu_tanh, "silu": lambda v: v / (1.0 + math.exp(-v)),
+        "sigmoid": lambda v: 1.0 / (1.0 + math.exp(-v)), "tanh": math.tanh, "exp": math.exp,
+        "log": math.log, "sqrt": math.sqrt, "rsqrt": lambda v: 1.0 / math.sqrt(v),
+        "reciprocal": lambda v: 1.0 / v, "square": lambda v: v * v, "abs": abs,
+        "sign": lambda v: float((v > 0) - (v < 0)), "erf": math.erf,
+        "softplus": lambda v: math.log1p(math.exp(v)), "sin": math.sin, "cos": math.cos,
+    }
+    try:
+        return float(funcs[func](x)) if func in funcs else None
     except (OverflowError, ValueError, ZeroDivisionError):
         return None
 

@@ -319,5 +319,29 @@ func.func @embedding(%table: tensor<10x8xf32>, %ids: tensor<2x5xi64>) -> tensor<
   return %r : tensor<2x5x8xf32>
 }
 
+// -----
+
+// Tests that log(cumsum(exp(x))), torch-mlir's logcumsumexp, becomes one logaddexp scan: the
+// exp of a large input would overflow.
+// CHECK-LABEL: func.func @logcumsumexp
+// CHECK-NEXT: %[[S:.*]] = "trn.scan"(%arg0) {dimension = 1 : i64, op = "logaddexp"}
+// CHECK-NEXT: return %[[S]]
+#map = affine_map<(d0, d1) -> (d0, d1)>
+func.func @logcumsumexp(%x: tensor<4x8xf32>) -> tensor<4x8xf32> {
+  %e = tensor.empty() : tensor<4x8xf32>
+  %1 = linalg.generic {indexing_maps = [#map, #map], iterator_types = ["parallel", "parallel"]} ins(%x : tensor<4x8xf32>) outs(%e : tensor<4x8xf32>) {
+  ^bb0(%in: f32, %out: f32):
+    %7 = math.exp %in : f32
+    linalg.yield %7 : f32
+  } -> tensor<4x8xf32>
+  %5 = "trn.scan"(%1) {dimension = 1 : i64, op = "add"} : (tensor<4x8xf32>) -> tensor<4x8xf32>
+  %6 = linalg.generic {indexing_maps = [#map, #map], iterator_types = ["parallel", "parallel"]} ins(%5 : tensor<4x8xf32>) outs(%e : tensor<4x8xf32>) {
+  ^bb0(%in: f32, %out: f32):
+    %7 = math.log %in : f32
+    linalg.yield %7 : f32
+  } -> tensor<4x8xf32>
+  return %6 : tensor<4x8xf32>
+}
+
 // ERR: linalg_to_trn-unsupported.mlir:{{[0-9]+}}:{{[0-9]+}}: error: convert-linalg-to-trn: no lowering to the NeuronCore for 'tensor.extract'
 // ERR: linalg_to_trn-unsupported.mlir:{{[0-9]+}}:{{[0-9]+}}: error: convert-linalg-to-trn: no lowering to the NeuronCore for 'math.atan2' inside linalg.generic

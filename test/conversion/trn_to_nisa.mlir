@@ -210,4 +210,39 @@ func.func @cumsum(%x: tensor<4x8xf32>) -> tensor<4x8xf32> {
   return %s : tensor<4x8xf32>
 }
 
+// -----
+
+// Tests the logaddexp combine of logcumsumexp: max(a, b) + log(1 + exp(-|a - b|)), so no exp
+// of a large argument is taken.
+// CHECK-LABEL: func.func @logcumsumexp
+// CHECK: "nisa.tensor_tensor"({{.*}}) {{{.*}} op = "max"}
+// CHECK: "nisa.tensor_tensor"({{.*}}) {{{.*}} op = "sub"}
+// CHECK: "nisa.activation"({{.*}}) {{{.*}} func = "abs"
+// CHECK: "nisa.activation"({{.*}}) {{{.*}} func = "exp", {{.*}} scale = -1.000000e+00 : f32}
+// CHECK: "nisa.activation"({{.*}}) {{{.*}} func = "log"
+// CHECK: "nisa.tensor_tensor"({{.*}}) {{{.*}} op = "add"}
+func.func @logcumsumexp(%x: tensor<4x4xf32>) -> tensor<4x4xf32> {
+  %s = "trn.scan"(%x) {op = "logaddexp", dimension = 1 : i64} : (tensor<4x4xf32>) -> tensor<4x4xf32>
+  return %s : tensor<4x4xf32>
+}
+
+// -----
+
+// Tests that a bf16 chain computes in fp32 and rounds on the write: the fp32 intermediate
+// that is only converted to bf16 is written as bf16 by its producer, with no copy.
+// CHECK-LABEL: func.func @bf16_chain
+// CHECK: "nisa.activation"(%[[E:[0-9]+]], %{{.*}}) {{{.*}} func = "exp"{{.*}} : (memref<2x32xf32, "sbuf">, memref<2x32xbf16, "sbuf">)
+// CHECK: "nisa.tensor_scalar"(%[[R:[0-9]+]], %[[E]]) {{{.*}} op0 = "mul"{{.*}} : (memref<2x32xbf16, "sbuf">, memref<2x32xf32, "sbuf">)
+// CHECK-NOT: "nisa.tensor_copy"
+// CHECK: "nisa.dma"(%arg1, %[[R]])
+func.func @bf16_chain(%x: tensor<4x16xbf16>) -> tensor<4x16xbf16> {
+  %k = "trn.kernel"() ({
+    %e = "trn.activation"(%x) {func = "exp", scale = 1.0 : f32, bias = 0.0 : f32} : (tensor<4x16xbf16>) -> tensor<4x16xf32>
+    %m = "trn.tensor_scalar"(%e) {op = "mul", scalar = 3.0 : f32, reverse = false} : (tensor<4x16xf32>) -> tensor<4x16xf32>
+    %r = "trn.convert"(%m) : (tensor<4x16xf32>) -> tensor<4x16xbf16>
+    "trn.yield"(%r) : (tensor<4x16xbf16>) -> ()
+  }) {kind = "elementwise"} : () -> tensor<4x16xbf16>
+  return %k : tensor<4x16xbf16>
+}
+
 // ERR: trn_to_nisa-invalid.mlir:{{[0-9]+}}:{{[0-9]+}}: error: convert-trn-to-nisa: 'tensor.empty' cannot be lowered to NeuronCore instructions here (expected trn ops; run convert-linalg-to-trn first)
