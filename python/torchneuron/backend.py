@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import functools
 import itertools
 import logging
 import os
@@ -88,10 +87,13 @@ def neuron(gm, example_inputs, options: dict | None = None, mode: str | None = N
                                                     f"graph{graph_id}_{kind}", opts))
         return compile_graph
 
+    from torchneuron import decompositions
+
+    decompositions.rewrite_dynamo_graph(gm)
     backend = dynamo_common.aot_autograd(
         fw_compiler=compiler("forward"),
         bw_compiler=compiler("backward"),
-        decompositions=_decompositions(),
+        decompositions=decompositions.table(),
     )
     try:
         return backend(gm, example_inputs)
@@ -110,13 +112,6 @@ def neuron(gm, example_inputs, options: dict | None = None, mode: str | None = N
             _reports.append(graph_report)
         log.warning("%s", graph_report)
         return gm.forward
-
-
-@functools.lru_cache(maxsize=1)
-def _decompositions():
-    """core_aten_decompositions() takes ~0.15 s to build; built once."""
-    from torch._decomp import core_aten_decompositions
-    return core_aten_decompositions()
 
 
 class CompiledGraph:

@@ -1,0 +1,359 @@
+"""Decompositions the backend applies so that training graphs compile natively.
+
+The backend traces every Dynamo graph with AOTAutograd using `table()`: PyTorch's core-ATen
+decompositions plus the entries below, each of which replaces an op that torch-mlir cannot
+lower, or that lowers to something the NeuronCore compiler does not take (tm_tensor scatters,
+max-pool indices), by ops the compiler does take (matmul, elementwise, reductions, slices,
+concat, pad). A decomposition returns NotImplemented for the cases it does not cover; the op
+is then traced as it is (and, when the compiler cannot take it, runs in PyTorch, reported).
+
+`rewrite_dynamo_graph` works one level higher, on the Dynamo graph before AOTAutograd: an op
+whose backward is itself a fused kernel (scaled_dot_product_attention, whose CPU backward is
+`_scaled_dot_product_flash_attention_for_cpu_backward`) is replaced by its math form, so that
+AOTAutograd differentiates matmuls and a softmax and the backward is plain ops. (A
+decomposition-table entry cannot do this: the table applies below autograd, after the
+autograd formula of the fused op has already been chosen.)
+"""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+from torch.fx.experimental.symbolic_shapes import statically_known_true
+
+aten = torch.ops.aten
+
+# One-hot embedding backward: the one-hot matrix (tokens x vocabulary) is materialised, so it is
+# used up to this many elements (64 MiB in fp32); larger ones keep index_put (CPU fallback).
+ONE_HOT_MAX_ELEMENTS = 1 << 24
+
+_OVERRIDES: dict = {}
+
+
+def _register(*ops):
+    def wrap(fn):
+        for op in ops:
+            _OVERRIDES[op] = fn
+        return fn
+    return wrap
+
+
+@functools.lru_cache(maxsize=1)
+def table() -> dict:
+    """The decomposition table the backend passes to AOTAutograd (built once: ~0.15 s)."""
+    from torch._decomp import core_aten_decompositions, get_decompositions
+
+    decompositions = dict(core_aten_decompositions())
+    # Batch norm in training mode: AOTAutograd emits `_native_batch_norm_legit_functional`
+    # (with the running-stat updates as outputs), which torch-mlir cannot lower; PyTorch's own
+    # decompositions turn it (and its relatives) into mean/var reductions and elementwise ops.
+    decompositions.update(get_decompositions([
+        aten._native_batch_norm_legit_functional,
+        aten._native_batch_norm_legit,
+        aten._native_batch_norm_legit_no_training,
+        aten._batch_norm_with_update,
+        aten._batch_norm_with_update_functional,
+        aten.native_batch_norm,
+        aten.native_batch_norm_backward,
+        aten.batch_norm_backward,
+    ]))
+    # core-ATen decomposes squeeze.dim / squeeze.default into squeeze.dims, which torch-mlir
+    # cannot lower (cross-entropy's forward uses it); squeeze.dim it lowers.
+    decompositions.pop(aten.squeeze.dim, None)
+    decompositions.pop(aten.squeeze.default, None)
+    decompositions.update(_OVERRIDES)
+    return decompositions
+
+
+def _known_at_most(value, limit: int) -> bool:
+    """value <= limit, for an int or a SymInt (decided on its hint without adding a guard:
+    both paths of the caller are correct for every size, only their cost differs)."""
+    if isinstance(value, torch.SymInt):
+        if statically_known_true(value <= limit):
+            return True
+        hint = value.node.hint
+        return hint is not None and hint <= limit
+    return value <= limit
+
+
+@_register(aten.squeeze.dims)
+def squeeze_dims(self, dim):
+    """squeeze.dims (no torch-mlir lowering) as a chain of squeeze.dim (lowered), highest
+    dimension first so that the remaining indices stay valid."""
+    if self.dim() == 0:
+        return aten.alias.default(self)
+    dims = sorted({d % self.dim() for d in dim}, reverse=True)
+    out = self
+    for d in dims:
+        out = aten.squeeze.dim(out, d)
+    if out is self:
+        out = aten.alias.default(self)
+    return out
+
+
+def _one_hot_scatter(self, dim, index, src):
+    """scatter with one index per destination row along `dim` (index.shape[dim] == 1 and
+    every other size equal to self's): no two writes collide, so the result is
+    `where(positions == index, src, self)`, elementwise (torch-mlir lowers scatter to a
+    tm_tensor.scatter, which the compiler does not take). This is how nll_loss_backward (the
+    backward of cross-entropy) writes its -1 per row."""
+    if self.dim() == 0 or index.dim() != self.dim():
+        return NotImplemented
+    dim = dim % self.dim()
+    if not statically_known_true(index.shape[dim] == 1):
+        return NotImplemented
+    for d in range(self.dim()):
+        if d != dim and not statically_known_true(index.shape[d] == self.shape[d]):
+            return NotImplemented
+    shape = [1] * self.dim()
+    shape[dim] = self.shape[dim]
+    positions = torch.arange(self.shape[dim], device=self.device, dtype=index.dtype)
+    mask = positions.view(shape) == index
+    if isinstance(src, torch.Tensor):
+        src = src.narrow(dim, 0, 1)
+        for d in range(self.dim()):
+            if d != dim:
+                src = src.narrow(d, 0, self.shape[d])
+        src = src.to(self.dtype)
+    else:
+        src = torch.scalar_tensor(src, dtype=self.dtype, device=self.device)
+    return torch.where(mask, src, self)
+
+
+@_register(aten.scatter.value)
+def scatter_value(self, dim, index, value):
+    return _one_hot_scatter(self, dim, index, value)
+
+
+@_register(aten.scatter.src)
+def scatter_src(self, dim, index, src):
+    return _one_hot_scatter(self, dim, index, src)
+
+
+@_register(aten.embedding_dense_backward.default)
+def embedding_dense_backward(grad_output, indices, num_weights, padding_idx,
+                             scale_grad_by_freq):
+    """The embedding's weight gradient as a one-hot matmul, `one_hot(ids).T @ grad`, on the
+    PE (core-ATen's decomposition is an index_put with accumulate, a tm_tensor scatter the
+    compiler does not take). Rows of `padding_idx` get no gradient; with scale_grad_by_freq
+    each row is divided by how often its index occurs (PyTorch counts every index, padding
+    included). Vocabularies too large for a one-hot matrix keep the index_put."""
+    if not grad_output.dtype.is_floating_point or indices.dim() == 0:
+        return NotImplemented
+    tokens = indices.numel()
+    if not _known_at_most(tokens * num_weights, ONE_HOT_MAX_ELEMENTS):
+        return NotImplemented
+    flat = indices.reshape(-1)
+    grad = grad_output.reshape(tokens, grad_output.shape[-1])
+    vocabulary = torch.arange(num_weights, device=indices.device, dtype=indices.dtype)
+    hits = flat.unsqueeze(1) == vocabulary.unsqueeze(0)            # tokens x vocabulary
+    selected = hits
+    if padding_idx >= 0:
+        selected = torch.logical_and(hits, (flat != padding_idx).unsqueeze(1))
+    weight_grad = torch.mm(selected.to(grad.dtype).t(), grad)     # vocabulary x dim
+    if scale_grad_by_freq:
+        counts = hits.to(grad.dtype).sum(0).clamp(min=1)
+        weight_grad = weight_grad / counts.unsqueeze(1)
+    return weight_grad
+
+
+def _pair(value, default=None) -> tuple[int, int]:
+    if value is None or (isinstance(value, (list, tuple)) and len(value) == 0):
+        return default
+    if isinstance(value, (list, tuple)):
+        return (value[0], value[0]) if len(value) == 1 else (value[0], value[1])
+    return (value, value)
+
+
+@_register(aten.max_pool2d_with_indices_backward.default)
+def max_pool2d_with_indices_backward(grad_output, self, kernel_size, stride, padding,
+                                     dilation, ceil_mode, indices):
+    """max-pool's input gradient recomputed from the forward input instead of read through
+    the saved indices (the compiler takes max pooling but not its argmax, and scattering by
+    index is a tm_tensor op): the forward pass then keeps only the pooled values, and the
+    indices are dead code.
+
+    The window is scanned in PyTorch's CPU kernel's order (row-major, padding skipped) with its
+    update rule `val > max or isnan(val)` and its starting point (the window's first valid
+    element), so the element that receives the gradient is the one PyTorch's indices name,
+    ties and NaNs included. Each window offset's gradient is then laid back in place by
+    stacking per-phase planes and reshaping (no scatter): a plane for every (row, column)
+    phase modulo the stride, the offsets that land in that phase added with their shift."""
+    kh, kw = _pair(kernel_size)
+    sh, sw = _pair(stride, (kh, kw))
+    ph, pw = _pair(padding, (0, 0))
+    dh, dw = _pair(dilation, (1, 1))
+    if self.dim() not in (3, 4) or any(isinstance(v, torch.SymInt) for v in
+                                       (*self.shape, *grad_output.shape)):
+        return NotImplemented
+    unbatched = self.dim() == 3
+    x = self.unsqueeze(0) if unbatched else self
+    grad = grad_output.unsqueeze(0) if unbatched else grad_output
+    h, w = x.shape[-2:]
+    oh, ow = grad.shape[-2:]
+    # Pad x with -inf so that every window offset is one strided slice of length oh / ow.
+    bottom = max(0, (oh - 1) * sh + (kh - 1) * dh - ph - (h - 1))
+    right = max(0, (ow - 1) * sw + (kw - 1) * dw - pw - (w - 1))
+    padded = x
+    if ph or pw or bottom or right:
+        padded = torch.constant_pad_nd(x, [pw, right, ph, bottom], float("-inf"))
+
+    def window(t, i, j):
+        t = t[..., i * dh: i * dh + (oh - 1) * sh + 1: sh, :]
+        return t[..., j * dw: j * dw + (ow - 1) * sw + 1: sw]
+
+    def valid_1d(size, before, after, k, d, s, out):
+        """valid[i][o]: whether window offset i of output o lies inside the input."""
+        return [[0 <= o * s + i * d - before < size for o in range(out)] for i in range(k)]
+
+    valid_rows = valid_1d(h, ph, bottom, kh, dh, sh, oh)
+    valid_cols = valid_1d(w, pw, right, kw, dw, sw, ow)
+    offsets = [(i, j) for i in range(kh) for j in range(kw)]
+
+    def valid_mask(i, j):
+        """None when offset (i, j) is inside the input for every output, else a bool mask."""
+        if all(valid_rows[i]) and all(valid_cols[j]):
+            return None
+        return _outer_and(valid_rows[i], valid_cols[j], x.device)
+
+    def first_valid(i, j):
+        """Per output: whether (i, j) is the first in-input offset of its window (True or
+        False when that holds for every output, else a bool mask)."""
+        rows = [valid_rows[i][o] and not any(valid_rows[a][o] for a in range(i))
+                for o in range(oh)]
+        cols = [valid_cols[j][o] and not any(valid_cols[b][o] for b in range(j))
+                for o in range(ow)]
+        if all(rows) and all(cols):
+            return True
+        if not any(rows) or not any(cols):
+            return False
+        return _outer_and(rows, cols, x.device)
+
+    # Forward scan: which offsets update the running maximum. Padding holds -inf and is
+    # masked out; the first in-input offset of each window always updates (PyTorch starts
+    # from it even when every value is -inf).
+    running = None
+    updates = []
+    for i, j in offsets:
+        value = window(padded, i, j)
+        start = first_valid(i, j)
+        if start is True:
+            update = torch.ones_like(value, dtype=torch.bool)
+        else:
+            bound = running if running is not None else float("-inf")
+            update = torch.logical_or(torch.gt(value, bound), torch.isnan(value))
+            valid = valid_mask(i, j)
+            if valid is not None:
+                update = torch.logical_and(update, valid)
+            if start is not False:
+                update = torch.logical_or(update, start)
+        running = value if running is None and start is True else torch.where(
+            update, value, running if running is not None else float("-inf"))
+        updates.append(update)
+    # The last offset to update is the argmax.
+    selected: list = [None] * len(offsets)
+    later = None
+    for n in range(len(offsets) - 1, -1, -1):
+        selected[n] = updates[n] if later is None else \
+            torch.logical_and(updates[n], torch.logical_not(later))
+        later = updates[n] if later is None else torch.logical_or(later, updates[n])
+    # Lay each offset's gradient back: padded row oh*sh + i*dh == (oh + q)*sh + r. Offsets are
+    # added in reverse order, which is the order of the outputs whose windows overlap on an
+    # input element, so overlapping windows sum their gradients in PyTorch's order.
+    qh = max((i * dh) // sh for i in range(kh))
+    qw = max((j * dw) // sw for j in range(kw))
+    planes: dict[tuple[int, int], torch.Tensor] = {}
+    zero = torch.zeros((), dtype=grad.dtype, device=grad.device)
+    for (i, j), sel in reversed(list(zip(offsets, selected))):
+        qi, ri = divmod(i * dh, sh)
+        qj, rj = divmod(j * dw, sw)
+        part = torch.where(sel, grad, zero)
+        part = torch.constant_pad_nd(part, [qj, qw - qj, qi, qh - qi], 0.0)
+        key = (ri, rj)
+        planes[key] = part if key not in planes else planes[key] + part
+    blank = None
+    rows = []
+    for ri in range(sh):
+        cols = []
+        for rj in range(sw):
+            plane = planes.get((ri, rj))
+            if plane is None:
+                if blank is None:
+                    blank = torch.zeros_like(next(iter(planes.values())))
+                plane = blank
+            cols.append(plane)
+        rows.append(torch.stack(cols, dim=-1))             # n, c, A, B, sw
+    stacked = torch.stack(rows, dim=3)                      # n, c, A, sh, B, sw
+    n_, c_, a_, _, b_, _ = stacked.shape
+    full = stacked.reshape(n_, c_, a_ * sh, b_ * sw)
+    extra_h = max(0, ph + h - a_ * sh)
+    extra_w = max(0, pw + w - b_ * sw)
+    if extra_h or extra_w:
+        full = torch.constant_pad_nd(full, [0, extra_w, 0, extra_h], 0.0)
+    result = full[..., ph: ph + h, pw: pw + w]
+    result = result.contiguous(memory_format=_memory_format(self))
+    return result.squeeze(0) if unbatched else result
+
+
+def _run_mask(values: list[bool], device) -> torch.Tensor:
+    """A bool vector equal to `values`, one contiguous run of True (which is what window
+    validity per output position is), built from an iota (no constant tensor)."""
+    hits = [k for k, v in enumerate(values) if v]
+    lo, hi = hits[0], hits[-1] + 1
+    assert hi - lo == len(hits), values
+    positions = torch.arange(len(values), device=device)
+    if lo == 0:
+        return positions < hi
+    if hi == len(values):
+        return positions >= lo
+    return torch.logical_and(positions >= lo, positions < hi)
+
+
+def _outer_and(rows: list[bool], cols: list[bool], device) -> torch.Tensor:
+    """rows x cols bool mask: rows[r] and cols[c]."""
+    if not any(rows) or not any(cols):
+        return torch.zeros(len(rows), len(cols), dtype=torch.bool, device=device)
+    return torch.logical_and(_run_mask(rows, device).view(-1, 1),
+                             _run_mask(cols, device).view(1, -1))
+
+
+def _memory_format(t: torch.Tensor):
+    if t.dim() == 4 and not t.is_contiguous() and t.is_contiguous(
+            memory_format=torch.channels_last):
+        return torch.channels_last
+    return torch.contiguous_format
+
+
+# -- Before AOTAutograd -----------------------------------------------------------------------
+
+def sdpa_math(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
+              enable_gqa=False):
+    """scaled_dot_product_attention as PyTorch's math reference (matmul, scale, mask,
+    softmax, matmul), so that AOTAutograd differentiates those ops instead of calling the
+    fused flash-attention CPU backward (no torch-mlir lowering). A boolean mask becomes the
+    additive 0 / -inf mask first, as scaled_dot_product_attention itself does before choosing
+    a kernel (the math kernel reads a bool mask differently)."""
+    if attn_mask is not None and attn_mask.dtype == torch.bool:
+        attn_mask = torch.zeros_like(attn_mask, dtype=query.dtype).masked_fill(
+            attn_mask.logical_not(), float("-inf"))
+    return aten._scaled_dot_product_attention_math.default(
+        query, key, value, attn_mask, dropout_p, is_causal, None, scale=scale,
+        enable_gqa=enable_gqa)[0]
+
+
+_SDPA_TARGETS = (torch._C._nn.scaled_dot_product_attention,
+                 torch.nn.functional.scaled_dot_product_attention)
+
+
+def rewrite_dynamo_graph(gm: torch.fx.GraphModule) -> int:
+    """Replace fused ops of a Dynamo graph by their math form (see the module docstring);
+    returns the number of nodes rewritten."""
+    count = 0
+    for node in gm.graph.nodes:
+        if node.op == "call_function" and node.target in _SDPA_TARGETS:
+            node.target = sdpa_math
+            count += 1
+    if count:
+        gm.recompile()
+    return count

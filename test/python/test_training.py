@@ -1,0 +1,221 @@
+"""Training through torch.compile(backend="neuron"): AOTAutograd's forward and backward graphs
+compile natively (torchneuron.decompositions), and 20 optimizer steps track eager PyTorch."""
+
+import copy
+
+import pytest
+
+torch = pytest.importorskip("torch")
+F = torch.nn.functional
+
+from torchneuron import backend, decompositions  # noqa: E402
+
+STEPS = 20
+LOSS_RTOL = 1e-4          # per step, relative to eager's loss
+
+
+class MLP(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc1 = torch.nn.Linear(32, 64)
+        self.fc2 = torch.nn.Linear(64, 10)
+
+    def forward(self, x, y):
+        return F.cross_entropy(self.fc2(torch.relu(self.fc1(x))), y)
+
+
+class CNN(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 8, 3, padding=1)
+        self.bn = torch.nn.BatchNorm2d(8)
+        self.fc = torch.nn.Linear(8 * 4 * 4, 10)
+
+    def forward(self, x, y):
+        h = F.max_pool2d(F.relu(self.bn(self.conv(x))), 2)
+        return F.cross_entropy(self.fc(h.flatten(1)), y)
+
+
+class Transformer(torch.nn.Module):
+    """Embedding, causal attention (scaled_dot_product_attention), layernorm, GELU MLP."""
+
+    def __init__(self, vocab=64, d=32, heads=2, length=16):
+        super().__init__()
+        self.heads = heads
+        self.emb = torch.nn.Embedding(vocab, d)
+        self.pos = torch.nn.Parameter(torch.randn(length, d) * 0.02)
+        self.ln1, self.ln2, self.ln = (torch.nn.LayerNorm(d) for _ in range(3))
+        self.qkv, self.proj = torch.nn.Linear(d, 3 * d), torch.nn.Linear(d, d)
+        self.fc1, self.fc2 = torch.nn.Linear(d, 4 * d), torch.nn.Linear(4 * d, d)
+        self.head = torch.nn.Linear(d, vocab)
+
+    def forward(self, ids, targets):
+        b, t = ids.shape
+        x = self.emb(ids) + self.pos[:t]
+        q, k, v = self.qkv(self.ln1(x)).split(x.shape[-1], dim=-1)
+        q, k, v = (z.view(b, t, self.heads, -1).transpose(1, 2) for z in (q, k, v))
+        a = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        x = x + self.proj(a.transpose(1, 2).reshape(b, t, -1))
+        x = x + self.fc2(F.gelu(self.fc1(self.ln2(x))))
+        logits = self.head(self.ln(x))
+        return F.cross_entropy(logits.view(-1, logits.shape[-1]), targets.view(-1))
+
+
+def _batches(name):
+    g = torch.Generator().manual_seed(1)
+    if name == "mlp":
+        return [(torch.randn(16, 32, generator=g), torch.randint(0, 10, (16,), generator=g))
+                for _ in range(4)]
+    if name == "cnn":
+        return [(torch.randn(4, 3, 8, 8, generator=g), torch.randint(0, 10, (4,), generator=g))
+                for _ in range(4)]
+    return [(torch.randint(0, 64, (2, 16), generator=g),
+             torch.randint(0, 64, (2, 16), generator=g)) for _ in range(4)]
+
+
+CASES = {
+    "mlp-sgd-momentum": (MLP, "mlp", lambda p: torch.optim.SGD(p, lr=0.1, momentum=0.9)),
+    "cnn-sgd-momentum": (CNN, "cnn", lambda p: torch.optim.SGD(p, lr=0.05, momentum=0.9)),
+    "transformer-adamw": (Transformer, "transformer",
+                          lambda p: torch.optim.AdamW(p, lr=1e-2, weight_decay=0.01)),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_training_loop_tracks_eager(case):
+    """20 steps (4 fixed batches, cycled) with the same initial weights: every loss within
+    LOSS_RTOL of eager's, and both graphs AOTAutograd produced ran fully on the NeuronCore."""
+    model_cls, data, make_optimizer = CASES[case]
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    eager = model_cls()
+    mine = copy.deepcopy(eager)
+    compiled = torch.compile(mine, backend="neuron")
+    opt_eager, opt_mine = make_optimizer(eager.parameters()), make_optimizer(mine.parameters())
+    batches = _batches(data)
+    first = len(backend.graph_reports())
+    losses = []
+    for step in range(STEPS):
+        x, y = batches[step % len(batches)]
+        for fn, opt in ((eager, opt_eager), (compiled, opt_mine)):
+            opt.zero_grad()
+            loss = fn(x, y)
+            loss.backward()
+            opt.step()
+            losses.append(loss.item())
+        expected, got = losses[-2:]
+        assert abs(got - expected) <= LOSS_RTOL * abs(expected), (step, got, expected)
+    assert losses[-2] < losses[0]          # it learns (the batches repeat)
+    reports = backend.graph_reports()[first:]
+    assert sorted(r.kind for r in reports) == ["backward", "forward"], reports
+    for report in reports:
+        assert report.fully_compiled and report.flop_fraction == 1.0, str(report)
+    # buffers (batch-norm running statistics) follow eager's too
+    for (name, a), b in zip(eager.state_dict().items(), mine.state_dict().values()):
+        if name.startswith("bn.running"):
+            torch.testing.assert_close(b, a, rtol=1e-4, atol=1e-5)
+
+
+class PartlyFrozen(torch.nn.Module):
+    """A frozen layer, an input that needs no gradient and a detached branch: the backward
+    graph returns None for them, and saves activations (relu mask, tanh output)."""
+
+    def __init__(self):
+        super().__init__()
+        self.frozen = torch.nn.Linear(8, 16).requires_grad_(False)
+        self.fc = torch.nn.Linear(16, 4)
+
+    def forward(self, x, w):
+        h = torch.relu(self.frozen(x))
+        return (torch.tanh(self.fc(h)) * w + h.detach().sum(-1, keepdim=True)).sum()
+
+
+def test_backward_with_none_gradients_and_saved_activations():
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    eager = PartlyFrozen()
+    mine = copy.deepcopy(eager)
+    x = torch.randn(5, 8)
+    w = torch.randn(5, 4, requires_grad=True)
+    w2 = w.detach().clone().requires_grad_(True)
+    first = len(backend.graph_reports())
+    eager(x, w).backward()
+    torch.compile(mine, backend="neuron")(x, w2).backward()
+    torch.testing.assert_close(w2.grad, w.grad)
+    torch.testing.assert_close(mine.fc.weight.grad, eager.fc.weight.grad)
+    assert mine.frozen.weight.grad is None
+    reports = backend.graph_reports()[first:]
+    assert sorted(r.kind for r in reports) == ["backward", "forward"]
+    assert all(r.fully_compiled for r in reports), "\n".join(map(str, reports))
+
+
+# -- the decompositions themselves, against eager (no compilation) --------------------------------
+
+aten = torch.ops.aten
+
+
+@pytest.mark.parametrize("kernel,stride,padding,dilation,ceil", [
+    (2, 2, 0, 1, False), (3, 2, 1, 1, False), (3, 1, 1, 1, False), (3, 2, 1, 2, False),
+    (2, 3, 1, 1, True), ((2, 3), (1, 2), (1, 0), (1, 1), True)])
+@pytest.mark.parametrize("values", ["random", "ties", "nan", "neg-inf"])
+def test_max_pool_backward_recomputed_from_input_equals_eager(kernel, stride, padding, dilation,
+                                                              ceil, values):
+    """Bit-exact, ties (first maximum), NaNs (last NaN) and all -inf windows included."""
+    g = torch.Generator().manual_seed(0)
+    shape = (2, 3, 7, 8)
+    if values == "random":
+        x = torch.randn(shape, generator=g)
+    else:
+        x = torch.randint(0, 3, shape, generator=g).float()
+        if values == "nan":
+            x[x == 1] = float("nan")
+        elif values == "neg-inf":
+            x[x > 0] = float("-inf")
+    pair = (lambda v: list(v) if isinstance(v, tuple) else [v, v])
+    args = (pair(kernel), pair(stride), pair(padding), pair(dilation), ceil)
+    out, indices = aten.max_pool2d_with_indices(x, *args)
+    grad = torch.randn(out.shape, generator=g)
+    expected = aten.max_pool2d_with_indices_backward(grad, x, *args, indices)
+    got = decompositions.max_pool2d_with_indices_backward(grad, x, *args, indices)
+    assert torch.equal(got, expected)
+
+
+@pytest.mark.parametrize("padding_idx,scale", [(-1, False), (3, False), (-1, True), (3, True)])
+def test_embedding_backward_one_hot_matmul(padding_idx, scale):
+    g = torch.Generator().manual_seed(0)
+    ids = torch.randint(0, 10, (4, 6), generator=g)
+    ids[0, :3] = 3
+    grad = torch.randn(4, 6, 5, generator=g)
+    expected = aten.embedding_dense_backward(grad, ids, 12, padding_idx, scale)
+    got = decompositions.embedding_dense_backward(grad, ids, 12, padding_idx, scale)
+    torch.testing.assert_close(got, expected)
+
+
+def test_one_hot_scatter_and_its_limits():
+    g = torch.Generator().manual_seed(0)
+    base = torch.randn(5, 7, generator=g)
+    index = torch.randint(0, 7, (5, 1), generator=g)
+    src = torch.randn(5, 3, generator=g)
+    torch.testing.assert_close(decompositions.scatter_src(base, 1, index, src),
+                               torch.scatter(base, 1, index, src))
+    torch.testing.assert_close(decompositions.scatter_value(base, -1, index, -1.0),
+                               torch.scatter(base, -1, index, -1.0))
+    # two indices per row may collide: left to the scatter
+    assert decompositions.scatter_value(base, 1, index.repeat(1, 2), 1.0) is NotImplemented
+
+
+@pytest.mark.parametrize("kwargs", [dict(is_causal=True), dict(attn_mask="bool"),
+                                    dict(attn_mask="float", scale=0.3), dict(enable_gqa=True)])
+def test_attention_math_form_matches_fused(kwargs):
+    g = torch.Generator().manual_seed(0)
+    q = torch.randn(2, 4, 6, 8, generator=g)
+    kv_heads = 2 if kwargs.get("enable_gqa") else 4
+    k, v = (torch.randn(2, kv_heads, 6, 8, generator=g) for _ in range(2))
+    if kwargs.get("attn_mask") == "bool":
+        mask = torch.rand(6, 6, generator=g) > 0.3
+        mask[2] = False                      # a fully masked row attends to nothing: zeros
+        kwargs = dict(kwargs, attn_mask=mask)
+    elif kwargs.get("attn_mask") == "float":
+        kwargs = dict(kwargs, attn_mask=torch.randn(6, 6, generator=g))
+    torch.testing.assert_close(decompositions.sdpa_math(q, k, v, **kwargs),
+                               F.scaled_dot_product_attention(q, k, v, **kwargs))
