@@ -3,7 +3,7 @@
     [fx]     torch.fx.GraphModule                       (NAME.fx.txt)
       | torch_mlir.fx import + torch-mlir's backend pipeline   (frontend/fx_import.py)
     [linalg] linalg-on-tensors                          (NAME.linalg.mlir)
-      | convert-linalg-to-trn, trn-fuse, trn-tile
+      | convert-linalg-to-trn, trn-fuse, trn-layout, trn-tile
     [trn]    trn dialect, fused kernels with tiling decisions (NAME.trn.mlir)
       | convert-trn-to-nisa, trn-plan-memory, trn-schedule
     [isa]    nisa dialect: scheduled instructions on placed buffers (NAME.isa.mlir)
@@ -33,6 +33,7 @@ class CompileOptions:
     target: str = ""                  # "" -> TORCHNEURON_TARGET, default trn2
     fuse_matmul_epilogue: bool = True
     fuse_elementwise: bool = True
+    layout_assignment: bool = True    # trn-layout: matmul results stored as consumers read them
 
     @staticmethod
     def from_dict(options: dict | None) -> "CompileOptions":
@@ -61,9 +62,10 @@ def stages(options: CompileOptions) -> list[Stage]:
     target = options.target_name
     fuse = (f"trn-fuse{{matmul-epilogue={str(options.fuse_matmul_epilogue).lower()} "
             f"elementwise={str(options.fuse_elementwise).lower()}}}")
+    layout = "trn-layout," if options.layout_assignment else ""
     return [
         Stage("trn", "recognise engine ops, fuse kernels, choose layouts and tiles",
-              f"convert-linalg-to-trn,{fuse},trn-tile{{target={target}}}"),
+              f"convert-linalg-to-trn,{fuse},{layout}trn-tile{{target={target}}}"),
         Stage("isa", "tile into instructions, place buffers, synchronise engines",
               f"convert-trn-to-nisa{{target={target}}},trn-plan-memory,trn-schedule"),
     ]

@@ -176,6 +176,8 @@ class _FunctionLowering:
         return view
 
     def _copy(self, src: HbmView, dst: HbmView) -> None:
+        if 0 in dst.shape:
+            return          # nothing to move (e.g. a returned input with no elements)
         lower_elementwise(self.em, [], {_Marker.SOURCE: src}, [(_Marker.SOURCE, dst)],
                           free_tile=4096)
 
@@ -184,7 +186,19 @@ class _FunctionLowering:
         body = kernel_body(kernel)
         views = dict(self.views)
         compute = []
+        yielded = body[-1].operands[0]
+        stored_view = _stored_transpose(body)
+        if stored_view is not None:
+            # The kernel stores its result transposed (trn-layout): the computed value is
+            # written through the inverse permutation of the result's buffer.
+            yielded = stored_view.operands[0]
+            inverse = [0] * len(U.array_attr(stored_view, "permutation"))
+            for i, p in enumerate(U.array_attr(stored_view, "permutation")):
+                inverse[p] = i
+            out = out.transpose(inverse)
         for op in body[:-1]:
+            if stored_view is not None and op == stored_view:
+                continue
             if op.name in SOURCE_OPS:
                 views[op.results[0]] = source_view(op)
             elif op.name in VIEW_OPS:
@@ -198,7 +212,6 @@ class _FunctionLowering:
                 views[op.results[0]] = self._view(op, source)
             else:
                 compute.append(op)
-        yielded = body[-1].operands[0]
         matmuls = [op for op in compute if op.name == "trn.matmul"]
         reduces = [op for op in compute if op.name == "trn.reduce"]
         windows = [op for op in compute if op.name in ("trn.conv", "trn.pool")]
@@ -224,6 +237,17 @@ class _FunctionLowering:
         else:
             lower_elementwise(self.em, compute, views, [(yielded, out)],
                               U.int_attr(kernel, "free_tile"))
+
+
+def _stored_transpose(body: list[ir.Operation]) -> ir.Operation | None:
+    """The trn.transpose the kernel yields when it transposes a value it computes."""
+    producer = U.defining_op(body[-1].operands[0])
+    if producer is None or producer.name != "trn.transpose":
+        return None
+    source = U.defining_op(producer.operands[0])
+    inside = set(body)
+    return producer if source is not None and source in inside \
+        and source.name not in VIEW_OPS + SOURCE_OPS else None
 
 
 class _Marker:

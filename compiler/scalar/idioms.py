@@ -6,9 +6,21 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from torchneuron.compiler.scalar.expr import Expr, const, fold
+from torchneuron.compiler.scalar.expr import Expr, const, fold, fold_activation
+
+
+def _bf16(x: float) -> float:
+    """x rounded to bf16 (nearest even)."""
+    import ml_dtypes
+    import numpy as np
+    return float(np.float32(x).astype(ml_dtypes.bfloat16))
+
 
 _INV_SQRT2 = 1.0 / math.sqrt(2.0)
+# The erf scale of gelu as torch-mlir writes it: exact, or (in a bf16 body) divided by sqrt(2)
+# rounded to bf16, or 1/sqrt(2) rounded to bf16. The idiom computes the exact function, as
+# eager PyTorch does for bf16 too.
+_GELU_ERF_SCALES = (_INV_SQRT2, 1.0 / _bf16(math.sqrt(2.0)), _bf16(_INV_SQRT2))
 
 
 def recognise_idioms(expr: Expr) -> Expr:
@@ -34,6 +46,10 @@ def _rewrite(e: Expr) -> Expr:
             return const(folded)
     if e.kind == "convert" and e.args[0].is_const():
         return e.args[0]
+    if e.kind.startswith("act:") and e.args[0].is_const():
+        folded = fold_activation(e.kind[4:], e.args[0].value * e.scale + e.bias)
+        if folded is not None:
+            return const(folded)
     # x / c -> x * (1/c): one canonical form for scaling.
     if e.kind == "div" and e.args[1].is_const() and e.args[1].value not in (0.0,):
         return _rewrite(Expr("mul", (e.args[0], const(1.0 / e.args[1].value))))
@@ -100,7 +116,8 @@ def _match_product(factors: list[Expr], scale: float) -> Expr | None:
         if other.kind == "add" and other.args[1].is_const(1.0) and math.isclose(scale, 0.5):
             erf = other.args[0]
             if erf.kind == "act:erf" and erf.args[0] is x and erf.bias == 0.0 \
-                    and math.isclose(erf.scale, _INV_SQRT2, rel_tol=1e-6):
+                    and any(math.isclose(erf.scale, c, rel_tol=1e-6)
+                            for c in _GELU_ERF_SCALES):
                 return Expr("act:gelu", (x,))
         # silu: x * sigmoid(x)
         if other.kind == "act:sigmoid" and other.args[0] is x and other.scale == 1.0 \

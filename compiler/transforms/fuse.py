@@ -9,6 +9,10 @@ Groups formed:
 View ops (transpose, broadcast, reshape) and constant sources (fill, iota) that feed a group
 from outside are copied into the kernel: its lowering folds views into access patterns and
 generates sources on chip instead of reading them from HBM.
+
+Inside a kernel, a value rounded to bf16/fp16 only to be read by the next elementwise op is
+read unrounded (the engines compute in fp32): fused intermediates are not rounded, as in
+Inductor's default. `keep-roundings=true` keeps every rounding the graph spells out.
 """
 
 from __future__ import annotations
@@ -30,11 +34,14 @@ class Fuse(Pass):
     SUMMARY = "Group trn ops into fused kernels (matmul + epilogue, elementwise chains)"
     matmul_epilogue: bool = True
     elementwise: bool = True
+    keep_roundings: bool = False
 
     def run(self, module: ir.Operation) -> None:
         for func in U.functions(module):
             for group in self.groups(func):
-                outline(group)
+                kernel = outline(group)
+                if not self.keep_roundings:
+                    elide_intermediate_roundings(kernel)
 
     def groups(self, func: ir.Operation) -> list[list[ir.Operation]]:
         taken: set = set()
@@ -119,6 +126,24 @@ def outline(group: list[ir.Operation], kind: str | None = None) -> ir.Operation:
         if not list(op.results[0].uses):
             op.erase()
     return kernel
+
+
+def elide_intermediate_roundings(kernel: ir.Operation) -> None:
+    """Bypass float-narrowing trn.converts whose every user is an elementwise op of the
+    kernel: those users read the fp32 value."""
+    for op in list(kernel.regions[0].blocks[0].operations):
+        op = op.operation if isinstance(op, ir.OpView) else op
+        if op.name != "trn.convert":
+            continue
+        source, result = op.operands[0], op.results[0]
+        wide, narrow = U.element_type(source), U.element_type(result)
+        if not (isinstance(wide, ir.FloatType) and isinstance(narrow, ir.FloatType)
+                and wide.width > narrow.width):
+            continue
+        users = [_owner(u) for u in result.uses]
+        if users and all(u.name in ELEMENTWISE_OPS for u in users):
+            result.replace_all_uses_with(source)
+            op.erase()
 
 
 def _owner(use) -> ir.Operation:

@@ -343,5 +343,32 @@ func.func @logcumsumexp(%x: tensor<4x8xf32>) -> tensor<4x8xf32> {
   return %6 : tensor<4x8xf32>
 }
 
+// -----
+
+// Tests that torch-mlir's bf16 gelu body (x * (erf(x / sqrt(2)) + 1) * 0.5, with sqrt(2) a bf16
+// constant) is recognised as the scalar engine's gelu, computed in fp32 and rounded once.
+// CHECK-LABEL: func.func @gelu_bf16
+// CHECK-NEXT: %[[G:.*]] = "trn.activation"(%arg0) {bias = 0.000000e+00 : f32, func = "gelu", scale = 1.000000e+00 : f32} : (tensor<4x8xbf16>) -> tensor<4x8xf32>
+// CHECK-NEXT: %[[R:.*]] = "trn.convert"(%[[G]]) : (tensor<4x8xf32>) -> tensor<4x8xbf16>
+// CHECK-NEXT: return %[[R]]
+#map = affine_map<(d0, d1) -> (d0, d1)>
+func.func @gelu_bf16(%x: tensor<4x8xbf16>) -> tensor<4x8xbf16> {
+  %two = arith.constant 2.000000e+00 : bf16
+  %one = arith.constant 1.000000e+00 : bf16
+  %half = arith.constant 5.000000e-01 : bf16
+  %e = tensor.empty() : tensor<4x8xbf16>
+  %r = linalg.generic {indexing_maps = [#map, #map], iterator_types = ["parallel", "parallel"]} ins(%x : tensor<4x8xbf16>) outs(%e : tensor<4x8xbf16>) {
+  ^bb0(%in: bf16, %out: bf16):
+    %s = math.sqrt %two : bf16
+    %d = arith.divf %in, %s : bf16
+    %f = math.erf %d : bf16
+    %a = arith.addf %f, %one : bf16
+    %m = arith.mulf %a, %half : bf16
+    %g = arith.mulf %in, %m : bf16
+    linalg.yield %g : bf16
+  } -> tensor<4x8xbf16>
+  return %r : tensor<4x8xbf16>
+}
+
 // ERR: linalg_to_trn-unsupported.mlir:{{[0-9]+}}:{{[0-9]+}}: error: convert-linalg-to-trn: no lowering to the NeuronCore for 'tensor.extract'
 // ERR: linalg_to_trn-unsupported.mlir:{{[0-9]+}}:{{[0-9]+}}: error: convert-linalg-to-trn: no lowering to the NeuronCore for 'math.atan2' inside linalg.generic

@@ -1,5 +1,6 @@
 // RUN: neuron-opt --split-input-file --trn-fuse %s | FileCheck %s
 // RUN: neuron-opt --split-input-file --trn-fuse="matmul-epilogue=false elementwise=false" %s | FileCheck %s --check-prefix=OFF
+// RUN: neuron-opt --split-input-file --trn-fuse="keep-roundings=true" %s | FileCheck %s --check-prefix=KEEP
 // RUN: not neuron-opt --trn-fuse %S/Inputs/fuse-invalid.mlir 2>&1 | FileCheck %s --check-prefix=ERR
 
 // Tests that a matmul, its bias add and activation become one kernel, and that the views
@@ -65,6 +66,27 @@ func.func @join(%x: tensor<8xf32>) -> tensor<8xf32> {
   %s = "trn.tensor_scalar"(%x) {op = "mul", scalar = 2.0 : f32, reverse = false} : (tensor<8xf32>) -> tensor<8xf32>
   %t = "trn.tensor_tensor"(%m, %s) {op = "add"} : (tensor<8xf32>, tensor<8xf32>) -> tensor<8xf32>
   return %t : tensor<8xf32>
+}
+
+// -----
+
+// Tests that inside a kernel a bf16 rounding read only by the next elementwise op is dropped
+// (the bias add reads the fp32 matmul result), while the rounding of the stored result stays;
+// keep-roundings=true keeps both.
+// CHECK-LABEL: func.func @bf16_linear
+// CHECK: %[[Y:.*]] = "trn.matmul"
+// CHECK-NEXT: %[[Z:.*]] = "trn.tensor_tensor"(%{{.*}}, %[[Y]]) {op = "add"} : (tensor<4x16xbf16>, tensor<4x16xf32>) -> tensor<4x16xf32>
+// CHECK-NEXT: %[[R:.*]] = "trn.convert"(%[[Z]]) : (tensor<4x16xf32>) -> tensor<4x16xbf16>
+// CHECK-NEXT: "trn.yield"(%[[R]])
+// KEEP-LABEL: func.func @bf16_linear
+// KEEP-COUNT-2: "trn.convert"
+func.func @bf16_linear(%x: tensor<4x8xbf16>, %w: tensor<8x16xbf16>, %b: tensor<16xbf16>) -> tensor<4x16xbf16> {
+  %y = "trn.matmul"(%x, %w) : (tensor<4x8xbf16>, tensor<8x16xbf16>) -> tensor<4x16xf32>
+  %yb = "trn.convert"(%y) : (tensor<4x16xf32>) -> tensor<4x16xbf16>
+  %bb = "trn.broadcast"(%b) {dimensions = array<i64: 0>} : (tensor<16xbf16>) -> tensor<4x16xbf16>
+  %z = "trn.tensor_tensor"(%bb, %yb) {op = "add"} : (tensor<4x16xbf16>, tensor<4x16xbf16>) -> tensor<4x16xf32>
+  %r = "trn.convert"(%z) : (tensor<4x16xf32>) -> tensor<4x16xbf16>
+  return %r : tensor<4x16xbf16>
 }
 
 // ERR: fuse-invalid.mlir:3:8: error: 'trn.tensor_tensor' op operand #1 shape [4] differs from result shape [8]

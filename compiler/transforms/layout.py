@@ -1,0 +1,114 @@
+"""trn-layout: store a matmul kernel's result transposed when every consumer wants it so.
+
+The PE contracts over the partition axis: a matmul's left operand A[M, K] is needed as K-major
+tiles A^T[K, M]. When A is itself the result of a matmul kernel, that kernel can compute it
+transposed (orientation "nm": output features on partitions, as a bias epilogue wants anyway)
+and store A^T straight from its tiles; the consumer then reads K-major rows. Without this, the
+producer transposes every output tile back to row-major on the PE and the consumer transposes
+them again (TARGET.md: choosing such layouts for a whole graph is the compiler's job).
+
+The rewrite, for a matmul kernel whose result R[..., M, N] is used only as the left operand of
+matmuls inside other kernels:
+- the kernel yields trn.transpose(R) (last two dims swapped) and is marked orientation "nm";
+- each consuming kernel reads trn.transpose(R^T), a view its lowering folds into the access
+  pattern.
+Graph outputs keep their row-major layout. Kernels whose epilogue reads an operand varying
+along M only (which wants M on partitions) are left alone.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from torch_mlir import ir
+
+from torchneuron.compiler import ir_utils as U
+from torchneuron.compiler.passes import Pass, register
+from torchneuron.compiler.transforms.tile import kernel_body, layout_of
+from torchneuron.compiler.kernels.tile_ops import ELEMENTWISE_OPS
+from torchneuron.dialects.trn import build_yield
+
+
+@register
+@dataclasses.dataclass
+class LayoutPass(Pass):
+    NAME = "trn-layout"
+    SUMMARY = "Store matmul results transposed where their consumers contract over them"
+
+    def run(self, module: ir.Operation) -> None:
+        for func in U.functions(module):
+            for op in U.body_ops(func):
+                if op.name == "trn.kernel" and _wants_transposed_result(op):
+                    _transpose_result(op)
+
+
+def _owner(use) -> ir.Operation:
+    owner = use.owner
+    return owner.operation if isinstance(owner, ir.OpView) else owner
+
+
+def _wants_transposed_result(kernel: ir.Operation) -> bool:
+    body = kernel_body(kernel)
+    matmuls = [op for op in body if op.name == "trn.matmul"]
+    result = kernel.results[0]
+    if len(matmuls) != 1 or len(U.shape(result)) < 2 or _prefers_m_on_partitions(body):
+        return False
+    if "orientation" in kernel.attributes and U.str_attr(kernel, "orientation") != "nm":
+        return False     # a decision made before (by a user or the tuner) stands
+    yielded = body[-1].operands[0]
+    if U.defining_op(yielded) not in body[:-1]:
+        return False
+    uses = list(result.uses)
+    if not uses:
+        return False
+    for use in uses:
+        user = _owner(use)
+        if user.name != "trn.matmul" or use.operand_number != 0 \
+                or user.parent.name != "trn.kernel" or user.parent == kernel:
+            return False
+    return True
+
+
+def _prefers_m_on_partitions(body: list[ir.Operation]) -> bool:
+    """An epilogue operand that varies along M only is per-partition in orientation "mn"."""
+    matmul = next(op for op in body if op.name == "trn.matmul")
+    rank = len(U.shape(matmul.results[0]))
+    chain = {matmul.results[0]}
+    for op in body:
+        if op.name not in ELEMENTWISE_OPS or not any(v in chain for v in op.operands):
+            continue
+        for v in op.operands:
+            if v in chain:
+                continue
+            view = layout_of(v)
+            if view is not None and view.strides[rank - 1] == 0 and view.strides[rank - 2] != 0:
+                return True
+        chain.add(op.results[0])
+    return False
+
+
+def _swap_last_two(rank: int) -> list[int]:
+    return list(range(rank - 2)) + [rank - 1, rank - 2]
+
+
+def _transpose_result(kernel: ir.Operation) -> None:
+    result = kernel.results[0]
+    shape = U.shape(result)
+    rank = len(shape)
+    perm = _swap_last_two(rank)
+    transposed_type = U.tensor_type([shape[p] for p in perm], U.element_type(result))
+    old_yield = kernel_body(kernel)[-1]
+    with ir.InsertionPoint(old_yield), old_yield.location:
+        t = U.create("trn.transpose", [transposed_type], [old_yield.operands[0]],
+                     {"permutation": U.i64_array(perm)}).results[0]
+        build_yield(t, loc=old_yield.location)
+    old_yield.erase()
+    kernel.attributes["orientation"] = U.string("nm")
+    uses = [(_owner(u), u.operand_number) for u in result.uses]
+    result.set_type(transposed_type)
+    for user, index in uses:
+        consumer_block = user.parent.regions[0].blocks[0]
+        with ir.InsertionPoint.at_block_begin(consumer_block), user.location:
+            logical = U.create("trn.transpose", [U.tensor_type(shape, U.element_type(result))],
+                               [result], {"permutation": U.i64_array(perm)}).results[0]
+        user.operands[index] = logical
