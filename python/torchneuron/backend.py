@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import itertools
 import logging
 import os
@@ -131,6 +132,9 @@ class CompiledGraph:
         self.graph_module = graph_module
         self.dump_dir = dump_dir
         self.stage_seconds = stage_seconds
+        self.compile_seconds = sum(stage_seconds.values())   # spent in this process
+        self.cache_status = "off"        # 'hit' | 'miss' | 'off' (the persistent cache)
+        self.original_compile_seconds = None   # for a hit: what compiling it took
         self.last_profile = None
         self._replay_written = False
 
@@ -229,7 +233,8 @@ def compile_fx_graph(gm, example_inputs, name: str, options):
     if _has_symbolic_sizes(example_inputs):
         return ShapeSpecializedGraph(gm, name, options)
     from torchneuron import partition, report
-    from torchneuron.compiler.errors import UnsupportedOpError
+    from torchneuron import runtime  # noqa: F401  (imported once here, not inside the
+    from torchneuron.compiler.errors import UnsupportedOpError   # graph's compile time)
 
     opts = _backend_options(options)
 
@@ -255,12 +260,10 @@ def compile_fx_graph(gm, example_inputs, name: str, options):
 
 
 def _compile_partition(sub, name: str, options, dump: bool) -> "CompiledGraph":
-    """One partition: FX -> linalg -> NEFF -> a loaded program. Every failure becomes a
-    PartitionFailure naming the FX node to blame when the error says which."""
-    from torchneuron import runtime
-    from torchneuron.compiler.errors import CompileError
-    from torchneuron.compiler.frontend.fx_import import import_fx_graph
-    from torchneuron.compiler.pipeline import compile_linalg
+    """One partition: FX -> linalg -> NEFF -> a loaded program, or the NEFF (or the failure)
+    the persistent compile cache holds for the same graph (torchneuron.cache). Every failure
+    becomes a PartitionFailure naming the FX node to blame when the error says which."""
+    from torchneuron import cache as cache_mod
     from torchneuron.partition import PartitionFailure
 
     dump_dir = config.DUMP_DIR.get() if dump else None
@@ -269,12 +272,83 @@ def _compile_partition(sub, name: str, options, dump: bool) -> "CompiledGraph":
         with open(os.path.join(dump_dir, f"{name}.fx.txt"), "w") as f:
             f.write(sub.print_readable(print_output=False))
     start = time.perf_counter()
+    store = cache_mod.CompileCache()
+    key = _graph_cache_key(sub, options) if store.enabled else None
+    # With TORCHNEURON_DUMP_DIR set the partition is compiled even when cached, so that every
+    # stage's file is written; the result still refreshes the cache.
+    if key is not None and not dump_dir:
+        entry = store.load(key)
+        if entry is not None and entry.failure is not None:
+            failure = entry.failure
+            log.info("%s: compile failure loaded from compile cache (%s)", name, key[:16])
+            raise PartitionFailure(failure["category"], failure["message"], failure.get("node"),
+                                   None)
+        if entry is not None:
+            compiled_graph = _load_cached(entry, key, sub, name, start)
+            if compiled_graph is not None:
+                if dump:
+                    with _lock:
+                        _compiled.append(compiled_graph)
+                return compiled_graph
+    try:
+        compiled_graph, neff = _compile_uncached(sub, name, options, dump_dir, start)
+    except PartitionFailure as failure:
+        if key is not None and getattr(failure, "cacheable", True):
+            store.store_failure(key, {"category": failure.category, "message": failure.message,
+                                      "node": failure.node, "name": name})
+        raise
+    compiled_graph.cache_status = "miss" if key is not None else "off"
+    if key is not None:
+        store.store(key, neff, {"name": name, "stage_seconds": compiled_graph.stage_seconds,
+                                "compile_seconds": compiled_graph.compile_seconds,
+                                "compiler": cache_mod.compiler_identity()})
+    if dump:
+        with _lock:
+            _compiled.append(compiled_graph)
+    return compiled_graph
+
+
+def _load_cached(entry, key: str, sub, name: str, start: float) -> "CompiledGraph | None":
+    """A CompiledGraph from a cache entry (None when the runtime rejects the NEFF: then it is
+    recompiled)."""
+    from torchneuron import runtime
+    from torchneuron.format import NeffFormatError
+
+    try:
+        program = runtime.load(entry.neff)
+    except NeffFormatError as exc:
+        log.warning("torchneuron: %s: compile cache entry %s rejected by the runtime (%s); "
+                    "recompiling", name, key[:16], exc)
+        return None
+    seconds = time.perf_counter() - start
+    original = entry.metadata.get("compile_seconds")
+    log.info("%s: loaded from compile cache in %.3f s (compiled in %s originally; key %s)",
+             name, seconds, f"{original:.2f} s" if isinstance(original, (int, float)) else "?",
+             key[:16])
+    compiled_graph = CompiledGraph(name, program, runtime.Device(program.target), sub, None,
+                                   {"cache": seconds})
+    compiled_graph.cache_status = "hit"
+    compiled_graph.original_compile_seconds = original
+    return compiled_graph
+
+
+def _compile_uncached(sub, name: str, options, dump_dir: str | None,
+                      start: float) -> tuple["CompiledGraph", bytes]:
+    from torchneuron import runtime
+    from torchneuron.compiler.errors import CompileError
+    from torchneuron.compiler.frontend.fx_import import import_fx_graph
+    from torchneuron.compiler.pipeline import compile_linalg
+    from torchneuron.partition import PartitionFailure
+
     linalg, error, diagnostics = _import(import_fx_graph, sub, name)
     if error is not None:
         node, message = _import_diagnostic(diagnostics, sub)
         if message is None:
             node, message = _summarize(error)
-        raise PartitionFailure("import", message, node, error)
+        failure = PartitionFailure("import", message, node, error)
+        # A timeout or a crash of torch-mlir may depend on the machine: not cached.
+        failure.cacheable = not (isinstance(error, ImportFailure) and error.transient)
+        raise failure
     if diagnostics.strip():
         log.debug("torch-mlir diagnostics for %s:\n%s", name, diagnostics)
     import_seconds = time.perf_counter() - start
@@ -297,19 +371,88 @@ def _compile_partition(sub, name: str, options, dump: bool) -> "CompiledGraph":
               ", ".join(f"{k} {v:.2f} s" for k, v in seconds.items()))
     compiled_graph = CompiledGraph(name, program, runtime.Device(program.target), sub, dump_dir,
                                    seconds)
-    if dump:
-        with _lock:
-            _compiled.append(compiled_graph)
-    return compiled_graph
+    return compiled_graph, compiled.neff
+
+
+def _graph_cache_key(sub, options) -> str | None:
+    """The persistent cache key of a partition, computed from the FX graph alone (before
+    torch-mlir runs): the graph's code, every input's shape/dtype/stride, the value of every
+    constant tensor, the source line of every node (the NEFF's debug info records them), the
+    torch and torch-mlir versions; CompileCache.key adds the compiler's identity, the target
+    and the options. None when an input's metadata is missing (not cached)."""
+    import hashlib
+
+    import torch
+
+    from torchneuron.cache import CompileCache
+
+    digest = hashlib.sha256()
+
+    def add(*parts) -> None:
+        for part in parts:
+            digest.update(str(part).encode())
+            digest.update(b"\0")
+
+    add("code", sub.code, "versions", *_library_versions())
+    for node in sub.graph.nodes:
+        if node.op == "placeholder":
+            value = node.meta.get("val")
+            if not isinstance(value, torch.Tensor):
+                return None
+            add("input", node.name, value.dtype, tuple(value.shape), tuple(value.stride()),
+                value.storage_offset())
+        elif node.op == "get_attr":
+            value = _fetch_attr(sub, node.target)
+            if isinstance(value, torch.Tensor):
+                add("constant", node.target, value.dtype, tuple(value.shape),
+                    _tensor_digest(value))
+            else:
+                add("attr", node.target, repr(value))
+        frames = _FRAME_LINE.findall(node.meta.get("stack_trace") or "")
+        if frames:
+            add("source", node.name, *frames[-1])
+    target = options.target_name
+    option_values = {f.name: getattr(options, f.name) for f in dataclasses.fields(options)}
+    option_values["target"] = target
+    return CompileCache.key(digest.hexdigest(), target, option_values)
+
+
+_FRAME_LINE = re.compile(r'File "([^"]+)", line ([0-9]+)')
+
+
+@functools.lru_cache(maxsize=1)
+def _library_versions() -> tuple[str, str]:
+    from importlib import metadata
+
+    import torch
+    try:
+        torch_mlir = metadata.version("torch-mlir")
+    except metadata.PackageNotFoundError:
+        torch_mlir = "unknown"
+    return torch.__version__, torch_mlir
+
+
+def _fetch_attr(module, target: str):
+    value = module
+    for part in target.split("."):
+        value = getattr(value, part)
+    return value
+
+
+def _tensor_digest(tensor) -> str:
+    import hashlib
+
+    return hashlib.sha256(_to_numpy(tensor).tobytes()).hexdigest()
 
 
 class ImportFailure(Exception):
     """torch-mlir's importer failed with something other than a CompileError, or killed the
     process it ran in (an LLVM fatal error or abort)."""
 
-    def __init__(self, message: str, fx_node: str | None = None):
+    def __init__(self, message: str, fx_node: str | None = None, transient: bool = False):
         super().__init__(message)
         self.fx_node = fx_node
+        self.transient = transient      # a timeout or a crash: not cached
 
 
 # torch-mlir's C++ aborts on some graphs (e.g. "LLVM ERROR: out of memory" for a scatter along
@@ -385,8 +528,9 @@ def _import(import_fx_graph, sub, name: str) -> tuple[str | None, Exception | No
         detail = f": {last[0].strip()}" if last else ""
         if time.monotonic() >= deadline:
             return None, ImportFailure(f"torch-mlir import timed out after "
-                                       f"{IMPORT_TIMEOUT_S} s"), diagnostics
-        return None, ImportFailure(f"torch-mlir crashed ({how}){detail}"), diagnostics
+                                       f"{IMPORT_TIMEOUT_S} s", transient=True), diagnostics
+        return None, ImportFailure(f"torch-mlir crashed ({how}){detail}",
+                                   transient=True), diagnostics
     if result[0] == "ok":
         return result[1], None, diagnostics
     if result[0] == "compile-error":

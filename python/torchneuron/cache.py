@@ -8,6 +8,12 @@ concurrent processes compiling the same graph never leave a torn file: the last 
 with an equally valid entry. A corrupt or truncated entry fails the NEFF's own checksum on
 load; it is reported once, removed, and recompiled.
 
+A graph the compiler rejected is cached too, as `<key>.fail.json` (the failure, with a sha256
+of its own text), so that a later process decides the same CPU fallback without compiling.
+
+The backend (torchneuron.backend) keys each compiled partition by its FX graph before
+importing it with torch-mlir: see `backend._graph_cache_key`.
+
 The directory is `TORCHNEURON_CACHE_DIR`, default `~/.cache/torchneuron` (honouring
 `XDG_CACHE_HOME`); `TORCHNEURON_CACHE_DIR=off` disables the cache.
 """
@@ -67,8 +73,13 @@ def cache_dir() -> Path | None:
 
 @dataclass
 class CacheEntry:
-    neff: bytes
+    neff: bytes | None        # None for a cached failure
     metadata: dict
+
+    @property
+    def failure(self) -> dict | None:
+        """What the compiler said when it rejected the graph (a cached failure), else None."""
+        return self.metadata.get("failure") if self.neff is None else None
 
 
 class CompileCache:
@@ -89,6 +100,9 @@ class CompileCache:
         folder = self.directory / key[:2]
         return folder / f"{key}.neff", folder / f"{key}.json"
 
+    def _failure_path(self, key: str) -> Path:
+        return self.directory / key[:2] / f"{key}.fail.json"
+
     def load(self, key: str) -> CacheEntry | None:
         """The entry for `key`, or None (missing, or corrupt: then reported and removed)."""
         if not self.enabled:
@@ -98,7 +112,7 @@ class CompileCache:
             data = neff_path.read_bytes()
             metadata = json.loads(meta_path.read_text()) if meta_path.exists() else {}
         except FileNotFoundError:
-            return None
+            return self._load_failure(key)
         except (OSError, ValueError) as exc:
             self._corrupt(key, neff_path, meta_path, str(exc))
             return None
@@ -108,6 +122,35 @@ class CompileCache:
             self._corrupt(key, neff_path, meta_path, str(exc))
             return None
         return CacheEntry(data, metadata)
+
+    def _load_failure(self, key: str) -> CacheEntry | None:
+        path = self._failure_path(key)
+        try:
+            record = json.loads(path.read_bytes())
+            payload = json.dumps(record["failure"], sort_keys=True)
+            if hashlib.sha256(payload.encode()).hexdigest() != record["sha256"]:
+                raise ValueError("checksum mismatch")
+            if not isinstance(record["failure"], dict):
+                raise ValueError("malformed failure record")
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            self._corrupt(key, path, path, str(exc) or type(exc).__name__)
+            return None
+        return CacheEntry(None, {"failure": record["failure"]})
+
+    def store_failure(self, key: str, failure: dict) -> None:
+        """Remember that the compiler rejected the graph of `key` (`failure` is JSON-able)."""
+        if not self.enabled:
+            return
+        path = self._failure_path(key)
+        payload = json.dumps(failure, sort_keys=True)
+        record = {"failure": failure, "sha256": hashlib.sha256(payload.encode()).hexdigest()}
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            _atomic_write(path, json.dumps(record).encode())
+        except OSError as exc:
+            log.warning("torchneuron: could not write compile cache entry %s: %s", path, exc)
 
     def store(self, key: str, neff: bytes, metadata: dict | None = None) -> None:
         if not self.enabled:
@@ -122,8 +165,8 @@ class CompileCache:
                         exc)
 
     def _corrupt(self, key: str, neff_path: Path, meta_path: Path, reason: str) -> None:
-        if key not in _reported_corrupt:
-            _reported_corrupt.add(key)
+        if str(neff_path) not in _reported_corrupt:      # once per entry and process
+            _reported_corrupt.add(str(neff_path))
             log.warning("torchneuron: corrupt compile cache entry %s (%s); recompiling",
                         neff_path, reason)
         for path in (neff_path, meta_path):

@@ -33,6 +33,19 @@ class NodeRecord:
 
 
 @dataclasses.dataclass
+class PartitionRecord:
+    """One compiled NeuronCore partition of a graph."""
+    name: str
+    nodes: int                     # FX nodes in it
+    compile_seconds: float         # spent in this process: compiling, or loading from the cache
+    cache: str                     # 'hit' | 'miss' | 'off' (the persistent compile cache)
+    original_compile_seconds: float | None = None    # a hit: what compiling it took then
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+@dataclasses.dataclass
 class GraphReport:
     """One FX graph (a Dynamo graph's forward or backward) and where its ops run."""
     name: str
@@ -40,7 +53,20 @@ class GraphReport:
     nodes: list[NodeRecord]
     partitions: int                # compiled NeuronCore partitions
     rounds: int                    # partitioning rounds (1 + rounds that blamed a node)
-    compile_seconds: float
+    compile_seconds: float         # the backend's time on this graph: partitioning, compiling
+                                   # (or loading from the compile cache) every partition
+    partition_records: list[PartitionRecord] = dataclasses.field(default_factory=list)
+    programs: list = dataclasses.field(default_factory=list, repr=False, compare=False)
+
+    @property
+    def cache_hits(self) -> int:
+        return sum(1 for p in self.partition_records if p.cache == "hit")
+
+    @property
+    def simulated_ns(self) -> float:
+        """Simulated device time of the graph's last run (sum over its partitions)."""
+        return sum(p.last_profile.total_ns for p in self.programs
+                   if getattr(p, "last_profile", None) is not None)
 
     @property
     def compiled(self) -> list[NodeRecord]:
@@ -88,6 +114,8 @@ class GraphReport:
         return {
             "name": self.name, "kind": self.kind, "partitions": self.partitions,
             "rounds": self.rounds, "compile_seconds": round(self.compile_seconds, 4),
+            "partition_details": [p.to_dict() for p in self.partition_records],
+            "simulated_ns": self.simulated_ns,
             "compiled_ops": dict(self.compiled_ops),
             "compiled_nodes": [n.node for n in self.compiled],
             "fallbacks": [{"node": n.node, "op": n.op, "category": n.category,
@@ -102,7 +130,10 @@ class GraphReport:
         head = (f"{self.name} ({self.kind}): {len(self.compiled)} of {len(compute)} ops compiled "
                 f"in {self.partitions} NeuronCore partition(s), {len(self.fallbacks)} fell back "
                 f"to PyTorch; {100 * self.flop_fraction:.1f}% of {_flops(self.flops_total)} on "
-                "the NeuronCore")
+                f"the NeuronCore; compile {self.compile_seconds:.2f} s")
+        if self.cache_hits:
+            head += f" ({self.cache_hits} of {len(self.partition_records)} partition(s) from " \
+                "the compile cache)"
         lines = [head]
         if self.compiled:
             lines.append("  compiled: " + ", ".join(f"{op} x{c}" for op, c in
@@ -153,8 +184,15 @@ def graph_report(split, kind: str | None = None) -> GraphReport:
     if kind is None:
         kind = next((k for k in ("backward", "forward", "inference") if f"_{k}" in split.name),
                     "graph")
+    partition_records = [
+        PartitionRecord(info.name, len(info.nodes),
+                        float(getattr(info.compiled, "compile_seconds", 0.0)),
+                        getattr(info.compiled, "cache_status", "off"),
+                        getattr(info.compiled, "original_compile_seconds", None))
+        for info in split.partitions]
     return GraphReport(split.name, kind, records, len(split.partitions), split.rounds,
-                       split.seconds)
+                       split.seconds, partition_records,
+                       [info.compiled for info in split.partitions])
 
 
 def whole_graph_fallback(name: str, gm, category: str, message: str) -> GraphReport:
@@ -212,9 +250,19 @@ class ExplainReport:
         total = self.flops_total
         return self.flops_neuron / total if total else (1.0 if not self.fallbacks else 0.0)
 
+    @property
+    def compile_seconds(self) -> float:
+        return sum(g.compile_seconds for g in self.graphs)
+
+    @property
+    def simulated_ns(self) -> float:
+        return sum(g.simulated_ns for g in self.graphs)
+
     def to_dict(self) -> dict:
         return {
             "dynamo_graph_count": self.dynamo_graph_count,
+            "compile_seconds": round(self.compile_seconds, 4),
+            "simulated_ns": self.simulated_ns,
             "graph_breaks": [b.to_dict() for b in self.graph_breaks],
             "graphs": [g.to_dict() for g in self.graphs],
             "compiled_ops": dict(self.compiled_ops),
@@ -232,7 +280,7 @@ class ExplainReport:
                  f"{len(self.graph_breaks)} graph break(s); {len(self.graphs)} compiled "
                  f"graph(s) ({kinds}); {len(self.fallbacks)} op(s) fell back to PyTorch; "
                  f"{100 * self.flop_fraction:.1f}% of {_flops(self.flops_total)} on the "
-                 "NeuronCore"]
+                 f"NeuronCore; compile {self.compile_seconds:.2f} s"]
         for g in self.graphs:
             lines.append(str(g))
         if self.graph_breaks:
