@@ -42,6 +42,7 @@ class ConvertLinalgToTrn(Pass):
 
 
 def _convert_function(func: ir.Operation) -> None:
+    _fold_zero_elements(func)
     ops = U.body_ops(func)
     for op in ops:
         converter = _CONVERTERS.get(op.name)
@@ -64,12 +65,56 @@ def _convert_function(func: ir.Operation) -> None:
     for op in U.body_ops(func):
         if op.name == "trn.scan":
             _stable_logcumsumexp(op)
+    _fold_zero_elements(func)     # insert_slices of empty sources made by concat and pad
+    for op in U.body_ops(func):
+        if op.name == "tensor.empty":
+            # Still used (returned, e.g. torch.empty): its contents are unspecified, but an
+            # output must be written; zeros.
+            with ir.InsertionPoint(op), op.location:
+                op.results[0].replace_all_uses_with(
+                    trn_op("fill", op.results[0].type, [], value=U.f32(0.0)))
+    U.erase_dead([o for o in U.body_ops(func) if o.name != "func.return"])
+
+
+def _zero_elements(value: ir.Value) -> bool:
+    return isinstance(value.type, ir.RankedTensorType) and 0 in U.shape(value)
+
+
+def _fold_zero_elements(func: ir.Operation) -> None:
+    """Tensors with no elements compute nothing: a value with no elements becomes trn.empty
+    (it is never read, and a returned one is an output of zero bytes); a linalg op with an
+    input of no elements has an empty iteration space, so its results are its `outs` (a sum
+    over an empty dim is its zero fill); inserting a slice of no elements leaves the
+    destination as it was. Then no tile of zero elements reaches the kernels."""
+    for op in U.body_ops(func):
+        if op.name in ("func.return", "trn.empty") or not op.results:
+            continue
+        replacements = None
+        if all(_zero_elements(r) for r in op.results):
+            with ir.InsertionPoint(op), op.location:
+                replacements = [trn_op("empty", r.type, []) for r in op.results]
+        elif op.name.startswith("linalg.") and hasattr(op.opview, "inputs") \
+                and any(_zero_elements(v) for v in op.opview.inputs):
+            replacements = list(op.opview.outputs)
+        elif op.name in ("tensor.insert_slice", "trn.insert_slice"):
+            source, dest = ((op.operands[0], op.operands[1]) if op.name == "tensor.insert_slice"
+                            else (op.operands[1], op.operands[0]))
+            if _zero_elements(source):
+                replacements = [dest]
+        elif op.name == "tensor.concat" and any(_zero_elements(v) for v in op.operands):
+            kept = [v for v in op.operands if not _zero_elements(v)]
+            if len(kept) == 1:
+                replacements = kept
+        if replacements is not None:
+            for result, new in zip(op.results, replacements):
+                result.replace_all_uses_with(new)
     U.erase_dead([o for o in U.body_ops(func) if o.name != "func.return"])
 
 
 # Ops kept as they are: constants feed trn ops, tensor.empty feeds only `outs` (erased when dead).
 _KEEP = {"arith.constant", "tensor.empty", "func.return", "cf.assert",
-         "trn.scan"}   # the frontend made scans trn ops already
+         "trn.scan",    # the frontend made scans trn ops already
+         "trn.empty"}   # values with no elements (_fold_zero_elements)
 
 
 def _stable_logcumsumexp(scan: ir.Operation) -> None:

@@ -100,14 +100,15 @@ class _FunctionLowering:
             owner = U.defining_op(value)
             if owner is not None and owner.name in _STORED and value not in self.storage:
                 self.storage[value] = _Storage(out)
+        position = {op: i for i, op in enumerate(body)}
         for op in reversed(body):
             if op.name != "trn.insert_slice":
                 continue
             shared = self.storage.setdefault(op.results[0], _Storage())
             dest = op.operands[0]
             producer = U.defining_op(dest)
-            if producer is not None and producer.name in _STORED and len(list(dest.uses)) == 1 \
-                    and dest not in self.storage:
+            if producer is not None and producer.name in _STORED and dest not in self.storage \
+                    and _may_write_in_place(op, position):
                 self.storage[dest] = shared
                 self.in_place.add(op)
 
@@ -147,7 +148,8 @@ class _FunctionLowering:
             self._lower_kernel(op, out)
         elif op.name == "trn.insert_slice":
             dest, source = op.operands
-            if op not in self.in_place and U.defining_op(dest).name != "trn.empty":
+            producer = U.defining_op(dest)     # None for a function argument
+            if op not in self.in_place and (producer is None or producer.name != "trn.empty"):
                 self._copy(self.views[dest], out)
             region = out
             for dim, (start, stride, size) in enumerate(zip(
@@ -248,6 +250,66 @@ def _stored_transpose(body: list[ir.Operation]) -> ir.Operation | None:
     inside = set(body)
     return producer if source is not None and source in inside \
         and source.name not in VIEW_OPS + SOURCE_OPS else None
+
+
+def _may_write_in_place(insert: ir.Operation, position: dict) -> bool:
+    """Whether `insert` may write its slice into its destination's own buffer: every other
+    reader of the destination (through views) runs before it, or is the insert itself reading
+    its source from a part of the destination that the slice does not overwrite (a circular
+    pad copies one end of a tensor into the other)."""
+    dest, source = insert.operands
+    for reader, through in _readers(dest, skip=(insert, 0)):
+        if reader == insert:
+            if not _disjoint_from_slice(insert, through):
+                return False
+        elif position[reader] > position[insert]:
+            return False
+    return True
+
+
+def _readers(value: ir.Value, skip=None, through=()):
+    """(op of the function body, view ops on the way) for every op that reads `value`,
+    following view ops (which read nothing themselves); `skip` = (op, operand index)."""
+    for use in value.uses:
+        owner = use.owner.operation if isinstance(use.owner, ir.OpView) else use.owner
+        if skip is not None and owner == skip[0] and use.operand_number == skip[1]:
+            continue
+        top = owner
+        while top.parent is not None and top.parent.name != "func.func":
+            top = top.parent
+        if top == owner and owner.name in VIEW_OPS:
+            yield from _readers(owner.results[0], through=through + (owner,))
+        else:
+            yield top, through
+
+
+def _disjoint_from_slice(insert: ir.Operation, views: tuple) -> bool:
+    """Whether the insert's source, the destination seen through `views`, shares no element
+    with the slice the insert writes."""
+    import numpy as np
+
+    dest = insert.operands[0]
+    whole = HbmView.abstract(tuple(U.shape(dest)))
+    read = whole
+    for op in views:
+        read = apply_view_op(op, read)
+        if read is None:
+            return False
+    written = whole
+    for dim, (start, stride, size) in enumerate(zip(
+            U.array_attr(insert, "offsets"), U.array_attr(insert, "strides"),
+            U.shape(insert.operands[1]))):
+        written = written.slice(dim, start, size, stride)
+    return not np.intersect1d(_elements(read), _elements(written)).size
+
+
+def _elements(view: HbmView):
+    import numpy as np
+
+    flat = np.array(view.offset, dtype=np.int64)
+    for size, stride in zip(view.shape, view.strides):
+        flat = np.add.outer(flat, np.arange(size, dtype=np.int64) * stride)
+    return flat.ravel()
 
 
 class _Marker:

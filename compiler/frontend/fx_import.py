@@ -32,6 +32,7 @@ class _NodeLocations(ContextCache):
 def import_fx_graph(gm: torch.fx.GraphModule, name: str) -> str:
     """Lower an ATen-level FX graph to linalg-on-tensors; returns the module's text with
     locations (it is re-parsed in the compiler's own context)."""
+    gm = prepare_graph(gm)
     context = ir.Context()
     torch_dialect.register_dialect(context)
     importer = FxImporter(context=context)
@@ -45,6 +46,61 @@ def import_fx_graph(gm: torch.fx.GraphModule, name: str) -> str:
     _rewrite_scans(module)
     _check_dialects(module)
     return module.operation.get_asm(enable_debug_info=True)
+
+
+def prepare_graph(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
+    """Rewrite what torch-mlir cannot import into equivalent ATen it can, on a copy of `gm`
+    (the caller's graph still runs in PyTorch if compiling fails):
+    - a node whose result has no elements becomes `aten.full` of its shape: its value is
+      never read, and torch-mlir's shape arithmetic on empty tensors can divide by zero
+      (e.g. `view(-1, n)` of a [0, 3, n] tensor aborts the process);
+    - `aten.squeeze.dims`, which torch-mlir has no lowering for, becomes a view to its
+      result's shape."""
+    rewrites = [(node, rewrite) for node in gm.graph.nodes
+                for rewrite in [_node_rewrite(node)] if rewrite is not None]
+    if not rewrites:
+        return gm
+    graph = torch.fx.Graph()
+    copies: dict = {}
+    out = graph.graph_copy(gm.graph, copies)
+    graph.output(out)
+    for node, rewrite in rewrites:
+        old = copies[node]
+        with graph.inserting_before(old):
+            new = graph.call_function(*rewrite(old))
+        new.meta = dict(old.meta)
+        old.replace_all_uses_with(new)
+        name = old.name
+        graph.erase_node(old)
+        new.name = name          # locations (and so error messages) name the user's node
+    graph.eliminate_dead_code()
+    return torch.fx.GraphModule(gm, graph)
+
+
+def _node_rewrite(node: torch.fx.Node):
+    """A function giving the (target, args, kwargs) that replace `node`, or None."""
+    if node.op != "call_function":
+        return None
+    val = node.meta.get("val")
+    if isinstance(val, torch.Tensor) and _static_numel(val) == 0 and \
+            node.target is not torch.ops.aten.full.default:
+        shape, dtype = [int(s) for s in val.shape], val.dtype
+        return lambda old: (torch.ops.aten.full.default, (shape, 0), {"dtype": dtype})
+    if node.target is torch.ops.aten.squeeze.dims and isinstance(val, torch.Tensor) and \
+            _static_numel(val) is not None:
+        shape = [int(s) for s in val.shape]
+        return lambda old: (torch.ops.aten.view.default, (old.args[0], shape), {})
+    return None
+
+
+def _static_numel(t: torch.Tensor) -> int | None:
+    """Number of elements of a tensor with static sizes (None when a size is symbolic)."""
+    n = 1
+    for s in t.shape:
+        if not isinstance(s, int):
+            return None
+        n *= s
+    return n
 
 
 _SCAN_COMBINES = {"arith.addf": "add", "arith.addi": "add", "arith.mulf": "mul",

@@ -100,6 +100,117 @@ def round_away(x: Expr) -> Expr:
     return alu("mul", Expr("act:sign", (x,)), magnitude)
 
 
+def _act(func: str, x: Expr, scale: float = 1.0, bias: float = 0.0) -> Expr:
+    return Expr("act:" + func, (x,), scale=scale, bias=bias)
+
+
+def _select(mask: Expr, a: Expr, b: Expr) -> Expr:
+    return Expr("select", (mask, a, b))
+
+
+def _poly(x: Expr, coeffs: list[float]) -> Expr:
+    """sum(coeffs[k] * x^k), by Horner's rule."""
+    acc = const(coeffs[-1])
+    for c in reversed(coeffs[:-1]):
+        acc = alu("add", alu("mul", acc, x), const(c))
+    return acc
+
+
+def _odd_series(x: Expr, coeffs: list[float]) -> Expr:
+    """x * sum(coeffs[k] * x^(2k)): the Taylor series of an odd function near 0, used where
+    the closed form cancels (its last term is below fp32's rounding on |x| < 1/8)."""
+    return alu("mul", x, _poly(alu("mul", x, x), coeffs))
+
+
+_LN2 = math.log(2.0)
+_SMALL = 0.125          # |x| below which the odd series are used
+_LARGE = 4096.0         # |x| above which asinh/acosh are log(2|x|) (x^2 + 1 rounds to x^2)
+
+
+def atan2(y: Expr, x: Expr) -> Expr:
+    """arctan(y / x), moved by +-pi into the left half plane; atan2(0, 0) = 0."""
+    y, x = to_f32(y), to_f32(x)
+    r = _act("arctan", alu("div", y, x))
+    half_turn = _select(alu("lt", y, const(0.0)), const(-math.pi), const(math.pi))
+    r = _select(alu("lt", x, const(0.0)), alu("add", r, half_turn), r)
+    origin = alu("eq", alu("add", _act("abs", x), _act("abs", y)), const(0.0))
+    return _select(origin, const(0.0), r)
+
+
+def asin(x: Expr) -> Expr:
+    """arctan(x / sqrt((1 - x)(1 + x))): exact factors near |x| = 1, +-pi/2 there, NaN
+    beyond."""
+    x = to_f32(x)
+    d = _act("sqrt", alu("mul", alu("sub", const(1.0), x), alu("add", x, const(1.0))))
+    return _act("arctan", alu("div", x, d))
+
+
+def acos(x: Expr) -> Expr:
+    """2 arctan(sqrt((1 - x) / (1 + x))): no cancellation near x = +-1 (pi at -1)."""
+    x = to_f32(x)
+    q = alu("div", alu("sub", const(1.0), x), alu("add", x, const(1.0)))
+    return alu("mul", _act("arctan", _act("sqrt", q)), const(2.0))
+
+
+def asinh(x: Expr) -> Expr:
+    """sign(x) log(|x| + sqrt(x^2 + 1)); log(2|x|) for large |x| (x^2 would overflow), the
+    series for small |x| (the closed form loses x's relative precision there)."""
+    x = to_f32(x)
+    a = _act("abs", x)
+    closed = _act("log", alu("add", a, _act("sqrt", alu("add", alu("mul", a, a), const(1.0)))))
+    large = alu("add", _act("log", a), const(_LN2))
+    f = _select(alu("gt", a, const(_LARGE)), large, closed)
+    series = _odd_series(x, [1.0, -1.0 / 6, 3.0 / 40, -15.0 / 336])
+    return _select(alu("lt", a, const(_SMALL)), series, alu("mul", _act("sign", x), f))
+
+
+def acosh(x: Expr) -> Expr:
+    """log(x + sqrt(x - 1) sqrt(x + 1)); log(x) + log 2 for large x; NaN below 1."""
+    x = to_f32(x)
+    root = alu("mul", _act("sqrt", alu("sub", x, const(1.0))),
+               _act("sqrt", alu("add", x, const(1.0))))
+    closed = _act("log", alu("add", x, root))
+    large = alu("add", _act("log", x), const(_LN2))
+    return _select(alu("gt", x, const(_LARGE)), large, closed)
+
+
+def atanh(x: Expr) -> Expr:
+    """log((1 + x) / (1 - x)) / 2, the series for small |x|; +-inf at +-1, NaN beyond."""
+    x = to_f32(x)
+    closed = alu("mul", _act("log", alu("div", alu("add", x, const(1.0)),
+                                        alu("sub", const(1.0), x))), const(0.5))
+    series = _odd_series(x, [1.0, 1.0 / 3, 1.0 / 5, 1.0 / 7, 1.0 / 9])
+    return _select(alu("lt", _act("abs", x), const(_SMALL)), series, closed)
+
+
+def _half_exp_abs(x: Expr) -> Expr:
+    """e^|x| / 2 as exp(|x| - log 2): finite up to cosh's own overflow."""
+    return _act("exp", _act("abs", x), bias=-_LN2)
+
+
+def sinh(x: Expr) -> Expr:
+    """2t / ((1 - t)(1 + t)) with t = tanh(x / 2) for |x| < 1 (no cancellation near 0), else
+    sign(x) (E - 1 / 4E) with E = e^|x| / 2."""
+    x = to_f32(x)
+    t = _act("tanh", x, scale=0.5)
+    small = alu("div", alu("mul", t, const(2.0)),
+                alu("mul", alu("sub", const(1.0), t), alu("add", t, const(1.0))))
+    e = _half_exp_abs(x)
+    big = alu("mul", _act("sign", x), alu("sub", e, alu("div", const(0.25), e)))
+    return _select(alu("lt", _act("abs", x), const(1.0)), small, big)
+
+
+def cosh(x: Expr) -> Expr:
+    """E + 1 / 4E with E = e^|x| / 2."""
+    e = _half_exp_abs(to_f32(x))
+    return alu("add", e, alu("div", const(0.25), e))
+
+
+_EXPANDED_UNARY = {"math.asin": asin, "math.acos": acos, "math.asinh": asinh,
+                   "math.acosh": acosh, "math.atanh": atanh, "math.sinh": sinh,
+                   "math.cosh": cosh}
+
+
 _BINARY = {
     "arith.addf": "add", "arith.subf": "sub", "arith.mulf": "mul", "arith.divf": "div",
     "arith.maximumf": "max", "arith.minimumf": "min", "arith.maxnumf": "max",
@@ -112,7 +223,7 @@ _BINARY = {
 _UNARY_ACT = {
     "math.exp": "exp", "math.log": "log", "math.tanh": "tanh", "math.erf": "erf",
     "math.sqrt": "sqrt", "math.rsqrt": "rsqrt", "math.absf": "abs", "math.absi": "abs",
-    "math.sin": "sin", "math.cos": "cos",
+    "math.sin": "sin", "math.cos": "cos", "math.atan": "arctan",
 }
 _CASTS = {"arith.extf", "arith.truncf", "arith.sitofp", "arith.uitofp", "arith.extsi",
           "arith.extui", "arith.trunci", "arith.index_cast", "arith.index_castui"}
@@ -154,6 +265,10 @@ def scalar_expr(op: ir.Operation, operand) -> Expr:
         return Expr("act:" + _UNARY_ACT[name], (operand(0),))
     if name == "arith.negf":
         return alu("mul", operand(0), const(-1.0))
+    if name in _EXPANDED_UNARY:
+        return _EXPANDED_UNARY[name](operand(0))
+    if name == "math.atan2":
+        return atan2(operand(0), operand(1))
     if name == "math.exp2":
         return Expr("act:exp", (operand(0),), scale=math.log(2.0))
     if name == "math.log2":
@@ -250,6 +365,7 @@ def fold_activation(func: str, x: float) -> float | None:
         "reciprocal": lambda v: 1.0 / v, "square": lambda v: v * v, "abs": abs,
         "sign": lambda v: float((v > 0) - (v < 0)), "erf": math.erf,
         "softplus": lambda v: math.log1p(math.exp(v)), "sin": math.sin, "cos": math.cos,
+        "arctan": math.atan,
     }
     try:
         return float(funcs[func](x)) if func in funcs else None

@@ -11,7 +11,6 @@ Every graph AOTAutograd hands the backend (forward, backward) goes through `spli
      non-tensor  ops producing a non-tensor value (SymInt, Python scalar, None) or consuming one
                  computed at run time (a NEFF only takes and returns tensors)
      dtype       a tensor of a dtype the NeuronCore cannot store (float64, complex, uint16/32/64)
-     empty       a tensor with zero elements (nothing to run; the compiler's tiling needs >= 1)
      not-aten    a call that is not an ATen/prims operator (higher-order ops such as
                  `with_effects`, Python functions); `operator.getitem` follows its producer
      layout      a sparse / non-strided tensor
@@ -65,7 +64,6 @@ CATEGORIES = {
     "mutation": "in-place or out= op (writes one of its arguments)",
     "non-tensor": "produces or consumes a non-tensor value at run time",
     "dtype": "a tensor dtype the NeuronCore cannot store",
-    "empty": "a tensor with zero elements",
     "not-aten": "not an ATen operator (higher-order op or Python function)",
     "layout": "a sparse or otherwise non-strided tensor",
     "import": "torch-mlir could not lower it to linalg",
@@ -74,7 +72,7 @@ CATEGORIES = {
     "runtime": "its compiled partition failed on the device",
     "trace": "AOTAutograd could not trace its graph to ATen ops (the whole graph runs in PyTorch)",
 }
-STATIC_CATEGORIES = ("random", "mutation", "non-tensor", "dtype", "empty", "not-aten", "layout")
+STATIC_CATEGORIES = ("random", "mutation", "non-tensor", "dtype", "not-aten", "layout")
 
 # What the NEFF format stores (bool travels as uint8).
 STORABLE_DTYPES = frozenset({
@@ -209,9 +207,6 @@ def static_reason(node: torch.fx.Node) -> Reason | None:
         if t.dtype not in STORABLE_DTYPES:
             return Reason("dtype", f"dtype {str(t.dtype).replace('torch.', '')} has no NeuronCore "
                           "storage type")
-    for t in tensors:
-        if _numel(t) == 0:
-            return Reason("empty", f"a tensor of shape {list(t.shape)} has no elements")
     return None
 
 

@@ -371,4 +371,75 @@ func.func @gelu_bf16(%x: tensor<4x8xbf16>) -> tensor<4x8xbf16> {
 }
 
 // ERR: linalg_to_trn-unsupported.mlir:{{[0-9]+}}:{{[0-9]+}}: error: convert-linalg-to-trn: no lowering to the NeuronCore for 'tensor.extract'
-// ERR: linalg_to_trn-unsupported.mlir:{{[0-9]+}}:{{[0-9]+}}: error: convert-linalg-to-trn: no lowering to the NeuronCore for 'math.atan2' inside linalg.generic
+// ERR: linalg_to_trn-unsupported.mlir:{{[0-9]+}}:{{[0-9]+}}: error: convert-linalg-to-trn: no lowering to the NeuronCore for 'math.ctpop' inside linalg.generic
+
+// -----
+
+// Tests that math.atan is the scalar engine's arctan, and that acos, which no engine function
+// computes, expands into exact engine ops around it: 2 arctan(sqrt((1 - x) / (1 + x))).
+// CHECK-LABEL: func.func @inverse_trig
+// CHECK: "trn.activation"(%arg0) {bias = 0.000000e+00 : f32, func = "arctan", scale = 1.000000e+00 : f32}
+// CHECK: %[[NUM:.*]] = "trn.tensor_scalar"(%arg0) {op = "sub", reverse = true, scalar = 1.000000e+00 : f32}
+// CHECK: %[[DEN:.*]] = "trn.tensor_scalar"(%arg0) {op = "add", reverse = false, scalar = 1.000000e+00 : f32}
+// CHECK: %[[Q:.*]] = "trn.tensor_tensor"(%[[NUM]], %[[DEN]]) {op = "div"}
+// CHECK: %[[R:.*]] = "trn.activation"(%[[Q]]) {bias = 0.000000e+00 : f32, func = "sqrt", scale = 1.000000e+00 : f32}
+// CHECK: %[[A:.*]] = "trn.activation"(%[[R]]) {bias = 0.000000e+00 : f32, func = "arctan", scale = 1.000000e+00 : f32}
+// CHECK: "trn.tensor_scalar"(%[[A]]) {op = "mul", reverse = false, scalar = 2.000000e+00 : f32}
+#map = affine_map<(d0) -> (d0)>
+func.func @inverse_trig(%x: tensor<8xf32>) -> (tensor<8xf32>, tensor<8xf32>) {
+  %e = tensor.empty() : tensor<8xf32>
+  %a = linalg.generic {indexing_maps = [#map, #map], iterator_types = ["parallel"]} ins(%x : tensor<8xf32>) outs(%e : tensor<8xf32>) {
+  ^bb0(%in: f32, %out: f32):
+    %0 = math.atan %in : f32
+    linalg.yield %0 : f32
+  } -> tensor<8xf32>
+  %c = linalg.generic {indexing_maps = [#map, #map], iterator_types = ["parallel"]} ins(%x : tensor<8xf32>) outs(%e : tensor<8xf32>) {
+  ^bb0(%in: f32, %out: f32):
+    %0 = math.acos %in : f32
+    linalg.yield %0 : f32
+  } -> tensor<8xf32>
+  return %a, %c : tensor<8xf32>, tensor<8xf32>
+}
+
+// -----
+
+// Tests that tensors with no elements compute nothing: an elementwise op producing none
+// becomes trn.empty, a sum over an empty dim is its zero fill (its iteration space is empty),
+// and an insert of an empty slice (a concat operand) leaves the destination as it was.
+// CHECK-LABEL: func.func @zero_elements
+// CHECK-DAG: %[[E:.*]] = "trn.empty"() : () -> tensor<0x4xf32>
+// CHECK-DAG: %[[F:.*]] = "trn.fill"() {value = 0.000000e+00 : f32} : () -> tensor<4xf32>
+// CHECK-NOT: trn.insert_slice
+// CHECK: return %[[E]], %[[F]], %arg1 : tensor<0x4xf32>, tensor<4xf32>, tensor<3x4xf32>
+#map = affine_map<(d0, d1) -> (d0, d1)>
+#map1 = affine_map<(d0, d1) -> (d1)>
+func.func @zero_elements(%x: tensor<0x4xf32>, %y: tensor<3x4xf32>) -> (tensor<0x4xf32>, tensor<4xf32>, tensor<3x4xf32>) {
+  %zero = arith.constant 0.000000e+00 : f32
+  %e = tensor.empty() : tensor<0x4xf32>
+  %exp = linalg.generic {indexing_maps = [#map, #map], iterator_types = ["parallel", "parallel"]} ins(%x : tensor<0x4xf32>) outs(%e : tensor<0x4xf32>) {
+  ^bb0(%in: f32, %out: f32):
+    %0 = math.exp %in : f32
+    linalg.yield %0 : f32
+  } -> tensor<0x4xf32>
+  %e1 = tensor.empty() : tensor<4xf32>
+  %init = linalg.fill ins(%zero : f32) outs(%e1 : tensor<4xf32>) -> tensor<4xf32>
+  %sum = linalg.generic {indexing_maps = [#map, #map1], iterator_types = ["reduction", "parallel"]} ins(%x : tensor<0x4xf32>) outs(%init : tensor<4xf32>) {
+  ^bb0(%in: f32, %out: f32):
+    %0 = arith.addf %in, %out : f32
+    linalg.yield %0 : f32
+  } -> tensor<4xf32>
+  %cat = tensor.concat dim(0) %y, %x : (tensor<3x4xf32>, tensor<0x4xf32>) -> tensor<3x4xf32>
+  return %exp, %sum, %cat : tensor<0x4xf32>, tensor<4xf32>, tensor<3x4xf32>
+}
+
+// -----
+
+// Tests that a tensor.empty that is returned (torch.empty) is written, with zeros: its
+// contents are unspecified, but every output must be written.
+// CHECK-LABEL: func.func @returned_empty
+// CHECK: %[[F:.*]] = "trn.fill"() {value = 0.000000e+00 : f32} : () -> tensor<3x2xf32>
+// CHECK: return %[[F]]
+func.func @returned_empty() -> tensor<3x2xf32> {
+  %e = tensor.empty() : tensor<3x2xf32>
+  return %e : tensor<3x2xf32>
+}

@@ -246,3 +246,16 @@ func.func @bf16_chain(%x: tensor<4x16xbf16>) -> tensor<4x16xbf16> {
 }
 
 // ERR: trn_to_nisa-invalid.mlir:{{[0-9]+}}:{{[0-9]+}}: error: convert-trn-to-nisa: 'tensor.empty' cannot be lowered to NeuronCore instructions here (expected trn ops; run convert-linalg-to-trn first)
+
+// -----
+
+// Tests that outputs with no elements (a returned input, a trn.empty) need no instruction:
+// no DMA reads the empty input, and nothing is stored.
+// CHECK-LABEL: func.func @zero_elements
+// CHECK-SAME: (%{{.*}}: memref<0x4xf32, "hbm">, %{{.*}}: memref<0x4xf32, "hbm">, %{{.*}}: memref<2x0xf32, "hbm">)
+// CHECK-NOT: "nisa.
+// CHECK: return
+func.func @zero_elements(%x: tensor<0x4xf32>) -> (tensor<0x4xf32>, tensor<2x0xf32>) {
+  %e = "trn.empty"() : () -> tensor<2x0xf32>
+  return %x, %e : tensor<0x4xf32>, tensor<2x0xf32>
+}

@@ -41,3 +41,62 @@ def test_integer_floor_division():
     assert torch.equal(got, torch.div(a, b, rounding_mode="floor"))
     got = _native(lambda p, q: torch.div(p, q, rounding_mode="trunc"), a, b)
     assert torch.equal(got, torch.div(a, b, rounding_mode="trunc"))
+
+
+@pytest.mark.parametrize("fn, low, high", [
+    (torch.atan, -20, 20), (torch.asin, -1, 1), (torch.acos, -1, 1), (torch.asinh, -20, 20),
+    (torch.acosh, 1, 20), (torch.atanh, -1, 1), (torch.sinh, -20, 20), (torch.cosh, -20, 20),
+])
+def test_inverse_trig_and_hyperbolic_functions(fn, low, high):
+    # Expanded around the scalar engine's arctan, log, exp, sqrt and tanh; the edges of the
+    # domain (+-1, 0, large |x|, values outside it) keep eager's special values.
+    g = torch.Generator().manual_seed(4)
+    x = torch.rand(128, 16, generator=g) * (high - low) + low
+    x[0, :10] = torch.tensor([0.0, 1.0, -1.0, 1e-6, -1e-6, 0.1, 5000.0, -5000.0, 1.5, -1.5])
+    torch.testing.assert_close(_native(fn, x), fn(x), rtol=2e-6, atol=1e-6, equal_nan=True)
+
+
+def test_atan2_quadrants():
+    y = torch.tensor([1.0, 1.0, -1.0, -1.0, 0.0, 0.0, 2.0, -2.0, 0.0, 3.0])
+    x = torch.tensor([1.0, -1.0, 1.0, -1.0, 1.0, -1.0, 0.0, 0.0, 0.0, 1e-3])
+    torch.testing.assert_close(_native(torch.atan2, y, x), torch.atan2(y, x), rtol=1e-6,
+                               atol=1e-7)
+
+
+def test_tensors_with_no_elements_run_natively():
+    # Empty inputs are never read, empty outputs never written; reductions over an empty
+    # dim give their identity, and torch.empty's output is written (with zeros).
+    x = torch.randn(3, 4)
+    got = _native(lambda a: (*torch.split(a, [1, 0, 2]), a.repeat(0, 1), a[:, :0].sum(1),
+                             a[:0].prod(0), torch.linspace(0, 1, 0)), x)
+    want = (*torch.split(x, [1, 0, 2]), x.repeat(0, 1), x[:, :0].sum(1), x[:0].prod(0),
+            torch.linspace(0, 1, 0))
+    for g, w in zip(got, want, strict=True):
+        torch.testing.assert_close(g, w)
+    empty = _native(lambda a: (torch.empty(2, 3), a + 1)[0], x)
+    assert empty.shape == (2, 3) and empty.dtype == torch.float32
+
+
+@pytest.mark.parametrize("pad", [(1, 2, 0, 0), (2, 1, 1, 0)])
+def test_circular_pad(pad):
+    # The padded tensor is built in place: its ends are copied from the interior slice that
+    # was just written, so the copies must read the destination, not a stale source.
+    x = torch.randn(2, 3, 5, 6)
+    fn = lambda a: torch.nn.functional.pad(a, pad, mode="circular")
+    torch.testing.assert_close(_native(fn, x), fn(x))
+
+
+def test_squeeze_dims_compiles_as_a_view():
+    # torch-mlir has no lowering for aten.squeeze.dims (core-ATen's form of squeeze); the
+    # frontend imports it as a view, under the node's own name.
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from torchneuron import backend
+
+    x = torch.randn(1, 3, 1, 4)
+    gm = make_fx(lambda a: torch.ops.aten.squeeze.dims(a, [0, 2]).exp())(x)
+    assert any(n.target is torch.ops.aten.squeeze.dims for n in gm.graph.nodes)
+    compiled = backend.compile_fx_graph(gm, [x], "squeeze_dims", {"fallback": False})
+    got = compiled(x)
+    torch.testing.assert_close(got, x.squeeze(0).squeeze(1).exp())
+    assert not compiled.report.fallbacks

@@ -87,6 +87,7 @@ REFERENCES = {
     "softplus": _softplus,
     "sin": np.sin,
     "cos": np.cos,
+    "arctan": np.arctan,
 }
 
 SPECIALS = np.array([0.0, -0.0, TINY, -TINY, 1e-40, -1e-40, np.finfo(F32).tiny, 1.0, -1.0, 0.5,

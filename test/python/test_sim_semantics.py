@@ -279,6 +279,7 @@ ACTIVATIONS = {
     "softplus": lambda x: np.log1p(np.exp(x)),
     "sin": np.sin,
     "cos": np.cos,
+    "arctan": np.arctan,
 }
 POSITIVE_ONLY = {"log", "sqrt", "rsqrt"}
 

@@ -238,6 +238,7 @@ class ActFunc(IntEnum):
     SOFTPLUS = 16
     SIN = 17
     COS = 18
+    ARCTAN = 19
 
     @property
     def label(self) -> str:

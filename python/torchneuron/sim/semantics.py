@@ -184,6 +184,7 @@ ACTIVATIONS: dict[isa.ActFunc, object] = {
     Act.SOFTPLUS: lambda x: np.logaddexp(0.0, x),
     Act.SIN: np.sin,
     Act.COS: np.cos,
+    Act.ARCTAN: np.arctan,
 }
 
 

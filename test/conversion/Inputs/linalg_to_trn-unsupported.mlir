@@ -8,12 +8,12 @@ func.func @scalar_read(%x: tensor<4xf32>) -> f32 {
 // -----
 
 #map = affine_map<(d0) -> (d0)>
-func.func @atan2(%x: tensor<8xf32>) -> tensor<8xf32> {
-  %e = tensor.empty() : tensor<8xf32>
-  %r = linalg.generic {indexing_maps = [#map, #map], iterator_types = ["parallel"]} ins(%x : tensor<8xf32>) outs(%e : tensor<8xf32>) {
-  ^bb0(%in: f32, %out: f32):
-    %0 = math.atan2 %in, %in : f32
-    linalg.yield %0 : f32
-  } -> tensor<8xf32>
-  return %r : tensor<8xf32>
+func.func @popcount(%x: tensor<8xi32>) -> tensor<8xi32> {
+  %e = tensor.empty() : tensor<8xi32>
+  %r = linalg.generic {indexing_maps = [#map, #map], iterator_types = ["parallel"]} ins(%x : tensor<8xi32>) outs(%e : tensor<8xi32>) {
+  ^bb0(%in: i32, %out: i32):
+    %0 = math.ctpop %in : i32
+    linalg.yield %0 : i32
+  } -> tensor<8xi32>
+  return %r : tensor<8xi32>
 }
