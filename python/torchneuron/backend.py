@@ -79,13 +79,19 @@ def neuron(gm, example_inputs, options: dict | None = None, mode: str | None = N
     from torch._functorch.aot_autograd import make_boxed_func
 
     opts = BackendOptions.from_dict(options)
-    with _lock:
-        graph_id = next(_graph_ids)
+    graph_ids: list[int] = []
+
+    def graph_name(kind: str) -> str:
+        # Numbered on first use: a trace Dynamo restarts (RestartAnalysis) takes no number.
+        if not graph_ids:
+            with _lock:
+                graph_ids.append(next(_graph_ids))
+        return f"graph{graph_ids[0]}_{kind}"
 
     def compiler(kind: str) -> Callable:
         def compile_graph(graph_module, inputs):
-            return make_boxed_func(compile_fx_graph(graph_module, inputs,
-                                                    f"graph{graph_id}_{kind}", opts))
+            return make_boxed_func(compile_fx_graph(graph_module, inputs, graph_name(kind),
+                                                    opts))
         return compile_graph
 
     from torchneuron import decompositions
@@ -99,7 +105,7 @@ def neuron(gm, example_inputs, options: dict | None = None, mode: str | None = N
     try:
         return backend(gm, example_inputs)
     except Exception as exc:
-        if not opts.fallback:
+        if not opts.fallback or _is_dynamo_control_flow(exc):
             raise
         # AOTAutograd could not trace the graph into ATen (e.g. a decomposition that needs a
         # data-dependent size): the whole Dynamo graph runs in PyTorch, reported as such.
@@ -107,12 +113,20 @@ def neuron(gm, example_inputs, options: dict | None = None, mode: str | None = N
 
         node, message = _summarize(exc)
         graph_report = report.whole_graph_fallback(
-            f"graph{graph_id}_forward", gm, "trace",
+            graph_name("forward"), gm, "trace",
             f"AOTAutograd could not trace the graph: {message}")
         with _lock:
             _reports.append(graph_report)
         log.warning("%s", graph_report)
         return gm.forward
+
+
+def _is_dynamo_control_flow(exc: BaseException) -> bool:
+    """Exceptions by which Dynamo restarts or skips its analysis (e.g. with dynamic shapes,
+    TensorifyScalarRestartAnalysis): Dynamo's to handle, not a reason to fall back."""
+    from torch._dynamo import exc as dynamo_exc
+
+    return isinstance(exc, (dynamo_exc.RestartAnalysis, dynamo_exc.SkipFrame))
 
 
 class CompiledGraph:
