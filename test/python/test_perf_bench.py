@@ -1,0 +1,37 @@
+"""bench/perf.py on its smallest workload: the row it prints is computed from a real
+compilation and simulation, and --write replaces only the generated section of a document."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+pytest.importorskip("torch")
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def test_gemm_row_and_written_section(tmp_path):
+    doc = tmp_path / "perf.md"
+    doc.write_text("# Performance\n\nintro\n\n<!-- perf table: begin -->\nold\n"
+                   "<!-- perf table: end -->\n\n## Kept\n")
+    result = subprocess.run(
+        [sys.executable, os.path.join(ROOT, "bench", "perf.py"), "--only", "gemm_512",
+         "--no-inductor", "--write", str(doc)],
+        capture_output=True, text=True, cwd=ROOT, timeout=600)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    header, row = [line for line in result.stdout.splitlines() if " | " in line][:2]
+    cells = dict(zip(header.split(" | "), row.split(" | ")))
+    assert cells["workload"] == "gemm_512"
+    # 2 * 512^3 FLOPs; compulsory bytes: A, B and C in bf16.
+    assert float(cells["GFLOP"]) == pytest.approx(0.27, abs=0.05)
+    assert float(cells["compulsory MB"]) == pytest.approx(3 * 512 * 512 * 2 / 1e6, abs=0.05)
+    simulated, bound = float(cells["simulated us"]), float(cells["bound us"])
+    assert simulated >= bound > 0
+    # (the printed times are rounded to 0.1 us)
+    assert float(cells["efficiency"].rstrip("%")) == pytest.approx(100 * bound / simulated,
+                                                                   rel=0.03)
+    text = doc.read_text()
+    assert "old" not in text and "gemm_512" in text
+    assert text.startswith("# Performance\n\nintro") and text.endswith("## Kept\n")
