@@ -4,6 +4,7 @@ the tensor table (inputs, outputs, constants, scratch) and the debug-location ta
 from __future__ import annotations
 
 import dataclasses
+import re
 
 import numpy as np
 from torch_mlir import ir
@@ -121,11 +122,40 @@ def _constant_bytes(op: ir.Operation) -> bytes:
     dtype = dtype_of(mtype.element_type)
     try:
         array = np.array(attr)
-    except Exception as exc:
-        raise CompileError(f"cannot read constant of type {mtype}: {exc}", op.location) from None
+    except Exception as exc:   # the bindings' buffer protocol has no bf16 (nor fp8)
+        array = _parse_dense(attr, dtype.numpy())
+        if array is None:
+            raise CompileError(f"cannot read constant of type {mtype}: {exc}",
+                               op.location) from None
+    if array.size not in (1, np.prod(mtype.shape)):
+        raise CompileError(f"constant of type {mtype} holds {array.size} elements", op.location)
     if array.size == 1 and np.prod(mtype.shape) != 1:
         array = np.full(mtype.shape, array.reshape(()))
     return np.ascontiguousarray(array.astype(dtype.numpy())).tobytes()
+
+
+_DENSE = re.compile(r'^dense<(.*)> : [^<>]*<[^<>]*>$', re.S)
+_HEX_DATA = re.compile(r'^"0x([0-9A-Fa-f]*)"$')
+_ELEMENT = re.compile(r'0x[0-9A-Fa-f]+|[-+]?(?:inf|nan|[0-9][0-9.]*(?:[eE][-+]?[0-9]+)?)')
+
+
+def _parse_dense(attr: ir.Attribute, dtype: np.dtype) -> np.ndarray | None:
+    """The values of a dense elements attribute of a float type that the bindings cannot hand
+    to numpy, read from its text: `dense<"0x...">` holds the raw little-endian bytes; otherwise
+    each element is a decimal (printed so that it round-trips) or a bit pattern `0x7FC0`.
+    None when the text has another form (e.g. a resource blob)."""
+    match = _DENSE.match(str(attr))
+    if match is None:
+        return None
+    body = match.group(1).strip()
+    hexdata = _HEX_DATA.match(body)
+    if hexdata:
+        return np.frombuffer(bytes.fromhex(hexdata.group(1)), dtype=dtype).copy()
+    bits = np.dtype(f"u{np.dtype(dtype).itemsize}")
+    values = [np.array(int(tok, 16), dtype=bits).view(dtype) if tok.startswith("0x")
+              else np.array(float(tok), dtype=np.float64).astype(dtype)
+              for tok in _ELEMENT.findall(body)]
+    return np.array(values, dtype=dtype)
 
 
 _OPCODES = {

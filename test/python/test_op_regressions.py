@@ -100,3 +100,17 @@ def test_squeeze_dims_compiles_as_a_view():
     got = compiled(x)
     torch.testing.assert_close(got, x.squeeze(0).squeeze(1).exp())
     assert not compiled.report.fallbacks
+
+
+def test_bf16_constants_are_stored():
+    # The MLIR bindings hand no bf16 buffer to numpy: constants (splat and not) are read from
+    # the attribute's text, including NaN/inf bit patterns.
+    x = torch.randn(8, 10, generator=torch.Generator().manual_seed(5)).bfloat16()
+    fn = lambda a: (torch.full((10,), 2.5, dtype=torch.bfloat16),   # noqa: E731
+                    torch.nn.functional.hardtanh(a),
+                    a.masked_fill(a > 0, float("-inf")),
+                    a + torch.tensor([1.5, float("nan"), -3.0, 0.125, 7.0, 1.0, 2.0, 3.0, 4.0,
+                                      5.0], dtype=torch.bfloat16))
+    for g, w in zip(_native(fn, x), fn(x), strict=True):
+        assert g.dtype == torch.bfloat16
+        torch.testing.assert_close(g, w, rtol=0, atol=0, equal_nan=True)
