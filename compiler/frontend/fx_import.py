@@ -169,14 +169,22 @@ SUPPORTED_DIALECTS = ("builtin", "func", "arith", "math", "linalg", "tensor", "t
 
 
 def _check_dialects(module) -> None:
+    """Reject the first op (outermost first: tm_tensor.sort, not the yield in its region)
+    of a dialect the compiler has no lowering for. The walk is interrupted rather than
+    raised out of, so the exception never crosses MLIR's C++ walker."""
+    found: list = []
+
     def visit(op):
         name = op.operation.name
         if name.split(".")[0] not in SUPPORTED_DIALECTS and name != "cf.assert":
-            raise UnsupportedOpError(f"no lowering to the NeuronCore for '{name}'",
-                                     op.operation.location)
+            found.append(op.operation)
+            return ir.WalkResult.INTERRUPT
         return ir.WalkResult.ADVANCE
 
-    module.operation.walk(visit)
+    module.operation.walk(visit, ir.WalkOrder.PRE_ORDER)
+    if found:
+        raise UnsupportedOpError(f"no lowering to the NeuronCore for '{found[0].name}'",
+                                 found[0].location)
 
 
 def _first_lines(text: str, n: int = 12) -> str:
