@@ -1,10 +1,11 @@
 """HuggingFace transformers models (small configs, random weights, nothing downloaded) through
 torch.compile(backend="neuron"): forward (eval) and one training step against eager, with
-every graph on the NeuronCore. bench/models.py prints the same models' compile time,
-simulated time and FLOP fraction."""
+every graph on the NeuronCore. bench/models.py builds the models and prints their compile
+time, simulated time, FLOP fraction and fallback ops (the README's table)."""
 
 import copy
-import logging
+import importlib.util
+import os
 
 import pytest
 
@@ -13,44 +14,19 @@ transformers = pytest.importorskip("transformers")
 
 from torchneuron import backend  # noqa: E402
 
-VOCAB, BATCH, LENGTH = 128, 2, 16
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+# The models and inputs are bench/models.py's (one definition of the small configs).
+_spec = importlib.util.spec_from_file_location("bench_models", os.path.join(ROOT, "bench",
+                                                                             "models.py"))
+bench_models = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(bench_models)
+make_model, inputs, MODELS = bench_models.make_model, bench_models.make_inputs, \
+    list(bench_models.MODELS)
+
 FORWARD_TOL = dict(rtol=1e-4, atol=1e-5)     # fp32 logits
 WEIGHT_TOL = dict(rtol=1e-4, atol=1e-5)      # fp32 weights after one SGD step
 GRAD_RTOL = 1e-4                             # gradients: relative, and absolute relative to
 GRAD_ATOL_SCALE = 1e-5                       # the largest gradient of the model
-
-
-def make_model(name: str) -> torch.nn.Module:
-    """The configs bench/models.py uses too: 2 layers, width 64, 4 heads, no dropout."""
-    T = transformers
-    logging.getLogger("transformers").setLevel(logging.ERROR)
-    torch.manual_seed(0)
-    if name == "gpt2":
-        cfg = T.GPT2Config(vocab_size=VOCAB, n_positions=64, n_embd=64, n_layer=2, n_head=4,
-                           attn_pdrop=0.0, embd_pdrop=0.0, resid_pdrop=0.0, use_cache=False,
-                           bos_token_id=0, eos_token_id=0)
-        return T.GPT2LMHeadModel(cfg)
-    if name == "bert":
-        cfg = T.BertConfig(vocab_size=VOCAB, hidden_size=64, num_hidden_layers=2,
-                           num_attention_heads=4, intermediate_size=128,
-                           max_position_embeddings=64, hidden_dropout_prob=0.0,
-                           attention_probs_dropout_prob=0.0)
-        return T.BertForMaskedLM(cfg)
-    if name == "llama":      # RMSNorm, rotary embeddings, SiLU-gated MLP, grouped KV heads
-        cfg = T.LlamaConfig(vocab_size=VOCAB, hidden_size=64, intermediate_size=128,
-                            num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-                            max_position_embeddings=64, use_cache=False)
-        return T.LlamaForCausalLM(cfg)
-    raise ValueError(name)
-
-
-MODELS = ["gpt2", "bert", "llama"]
-
-
-def inputs():
-    g = torch.Generator().manual_seed(1)
-    ids = torch.randint(0, VOCAB, (BATCH, LENGTH), generator=g)
-    return ids, ids.clone()
 
 
 def _fully_compiled(reports):
@@ -101,3 +77,14 @@ def test_training_step_matches_eager(name):
     reports = backend.graph_reports()[first:]
     assert {r.kind for r in reports} == {"forward", "backward"}
     _fully_compiled(reports)
+
+
+def test_bench_row_comes_from_explain():
+    """bench/models.py's row for one model: figures from torchneuron.explain's report."""
+    row = bench_models.measure("llama", "forward")
+    assert (row["model"], row["step"], row["graphs"], row["graph_breaks"]) == \
+        ("llama", "forward", 1, 0)
+    assert row["compile_s"] > 0 and row["simulated_us"] > 0 and row["mflop"] > 0
+    assert row["neuron_flop_fraction"] == 1.0 and row["fallback_ops"] == {}
+    cells = bench_models.row_cells(row)
+    assert len(cells) == len(bench_models.HEADER) and cells[-1] == "none"
