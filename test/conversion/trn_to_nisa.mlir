@@ -198,6 +198,18 @@ func.func @gather(%table: tensor<10x8xf32>, %ids: tensor<5xi64>) -> tensor<5x8xf
 
 // -----
 
+// Tests that a 0-d index gathers one row: a one-element index on one partition.
+// CHECK-LABEL: func.func @gather_one_row
+// CHECK: "nisa.dma"(%[[IDX:.*]], %arg1) {aps = [array<i64: 0, 1, 1, 1, 1>, array<i64: 0, 1, 1, 1, 1>]
+// CHECK: "nisa.dma_indirect"(%{{.*}}, %arg0, %[[IDX]]) {aps = [array<i64: 0, 8, 1, 1, 8>, array<i64: 0, 8, 1, 1, 8>, array<i64: 0, 1, 1, 1, 1>]
+// CHECK: "nisa.dma"(%arg2, %{{.*}}) {aps = [array<i64: 0, 0, 1, 1, 8>, array<i64: 0, 8, 1, 1, 8>]
+func.func @gather_one_row(%table: tensor<10x8xf32>, %id: tensor<i64>) -> tensor<8xf32> {
+  %g = "trn.gather"(%table, %id) {offset = 0 : i64, row_stride = 8 : i64, free_strides = array<i64: 1>} : (tensor<10x8xf32>, tensor<i64>) -> tensor<8xf32>
+  return %g : tensor<8xf32>
+}
+
+// -----
+
 // Tests the scan lowering: the scanned dim on the free axis, log-step combining of the tile
 // with itself shifted by 1, 2, 4 columns (an 8-element cumsum takes three steps).
 // CHECK-LABEL: func.func @cumsum

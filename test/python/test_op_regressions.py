@@ -114,3 +114,11 @@ def test_bf16_constants_are_stored():
     for g, w in zip(_native(fn, x), fn(x), strict=True):
         assert g.dtype == torch.bfloat16
         torch.testing.assert_close(g, w, rtol=0, atol=0, equal_nan=True)
+
+
+def test_embedding_of_a_0d_index():
+    # One row gathered by a one-element indirect DMA (the kernel indexed the index's last dim).
+    w = torch.randn(10, 5, generator=torch.Generator().manual_seed(6))
+    i = torch.tensor(7)
+    got = _native(torch.nn.functional.embedding, i, w)
+    assert torch.equal(got, torch.nn.functional.embedding(i, w))
