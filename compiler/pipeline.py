@@ -33,6 +33,7 @@ class CompileOptions:
     target: str = ""                  # "" -> TORCHNEURON_TARGET, default trn2
     fuse_matmul_epilogue: bool = True
     fuse_elementwise: bool = True
+    fuse_rows: bool = True            # trn-fuse rows: softmax/norm-style groups in one kernel
     layout_assignment: bool = True    # trn-layout: matmul results stored as consumers read them
 
     @staticmethod
@@ -61,7 +62,8 @@ def stages(options: CompileOptions) -> list[Stage]:
     """The MLIR stages after import, as one readable list."""
     target = options.target_name
     fuse = (f"trn-fuse{{matmul-epilogue={str(options.fuse_matmul_epilogue).lower()} "
-            f"elementwise={str(options.fuse_elementwise).lower()}}}")
+            f"elementwise={str(options.fuse_elementwise).lower()} "
+            f"rows={str(options.fuse_rows).lower()} target={target}}}")
     layout = "trn-layout," if options.layout_assignment else ""
     return [
         Stage("trn", "recognise engine ops, fuse kernels, choose layouts and tiles",

@@ -24,6 +24,7 @@ from torchneuron.compiler.kernels.gather import lower_gather
 from torchneuron.compiler.kernels.matmul import lower_matmul
 from torchneuron.compiler.kernels.scan import lower_scan
 from torchneuron.compiler.kernels.reduce import lower_reduce
+from torchneuron.compiler.kernels.rows import lower_rows
 from torchneuron.compiler.kernels.tile_ops import ELEMENTWISE_OPS, ROOT_OPS, SOURCE_OPS, VIEW_OPS
 from torchneuron.compiler.kernels.views import HbmView, apply_view_op, source_view
 from torchneuron.compiler.passes import Pass, register
@@ -186,6 +187,9 @@ class _FunctionLowering:
     def _lower_kernel(self, kernel: ir.Operation, out: HbmView) -> None:
         annotate(kernel, self.em.target)
         body = kernel_body(kernel)
+        if U.str_attr(kernel, "kind") == "rows":
+            lower_rows(self.em, body[:-1], self.views, self._view, (body[-1].operands[0], out))
+            return
         views = dict(self.views)
         compute = []
         yielded = body[-1].operands[0]

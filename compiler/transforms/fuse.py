@@ -1,6 +1,13 @@
 """trn-fuse: group trn ops into `trn.kernel`s whose intermediates never leave the chip.
 
 Groups formed:
+- row-wise groups (kind "rows"), formed first: reductions over the trailing dims of one
+  iteration space S = K x R, the ops computing their inputs, and the ops after them that
+  combine the reduced values (broadcast back over R) with values over S: softmax, layer and
+  RMS norms, their backward. A kernel keeps whole rows on chip (128 rows per tile), so the
+  tensor is read once instead of once per reduction and per broadcast. A group is formed
+  only if its rows fit the SBUF budget; a member whose value is also needed outside the
+  group stays in place for that use (it is recomputed there), as the kernel has one result;
 - matmul / convolution / pooling + epilogue: the root and the chain of elementwise ops that
   consume it one after the other (bias add, activation, scaling, residual add ...), evaluated
   while the result is on chip (PSUM evacuation for PE results);
@@ -25,19 +32,29 @@ from torchneuron.compiler import ir_utils as U
 from torchneuron.compiler.kernels.tile_ops import ELEMENTWISE_OPS, SOURCE_OPS, VIEW_OPS
 from torchneuron.compiler.passes import Pass, register
 from torchneuron.dialects.trn import build_kernel, build_yield
+from torchneuron.target import get_target
 
 
 @register
 @dataclasses.dataclass
 class Fuse(Pass):
     NAME = "trn-fuse"
-    SUMMARY = "Group trn ops into fused kernels (matmul + epilogue, elementwise chains)"
+    SUMMARY = ("Group trn ops into fused kernels (row-wise reductions, matmul + epilogue, "
+               "elementwise chains)")
     matmul_epilogue: bool = True
     elementwise: bool = True
+    rows: bool = True
     keep_roundings: bool = False
+    target: str = ""
 
     def run(self, module: ir.Operation) -> None:
         for func in U.functions(module):
+            if self.rows:
+                budget = get_target(self.target or None).sbuf_partition_bytes // ROW_BUDGET_SHARE
+                for group in row_groups(func, budget):
+                    kernel = outline(group, kind="rows", keep_escaping=True)
+                    if not self.keep_roundings:
+                        elide_intermediate_roundings(kernel)
             for group in self.groups(func):
                 kernel = outline(group)
                 if not self.keep_roundings:
@@ -75,7 +92,7 @@ class Fuse(Pass):
             if len(uses) != 1:
                 return chain
             user = _owner(uses[0])
-            if user in taken:
+            if user in taken or user.parent != op.parent:    # e.g. read by a row-wise kernel
                 return chain
             if user.name == "trn.reduce" and through_reduce and user.operands[0] == current:
                 through_reduce = False
@@ -87,9 +104,11 @@ class Fuse(Pass):
             current = user
 
 
-def outline(group: list[ir.Operation], kind: str | None = None) -> ir.Operation:
+def outline(group: list[ir.Operation], kind: str | None = None,
+            keep_escaping: bool = False) -> ir.Operation:
     """Replace `group` (ops of one block, in order, whose last op's result is the only value
-    used outside) by a trn.kernel computing it.
+    used outside) by a trn.kernel computing it. With `keep_escaping`, other members may have
+    users outside too: those members (and the members they read) stay in place for them.
 
     View ops feeding the group from outside are copied into the kernel (recursively), so the
     kernel reads the views' sources from above."""
@@ -120,8 +139,10 @@ def outline(group: list[ir.Operation], kind: str | None = None) -> ir.Operation:
             mapping[op.results[0]] = clone.results[0]
         build_yield(mapping[last.results[0]], loc=last.location)
     last.results[0].replace_all_uses_with(kernel.results[0])
+    kept = _escaping_closure(members[:-1], inside) if keep_escaping else set()
     for op in reversed(members):
-        op.erase()
+        if op not in kept:
+            op.erase()
     for op in reversed(views):
         if not list(op.results[0].uses):
             op.erase()
@@ -144,6 +165,170 @@ def elide_intermediate_roundings(kernel: ir.Operation) -> None:
         if users and all(u.name in ELEMENTWISE_OPS for u in users):
             result.replace_all_uses_with(source)
             op.erase()
+
+
+def _escaping_closure(members: list[ir.Operation], inside: set) -> set:
+    """Members used outside the group, with the members they read (transitively)."""
+    member_set = set(members)
+    kept: set = set()
+    stack = [op for op in members if any(_owner(u) not in inside for u in op.results[0].uses)]
+    while stack:
+        op = stack.pop()
+        if op in kept:
+            continue
+        kept.add(op)
+        for v in op.operands:
+            producer = U.defining_op(v)
+            if producer is not None and producer in member_set:
+                stack.append(producer)
+    return kept
+
+
+# Row-wise groups may use 1/ROW_BUDGET_SHARE of a partition's SBUF for their row tiles (the
+# rest double-buffers them and serves the other kernels' tiles).
+ROW_BUDGET_SHARE = 4
+_ROW_BYTES = 4          # row tiles are held in fp32 (engines compute in fp32)
+
+
+@dataclasses.dataclass
+class _RowSpace:
+    """An iteration space S = K x R whose rows (R, the trailing `len(S) - kept` dims) are
+    reduced: a value of shape S is a row value, one of shape K (or K x 1...) a per-row one."""
+    shape: tuple
+    kept: int
+
+    @property
+    def row_elements(self) -> int:
+        n = 1
+        for size in self.shape[self.kept:]:
+            n *= size
+        return n
+
+    def is_row(self, value: ir.Value) -> bool:
+        return tuple(U.shape(value)) == self.shape
+
+    def is_per_row(self, value: ir.Value) -> bool:
+        shape = tuple(U.shape(value))
+        return shape[:self.kept] == self.shape[:self.kept] and \
+            len(shape) <= len(self.shape) and all(n == 1 for n in shape[self.kept:])
+
+
+def _row_space(reduce: ir.Operation) -> _RowSpace | None:
+    """The row space a trn.reduce reduces the rows of: its dims must be the trailing ones."""
+    shape = tuple(U.shape(reduce.operands[0]))
+    dims = sorted(U.array_attr(reduce, "dimensions"))
+    if not dims or dims != list(range(dims[0], len(shape))) or dims[0] == 0:
+        return None
+    return _RowSpace(shape, dims[0])
+
+
+def _row_member(op: ir.Operation, space: _RowSpace) -> bool:
+    """Whether `op` computes inside `space`: an elementwise op over rows or over per-row
+    values, a reduction of its rows, a reshape between per-row shapes, or a broadcast of a
+    per-row value over the rows."""
+    if len(op.results) != 1 or not isinstance(op.results[0].type, ir.RankedTensorType):
+        return False
+    result = op.results[0]
+    if op.name in ELEMENTWISE_OPS and op.name not in SOURCE_OPS:
+        return space.is_row(result) or space.is_per_row(result)
+    if op.name == "trn.reduce":
+        other = _row_space(op)
+        return other is not None and other == space
+    if op.name == "trn.reshape":
+        return space.is_per_row(op.operands[0]) and space.is_per_row(result)
+    if op.name == "trn.broadcast":
+        return tuple(U.shape(op.operands[0])) == space.shape[:space.kept] and \
+            space.is_row(result) and \
+            U.array_attr(op, "dimensions") == list(range(space.kept, len(space.shape)))
+    return False
+
+
+def row_groups(func: ir.Operation, budget_bytes: int):
+    """Yield row-wise groups one at a time (each is outlined before the next is formed, as
+    members kept for outside users may seed a later group)."""
+    tried: set = set()
+    while True:
+        group = None
+        for op in U.body_ops(func):
+            if op.name == "trn.reduce" and op not in tried:
+                tried.add(op)
+                group = _grow_row_group(func, op, budget_bytes)
+                if group is not None:
+                    break
+        if group is None:
+            return
+        yield group
+
+
+def _grow_row_group(func: ir.Operation, seed: ir.Operation,
+                    budget_bytes: int) -> list[ir.Operation] | None:
+    space = _row_space(seed)
+    if space is None:
+        return None
+    body = U.body_ops(func)
+    position = {op: i for i, op in enumerate(body)}
+    members = {seed}
+    values = {seed.results[0]}
+    row_leaves: set = set()
+
+    def row_tiles(extra_members: int = 0, extra_leaves=()) -> int:
+        rows = sum(1 for op in members if op.name != "trn.reduce"
+                   and space.is_row(op.results[0]))
+        return rows + extra_members + len(row_leaves | set(extra_leaves))
+
+    def fits(count: int) -> bool:
+        return count * space.row_elements * _ROW_BYTES <= budget_bytes
+
+    if not fits(row_tiles(extra_leaves=[seed.operands[0]])):
+        return None
+    row_leaves.add(seed.operands[0])
+    # Forward, in block order: an op joins when it reads the group and everything else it
+    # reads is independent of the group (else it, and all that reads it, stays outside).
+    tainted: set = set()
+    for op in body[position[seed] + 1:]:
+        reads_group = [v for v in op.operands if v in values or v in tainted]
+        if not reads_group:
+            continue
+        outside = [v for v in op.operands if v not in values]
+        leaves = [v for v in outside if space.is_row(v)]
+        row_op = op.name != "trn.reduce" and op.results and space.is_row(op.results[0])
+        if not any(v in tainted for v in op.operands) and _row_member(op, space) and \
+                fits(row_tiles(int(bool(row_op)), leaves)):
+            members.add(op)
+            values.add(op.results[0])
+            row_leaves.update(leaves)
+        else:
+            tainted.update(op.results)
+    # Backward: producers all of whose users are members.
+    changed = True
+    while changed:
+        changed = False
+        for op in list(members):
+            for v in op.operands:
+                producer = U.defining_op(v)
+                if producer is None or producer in members or producer not in position \
+                        or not _row_member(producer, space) or producer.name == "trn.reduce":
+                    continue
+                if not all(_owner(u) in members for u in producer.results[0].uses):
+                    continue
+                leaves = [w for w in producer.operands if space.is_row(w)]
+                trial = row_leaves - {v} | set(leaves)
+                if not fits(row_tiles(1 if space.is_row(v) else 0) - len(row_leaves)
+                            + len(trial)):
+                    continue
+                members.add(producer)
+                values.add(v)
+                row_leaves = trial
+                changed = True
+    ordered = sorted(members, key=position.__getitem__)
+    # Worth a kernel of its own only when per-row values come back to the rows (a
+    # broadcast) or several reductions share the rows; else the reduction kernel serves.
+    if not any(op.name == "trn.broadcast" for op in ordered) and \
+            sum(op.name == "trn.reduce" for op in ordered) < 2:
+        return None
+    while ordered[-1].name in VIEW_OPS:     # a kernel's result is computed, not a view
+        ordered.pop()
+    return ordered
 
 
 def _owner(use) -> ir.Operation:

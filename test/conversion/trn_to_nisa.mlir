@@ -271,3 +271,42 @@ func.func @zero_elements(%x: tensor<0x4xf32>) -> (tensor<0x4xf32>, tensor<2x0xf3
   %e = "trn.empty"() : () -> tensor<2x0xf32>
   return %x, %e : tensor<0x4xf32>, tensor<2x0xf32>
 }
+
+// -----
+
+// Tests the lowering of a row-wise kernel (a norm): rows on partitions, whole rows on the
+// free axis. The weight, constant over the rows, is loaded once (partition stride 0) before
+// the two 128-row tiles; each tile loads its rows once, reduces them on DVE into a [P, 1]
+// per-row value, subtracts it through tensor_scalar's per-partition operand (no broadcast is
+// materialised) and stores the result once.
+// CHECK-LABEL: func.func @norm
+// CHECK-SAME: (%[[X:.*]]: memref<256x64xf32, "hbm">, %[[W:.*]]: memref<64xf32, "hbm">, %[[OUT:.*]]: memref<256x64xf32, "hbm">)
+// CHECK: "nisa.dma"(%{{.*}}, %[[W]]) {aps = [array<i64: 0, 64, 128, 1, 64>, array<i64: 0, 0, 128, 1, 64>]
+// CHECK: "nisa.dma"(%{{.*}}, %[[X]]) {aps = [array<i64: 0, 64, 128, 1, 64>, array<i64: [[ROW:[0-9]+]], 64, 128, 1, 64>]
+// CHECK-NOT: "nisa.dma"
+// CHECK: "nisa.tensor_reduce"({{.*}}op = "add"
+// CHECK: "nisa.tensor_scalar"({{.*}}op0 = "mul"
+// CHECK: "nisa.tensor_scalar"(%{{.*}}, %{{.*}}, %{{.*}}) {aps = [array<i64: 0, 64, 128, 1, 64>, array<i64: 0, 64, 128, 1, 64>, array<i64: 0, 1, 128, 1, 1>]{{.*}}op0 = "sub"
+// CHECK: "nisa.tensor_tensor"({{.*}}op = "mul"
+// CHECK: "nisa.dma"(%[[OUT]], %{{.*}}) {aps = [array<i64: [[ROW]], 64, 128, 1, 64>
+// CHECK: "nisa.dma"(%{{.*}}, %[[X]]) {aps = [array<i64: 0, 64, 128, 1, 64>, array<i64: [[ROW2:[0-9]+]], 64, 128, 1, 64>]
+// CHECK-NOT: "nisa.dma"
+// CHECK: "nisa.tensor_reduce"({{.*}}op = "add"
+// CHECK: "nisa.tensor_scalar"({{.*}}op0 = "mul"
+// CHECK: "nisa.tensor_scalar"(%{{.*}}, %{{.*}}, %{{.*}}) {aps = [array<i64: 0, 64, 128, 1, 64>, array<i64: 0, 64, 128, 1, 64>, array<i64: 0, 1, 128, 1, 1>]{{.*}}op0 = "sub"
+// CHECK: "nisa.tensor_tensor"({{.*}}op = "mul"
+// CHECK: "nisa.dma"(%[[OUT]], %{{.*}}) {aps = [array<i64: [[ROW2]], 64, 128, 1, 64>
+// CHECK-NOT: "nisa.dma"
+// CHECK: return
+func.func @norm(%x: tensor<256x64xf32>, %w: tensor<64xf32>) -> tensor<256x64xf32> {
+  %k = "trn.kernel"() ({
+    %wb = "trn.broadcast"(%w) {dimensions = array<i64: 0>} : (tensor<64xf32>) -> tensor<256x64xf32>
+    %sum = "trn.reduce"(%x) {op = "add", dimensions = array<i64: 1>} : (tensor<256x64xf32>) -> tensor<256xf32>
+    %mean = "trn.tensor_scalar"(%sum) {op = "mul", scalar = 0.015625 : f32, reverse = false} : (tensor<256xf32>) -> tensor<256xf32>
+    %mb = "trn.broadcast"(%mean) {dimensions = array<i64: 1>} : (tensor<256xf32>) -> tensor<256x64xf32>
+    %c = "trn.tensor_tensor"(%x, %mb) {op = "sub"} : (tensor<256x64xf32>, tensor<256x64xf32>) -> tensor<256x64xf32>
+    %y = "trn.tensor_tensor"(%c, %wb) {op = "mul"} : (tensor<256x64xf32>, tensor<256x64xf32>) -> tensor<256x64xf32>
+    "trn.yield"(%y) : (tensor<256x64xf32>) -> ()
+  }) {kind = "rows"} : () -> tensor<256x64xf32>
+  return %k : tensor<256x64xf32>
+}

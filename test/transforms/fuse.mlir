@@ -1,6 +1,7 @@
 // RUN: neuron-opt --split-input-file --trn-fuse %s | FileCheck %s
 // RUN: neuron-opt --split-input-file --trn-fuse="matmul-epilogue=false elementwise=false" %s | FileCheck %s --check-prefix=OFF
 // RUN: neuron-opt --split-input-file --trn-fuse="keep-roundings=true" %s | FileCheck %s --check-prefix=KEEP
+// RUN: neuron-opt --split-input-file --trn-fuse="rows=false" %s | FileCheck %s --check-prefix=NOROWS
 // RUN: not neuron-opt --trn-fuse %S/Inputs/fuse-invalid.mlir 2>&1 | FileCheck %s --check-prefix=ERR
 
 // Tests that a matmul, its bias add and activation become one kernel, and that the views
@@ -87,6 +88,102 @@ func.func @bf16_linear(%x: tensor<4x8xbf16>, %w: tensor<8x16xbf16>, %b: tensor<1
   %z = "trn.tensor_tensor"(%bb, %yb) {op = "add"} : (tensor<4x16xbf16>, tensor<4x16xbf16>) -> tensor<4x16xf32>
   %r = "trn.convert"(%z) : (tensor<4x16xf32>) -> tensor<4x16xbf16>
   return %r : tensor<4x16xbf16>
+}
+
+// -----
+
+// Tests that a softmax (max, subtract, exp, sum, divide over the last dim) is one row-wise
+// kernel: both reductions and both broadcasts back over the rows are inside, so the rows are
+// read once; the scaling before it joins too. rows=false leaves the reductions in separate
+// kernels.
+// CHECK-LABEL: func.func @softmax
+// CHECK: %[[K:.*]] = "trn.kernel"() ({
+// CHECK-NEXT: "trn.tensor_scalar"(%arg0)
+// CHECK-NEXT: "trn.reduce"({{.*}}op = "max"
+// CHECK-NEXT: "trn.broadcast"
+// CHECK-NEXT: "trn.tensor_tensor"({{.*}}op = "sub"
+// CHECK-NEXT: "trn.activation"({{.*}}func = "exp"
+// CHECK-NEXT: "trn.reduce"({{.*}}op = "add"
+// CHECK-NEXT: "trn.broadcast"
+// CHECK-NEXT: "trn.tensor_tensor"({{.*}}op = "div"
+// CHECK-NEXT: "trn.yield"
+// CHECK-NEXT: }) {kind = "rows"}
+// CHECK-NEXT: return %[[K]]
+// NOROWS-LABEL: func.func @softmax
+// NOROWS-NOT: kind = "rows"
+// NOROWS: kind = "reduce"
+func.func @softmax(%x: tensor<2x64x96xf32>) -> tensor<2x64x96xf32> {
+  %s = "trn.tensor_scalar"(%x) {op = "mul", scalar = 0.125 : f32, reverse = false} : (tensor<2x64x96xf32>) -> tensor<2x64x96xf32>
+  %m = "trn.reduce"(%s) {op = "max", dimensions = array<i64: 2>} : (tensor<2x64x96xf32>) -> tensor<2x64xf32>
+  %mb = "trn.broadcast"(%m) {dimensions = array<i64: 2>} : (tensor<2x64xf32>) -> tensor<2x64x96xf32>
+  %d = "trn.tensor_tensor"(%s, %mb) {op = "sub"} : (tensor<2x64x96xf32>, tensor<2x64x96xf32>) -> tensor<2x64x96xf32>
+  %e = "trn.activation"(%d) {func = "exp", scale = 1.0 : f32, bias = 0.0 : f32} : (tensor<2x64x96xf32>) -> tensor<2x64x96xf32>
+  %z = "trn.reduce"(%e) {op = "add", dimensions = array<i64: 2>} : (tensor<2x64x96xf32>) -> tensor<2x64xf32>
+  %zb = "trn.broadcast"(%z) {dimensions = array<i64: 2>} : (tensor<2x64xf32>) -> tensor<2x64x96xf32>
+  %r = "trn.tensor_tensor"(%e, %zb) {op = "div"} : (tensor<2x64x96xf32>, tensor<2x64x96xf32>) -> tensor<2x64x96xf32>
+  return %r : tensor<2x64x96xf32>
+}
+
+// -----
+
+// Tests that a member also needed outside the group (a norm's per-row mean, saved for the
+// backward pass) stays in place for that use (becoming a reduction kernel of its own) while
+// the row-wise kernel computes it again inside: a kernel has one result. The weight's
+// broadcast is copied into the kernel.
+// CHECK-LABEL: func.func @norm_with_saved_mean
+// CHECK: %[[MEAN:.*]] = "trn.kernel"() ({
+// CHECK-NEXT: "trn.reduce"(%arg0)
+// CHECK-NEXT: "trn.tensor_scalar"
+// CHECK-NEXT: "trn.yield"
+// CHECK-NEXT: }) {kind = "reduce"}
+// CHECK-NEXT: %[[K:.*]] = "trn.kernel"() ({
+// CHECK-NEXT: "trn.broadcast"(%arg1) {dimensions = array<i64: 0>}
+// CHECK-NEXT: "trn.reduce"(%arg0)
+// CHECK: "trn.tensor_tensor"({{.*}}op = "mul"
+// CHECK-NEXT: "trn.yield"
+// CHECK-NEXT: }) {kind = "rows"}
+// CHECK: return %[[K]], %[[MEAN]]
+func.func @norm_with_saved_mean(%x: tensor<128x64xf32>, %w: tensor<64xf32>) -> (tensor<128x64xf32>, tensor<128xf32>) {
+  %sum = "trn.reduce"(%x) {op = "add", dimensions = array<i64: 1>} : (tensor<128x64xf32>) -> tensor<128xf32>
+  %mean = "trn.tensor_scalar"(%sum) {op = "mul", scalar = 0.015625 : f32, reverse = false} : (tensor<128xf32>) -> tensor<128xf32>
+  %mb = "trn.broadcast"(%mean) {dimensions = array<i64: 1>} : (tensor<128xf32>) -> tensor<128x64xf32>
+  %c = "trn.tensor_tensor"(%x, %mb) {op = "sub"} : (tensor<128x64xf32>, tensor<128x64xf32>) -> tensor<128x64xf32>
+  %wb = "trn.broadcast"(%w) {dimensions = array<i64: 0>} : (tensor<64xf32>) -> tensor<128x64xf32>
+  %y = "trn.tensor_tensor"(%c, %wb) {op = "mul"} : (tensor<128x64xf32>, tensor<128x64xf32>) -> tensor<128x64xf32>
+  return %y, %mean : tensor<128x64xf32>, tensor<128xf32>
+}
+
+// -----
+
+// Tests that a matmul feeding a row-wise kernel keeps its own kernel (the row-wise group
+// took its bias add), and that rows too long for the SBUF budget (65536 fp32 = 256 KiB per
+// partition) are not grouped: that softmax keeps separate reduction kernels.
+// CHECK-LABEL: func.func @scores_softmax
+// CHECK: %[[MM:.*]] = "trn.kernel"() ({
+// CHECK-NEXT: "trn.matmul"
+// CHECK-NEXT: "trn.yield"
+// CHECK-NEXT: }) {kind = "matmul"}
+// CHECK: "trn.kernel"() ({
+// CHECK-NEXT: "trn.broadcast"(%arg2)
+// CHECK-NEXT: "trn.tensor_tensor"({{.*}}%[[MM]]) {op = "add"}
+// CHECK: }) {kind = "rows"}
+// CHECK-LABEL: func.func @long_rows
+// CHECK-NOT: kind = "rows"
+// CHECK: return
+func.func @scores_softmax(%q: tensor<64x32xf32>, %k: tensor<32x64xf32>, %b: tensor<64xf32>) -> tensor<64x64xf32> {
+  %s = "trn.matmul"(%q, %k) : (tensor<64x32xf32>, tensor<32x64xf32>) -> tensor<64x64xf32>
+  %bb = "trn.broadcast"(%b) {dimensions = array<i64: 0>} : (tensor<64xf32>) -> tensor<64x64xf32>
+  %a = "trn.tensor_tensor"(%bb, %s) {op = "add"} : (tensor<64x64xf32>, tensor<64x64xf32>) -> tensor<64x64xf32>
+  %m = "trn.reduce"(%a) {op = "max", dimensions = array<i64: 1>} : (tensor<64x64xf32>) -> tensor<64xf32>
+  %mb = "trn.broadcast"(%m) {dimensions = array<i64: 1>} : (tensor<64xf32>) -> tensor<64x64xf32>
+  %d = "trn.tensor_tensor"(%a, %mb) {op = "sub"} : (tensor<64x64xf32>, tensor<64x64xf32>) -> tensor<64x64xf32>
+  return %d : tensor<64x64xf32>
+}
+func.func @long_rows(%x: tensor<4x65536xf32>) -> tensor<4x65536xf32> {
+  %m = "trn.reduce"(%x) {op = "max", dimensions = array<i64: 1>} : (tensor<4x65536xf32>) -> tensor<4xf32>
+  %mb = "trn.broadcast"(%m) {dimensions = array<i64: 1>} : (tensor<4xf32>) -> tensor<4x65536xf32>
+  %d = "trn.tensor_tensor"(%x, %mb) {op = "sub"} : (tensor<4x65536xf32>, tensor<4x65536xf32>) -> tensor<4x65536xf32>
+  return %d : tensor<4x65536xf32>
 }
 
 // ERR: fuse-invalid.mlir:3:8: error: 'trn.tensor_tensor' op operand #1 shape [4] differs from result shape [8]

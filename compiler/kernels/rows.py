@@ -1,0 +1,217 @@
+"""Tiled lowering of row-wise kernels (kind "rows", formed by trn-fuse): reductions over the
+trailing dims R of an iteration space S = K x R, with the ops before them and the ops that
+bring the reduced (per-row) values back to the rows (softmax, layer/RMS norm and their
+backward).
+
+Layout: rows on partitions, a whole row on the free axis. The kept dims K are merged where
+every operand's layout allows; the innermost merged group is tiled 128 rows at a time, the
+others loop. Per tile, each value over S is one [P, L] SBUF tile (L = elements of a row)
+and each per-row value one [P, 1] tile:
+- a reduction is one tensor_reduce along the free axis;
+- an elementwise op between a row value and a broadcast per-row value is a tensor_scalar
+  with that [P, 1] tile as its per-partition operand (no broadcast is materialised);
+- operands constant over K (a norm's weight and bias) are loaded once, before the loops.
+So the rows are read from HBM once and the result written once, however many reductions and
+broadcasts the group holds.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import math
+from typing import Callable
+
+from torch_mlir import ir
+
+from torchneuron.compiler import ir_utils as U
+from torchneuron.compiler.errors import CompileError, UnsupportedOpError
+from torchneuron.compiler.kernels.elementwise import load_leaf
+from torchneuron.compiler.kernels.emitter import Emitter, Tile
+from torchneuron.compiler.kernels.tile_ops import (
+    SOURCE_OPS, VIEW_OPS, ConstantVectors, emit_elementwise, rounding_writes,
+)
+from torchneuron.compiler.kernels.views import HbmView, source_view
+from torchneuron.dialects.nisa import MAX_FREE_DIMS
+
+
+@dataclasses.dataclass
+class _Layout:
+    """How the kept dims K are walked: groups of dims merged into one (contiguous in every
+    view that varies over K), the last group on partitions."""
+    kept: tuple[int, ...]             # the sizes of K
+    groups: list[list[int]]           # dims of K with size > 1, merged; the last on partitions
+
+    @property
+    def rows(self) -> int:
+        return math.prod(self.kept[d] for d in self.groups[-1]) if self.groups else 1
+
+    @property
+    def loops(self) -> list[list[int]]:
+        return self.groups[:-1]
+
+
+def lower_rows(em: Emitter, body: list[ir.Operation], views: dict,
+               view_of: Callable[[ir.Operation, HbmView], HbmView],
+               output: tuple[ir.Value, HbmView]) -> None:
+    """`body`: the kernel's ops (without trn.yield); `views`: HbmViews of the values defined
+    above the kernel; `view_of(op, source)`: the view a view op makes of an HBM view;
+    `output`: (yielded value, destination view)."""
+    reduces = [op for op in body if op.name == "trn.reduce"]
+    if not reduces:
+        raise CompileError("a row-wise kernel needs a reduction", body[-1].location)
+    shape = tuple(U.shape(reduces[0].operands[0]))
+    kept_rank = min(U.array_attr(reduces[0], "dimensions"))
+    kept = shape[:kept_rank]
+    row_elements = math.prod(shape[kept_rank:])
+
+    def is_row(value: ir.Value) -> bool:
+        return tuple(U.shape(value)) == shape
+
+    leaf_views = dict(views)
+    per_row_alias: dict = {}       # reshape of a per-row value -> that value
+    broadcast_of: dict = {}        # broadcast over the rows -> the per-row value
+    compute: list[ir.Operation] = []
+    for op in body:
+        result = op.results[0]
+        if op.name in SOURCE_OPS:
+            leaf_views[result] = source_view(op)
+        elif op.name in VIEW_OPS:
+            source = op.operands[0]
+            if source in leaf_views:
+                leaf_views[result] = view_of(op, leaf_views[source])
+            elif op.name == "trn.reshape" and not is_row(source) and not is_row(result):
+                per_row_alias[result] = per_row_alias.get(source, source)
+            elif op.name == "trn.broadcast" and is_row(result):
+                broadcast_of[result] = per_row_alias.get(source, source)
+            else:
+                raise UnsupportedOpError(f"'{op.name}' of a value computed inside a row-wise "
+                                         "kernel", op.location)
+        else:
+            if op.name == "trn.reduce" and (tuple(U.shape(op.operands[0])) != shape or
+                                            min(U.array_attr(op, "dimensions")) != kept_rank):
+                raise CompileError("a row-wise kernel's reductions must share their rows",
+                                   op.location)
+            compute.append(op)
+
+    yielded, out_view = output
+    yielded = per_row_alias.get(yielded, yielded)
+    leaves: list[ir.Value] = []
+    for op in compute:
+        for v in op.operands:
+            if v in leaf_views and v not in leaves:
+                leaves.append(v)
+    invariant = [v for v in leaves if is_row(v) and all(
+        s == 0 for s in leaf_views[v].strides[:kept_rank])]
+    varying = [leaf_views[v] for v in leaves if v not in invariant] + [out_view]
+    layout = _kept_layout(kept, [view.strides[:kept_rank] for view in varying])
+
+    tp = min(layout.rows, em.target.num_partitions)
+    consts = ConstantVectors(em)
+    storage, aliases = rounding_writes(compute, {yielded})
+
+    # Operands constant over K: loaded once, every partition the same row.
+    resident = {v: load_leaf(em, _tile_view(leaf_views[v], layout, kept_rank, {}, 0, tp,
+                                            row=True)) for v in invariant}
+
+    for outer in itertools.product(*(range(math.prod(kept[d] for d in group))
+                                     for group in layout.loops)):
+        index = dict(zip(map(tuple, layout.loops), outer))
+        for p0 in range(0, layout.rows, tp):
+            pn = min(tp, layout.rows - p0)
+            tiles: dict = {v: t.rows(pn) for v, t in resident.items()}
+            for v in leaves:
+                if v not in tiles:
+                    tiles[v] = load_leaf(em, _tile_view(leaf_views[v], layout, kept_rank, index,
+                                                        p0, pn, row=is_row(v)))
+
+            def operand(v: ir.Value) -> Tile:
+                v = per_row_alias.get(v, v)
+                if v in broadcast_of:           # only where no per-partition form exists
+                    return _spread(em, tiles[broadcast_of[v]], row_elements)
+                return tiles[v]
+
+            for op in compute:
+                result = op.results[0]
+                if result in aliases:
+                    tiles[result] = tiles[aliases[result]]
+                    continue
+                free = row_elements if is_row(result) else 1
+                dst = em.alloc("sbuf", pn, free, storage.get(result, U.element_type(result)))
+                if op.name == "trn.reduce":
+                    em.tensor_reduce(dst, tiles[op.operands[0]], U.str_attr(op, "op"))
+                elif op.name == "trn.tensor_tensor" and \
+                        sum(v in broadcast_of for v in op.operands) == 1:
+                    lhs, rhs = op.operands
+                    reverse = lhs in broadcast_of
+                    row_value, per_row = (rhs, lhs) if reverse else (lhs, rhs)
+                    em.tensor_scalar(dst, operand(row_value), U.str_attr(op, "op"),
+                                     tiles[broadcast_of[per_row]], reverse0=reverse)
+                else:
+                    emit_elementwise(em, op, [operand(v) for v in op.operands], dst, consts)
+                tiles[result] = dst
+
+            tile = operand(yielded)
+            if tile.element_type != out_view.element_type:
+                cast = em.alloc("sbuf", pn, tile.free, out_view.element_type)
+                em.copy(cast, tile)
+                tile = cast
+            target = _tile_view(out_view, layout, kept_rank, index, p0, pn,
+                                row=is_row(output[0]))
+            em.store(target, 0, list(range(1, target.rank)), tile)
+
+
+def _spread(em: Emitter, per_row: Tile, row_elements: int) -> Tile:
+    """A [P, 1] per-row tile copied across a [P, L] row tile (a stride-0 read)."""
+    tile = em.alloc("sbuf", per_row.partitions, row_elements, per_row.element_type)
+    em.copy(tile, per_row.pattern(0, [(0, row_elements)]))
+    return tile
+
+
+def _kept_layout(kept: tuple[int, ...], strides: list[tuple[int, ...]]) -> _Layout:
+    """Merge consecutive dims of K (of size > 1) that are contiguous in every view."""
+    groups: list[list[int]] = []
+    for d in range(len(kept)):
+        if kept[d] == 1:
+            continue
+        if groups and all(st[groups[-1][-1]] == st[d] * kept[d] for st in strides):
+            groups[-1].append(d)
+        else:
+            groups.append([d])
+    return _Layout(kept, groups)
+
+
+def _tile_view(view: HbmView, layout: _Layout, kept_rank: int, index: dict, p0: int, pn: int,
+               row: bool) -> HbmView:
+    """The [pn, free...] part of `view` (over S for a row value, over K x 1... for a per-row
+    one) at loop indices `index` ({group dims: flat index}) and rows p0 .. p0 + pn of the
+    partition group."""
+    strides = view.strides
+    offset = view.offset
+    for group, flat in index.items():
+        for d in reversed(group):
+            flat, i = divmod(flat, layout.kept[d])
+            offset += i * strides[d]
+    if layout.groups:
+        pstride = strides[layout.groups[-1][-1]]
+    else:
+        pstride = 0
+    offset += p0 * pstride
+    if row:
+        free = [(view.shape[d], strides[d]) for d in range(kept_rank, view.rank)
+                if view.shape[d] != 1]
+        merged: list[list[int]] = []
+        for size, stride in free:
+            if merged and merged[-1][1] == stride * size:
+                merged[-1] = [merged[-1][0] * size, stride]
+            else:
+                merged.append([size, stride])
+        if len(merged) > MAX_FREE_DIMS - 1:
+            raise CompileError(f"a row-wise kernel operand's row spans {len(merged)} "
+                               f"non-contiguous dims (at most {MAX_FREE_DIMS - 1})")
+        sizes = [n for n, _ in merged] or [1]
+        free_strides = [s for _, s in merged] or [1]
+    else:
+        sizes, free_strides = [1], [1]
+    return dataclasses.replace(view, offset=offset, shape=(pn, *sizes),
+                               strides=(pstride, *free_strides))
