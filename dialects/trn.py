@@ -257,6 +257,16 @@ def _out_size(n: int, k: int, stride: int, dilation: int) -> int:
     return (n - dilation * (k - 1) - 1) // stride + 1
 
 
+def _require_windows_fit(result: list[int], most: list[int]) -> None:
+    """Leading dims as expected, and no more windows per spatial dim than the input holds.
+    As in linalg, the input may hold more than the windows read (a ceil-mode pool pads the
+    input for a last window that its output size then leaves out)."""
+    require(len(result) == len(most) and result[:2] == most[:2],
+            f"result shape {result} differs from {most}")
+    require(all(r <= m for r, m in zip(result[2:], most[2:])),
+            f"result shape {result} needs more windows than the input holds ({most})")
+
+
 def _check_conv(op) -> None:
     x = shape_of(op.operands[0], "input")
     w = shape_of(op.operands[1], "filter")
@@ -272,7 +282,7 @@ def _check_conv(op) -> None:
             f"channels: input {x[1]}, filter {w[0]}x{w[1]} do not split into {groups} groups")
     expected = [x[0], w[0]] + [_out_size(n, k, s, d) for n, k, s, d in
                                zip(x[2:], w[2:], strides, dilations)]
-    require(res == expected, f"result shape {res} differs from {expected}")
+    _require_windows_fit(res, expected)
 
 
 class ConvOp(Trn.Operation, name="conv", traits=[ext.Pure]):
@@ -298,7 +308,7 @@ def _check_pool(op) -> None:
     require(string(op, "op") in ("max", "add"), "op must be max or add")
     expected = x[:2] + [_out_size(n, k, s, d) for n, k, s, d in
                         zip(x[2:], window, strides, dilations)]
-    require(res == expected, f"result shape {res} differs from {expected}")
+    _require_windows_fit(res, expected)
 
 
 class PoolOp(Trn.Operation, name="pool", traits=[ext.Pure]):

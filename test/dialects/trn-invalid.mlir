@@ -65,8 +65,8 @@ func.func @insert(%d: tensor<4x16xf32>, %s: tensor<4x8xf32>) -> tensor<4x16xf32>
 
 // -----
 
-// Tests that a convolution with the wrong output size is rejected.
-// CHECK: error: 'trn.conv' op result shape [1, 4, 7, 7] differs from [1, 4, 6, 6]
+// Tests that a convolution with more windows than its input holds is rejected.
+// CHECK: error: 'trn.conv' op result shape [1, 4, 7, 7] needs more windows than the input holds ([1, 4, 6, 6])
 func.func @conv(%x: tensor<1x3x8x8xf32>, %w: tensor<4x3x3x3xf32>) -> tensor<1x4x7x7xf32> {
   %c = "trn.conv"(%x, %w) {strides = array<i64: 1, 1>, dilations = array<i64: 1, 1>, groups = 1 : i64} : (tensor<1x3x8x8xf32>, tensor<4x3x3x3xf32>) -> tensor<1x4x7x7xf32>
   return %c : tensor<1x4x7x7xf32>

@@ -82,6 +82,17 @@ func.func @windows(%x: tensor<1x3x8x8xf32>, %w: tensor<4x3x3x3xf32>, %t: tensor<
 
 // -----
 
+// Tests that a pool (or conv) may read fewer windows than its input holds, as a ceil-mode pool
+// whose input is padded for a last window does.
+// CHECK-LABEL: func.func @fewer_windows
+// CHECK: "trn.pool"(%arg0) {{.*}} : (tensor<1x3x11x11xf32>) -> tensor<1x3x9x10xf32>
+func.func @fewer_windows(%x: tensor<1x3x11x11xf32>) -> tensor<1x3x9x10xf32> {
+  %p = "trn.pool"(%x) {op = "add", window = array<i64: 2, 2>, strides = array<i64: 1, 1>, dilations = array<i64: 1, 1>} : (tensor<1x3x11x11xf32>) -> tensor<1x3x9x10xf32>
+  return %p : tensor<1x3x9x10xf32>
+}
+
+// -----
+
 // Tests that trn.scan round-trips.
 // CHECK-LABEL: func.func @scan
 // CHECK: "trn.scan"(%arg0) {dimension = 1 : i64, op = "add"} : (tensor<4x8xf32>) -> tensor<4x8xf32>

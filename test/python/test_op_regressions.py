@@ -122,3 +122,13 @@ def test_embedding_of_a_0d_index():
     i = torch.tensor(7)
     got = _native(torch.nn.functional.embedding, i, w)
     assert torch.equal(got, torch.nn.functional.embedding(i, w))
+
+
+@pytest.mark.parametrize("kw", [dict(kernel_size=3, stride=1, padding=1, ceil_mode=True,
+                                     count_include_pad=False, divisor_override=2),
+                                dict(kernel_size=(4, 4), stride=(2, 3), padding=1,
+                                     ceil_mode=True)])
+def test_ceil_mode_pool_reads_fewer_windows_than_its_padded_input_holds(kw):
+    x = torch.randn(1, 3, 9, 9, generator=torch.Generator().manual_seed(7))
+    fn = lambda a: torch.nn.functional.avg_pool2d(a, **kw)   # noqa: E731
+    torch.testing.assert_close(_native(fn, x), fn(x), rtol=1e-6, atol=1e-6)
