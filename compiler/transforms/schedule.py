@@ -65,6 +65,10 @@ class _BufferState:
         self.writes: list[_Access] = []
         self.reads: list[_Access] = []
         self.accesses: list[int] = []     # every instruction that touched the buffer
+        # Accesses of the buffers that lived at this one's address before it: every access
+        # of this buffer waits for them (not only the first: DMA pieces that write disjoint
+        # partitions of a buffer do not depend on each other).
+        self.inherited: set[int] = set()
 
 
 def _box(buffer: ir.Value, ap: list[int]) -> tuple[int, int, int, int]:
@@ -125,7 +129,8 @@ def dependencies(instructions: list[ir.Operation], allocs: dict) -> list[list[in
                 if placed is not None:
                     for previous in _take_over(occupants[placed[0]], placed[1], placed[2],
                                                buffer):
-                        needs.update(states[previous].accesses)
+                        state.inherited.update(states[previous].accesses)
+            needs.update(state.inherited)
             box = _box(buffer, ap)
             write = role == "dst" or role == "accum"
             for access in state.writes:

@@ -44,4 +44,24 @@ func.func @war(%x: memref<128x64xf32, "hbm">) attributes {nisa.target = "trn2"} 
   return
 }
 
+// -----
+
+// Tests that every access of a buffer placed where a dead one lived waits for that one's
+// accesses, not only the first: the two DMAs filling disjoint partition halves of %c (at %a's
+// address) both wait for ACT's read of %a (semaphore 1).
+// CHECK-LABEL: func.func @reuse_pieces
+// CHECK: "nisa.activation"({{.*}}signal = 1 : i64
+// CHECK: "nisa.dma"({{.*}}queue = 1 : i64, waits = array<i64: 1, 1>}
+// CHECK: "nisa.dma"({{.*}}queue = 2 : i64, waits = array<i64: 1, 1>}
+func.func @reuse_pieces(%x: memref<128x64xf32, "hbm">) attributes {nisa.target = "trn2"} {
+  %a = "nisa.alloc"() {memory = "sbuf", address = 0 : i64} : () -> memref<128x64xf32, "sbuf">
+  %b = "nisa.alloc"() {memory = "sbuf", address = 256 : i64} : () -> memref<128x64xf32, "sbuf">
+  %c = "nisa.alloc"() {memory = "sbuf", address = 0 : i64} : () -> memref<128x64xf32, "sbuf">
+  "nisa.dma"(%a, %x) {engine = "dma", queue = 0 : i64, aps = [array<i64: 0, 64, 128, 1, 64>, array<i64: 0, 64, 128, 1, 64>]} : (memref<128x64xf32, "sbuf">, memref<128x64xf32, "hbm">) -> ()
+  "nisa.activation"(%b, %a) {engine = "act", func = "exp", scale = 1.0 : f32, operandSegmentSizes = array<i32: 1, 1, 0, 0, 0>, aps = [array<i64: 0, 64, 128, 1, 64>, array<i64: 0, 64, 128, 1, 64>]} : (memref<128x64xf32, "sbuf">, memref<128x64xf32, "sbuf">) -> ()
+  "nisa.dma"(%c, %x) {engine = "dma", queue = 1 : i64, aps = [array<i64: 0, 64, 64, 1, 64>, array<i64: 0, 64, 64, 1, 64>]} : (memref<128x64xf32, "sbuf">, memref<128x64xf32, "hbm">) -> ()
+  "nisa.dma"(%c, %x) {engine = "dma", queue = 2 : i64, aps = [array<i64: 4096, 64, 64, 1, 64>, array<i64: 4096, 64, 64, 1, 64>]} : (memref<128x64xf32, "sbuf">, memref<128x64xf32, "hbm">) -> ()
+  return
+}
+
 // ERR: schedule-invalid.mlir:{{[0-9]+}}:{{[0-9]+}}: error: 'nisa.nop' op attribute 'waits' must hold (semaphore, value) pairs
