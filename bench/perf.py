@@ -228,10 +228,19 @@ def _iteration(fn, inputs, training: bool):
 
 
 def _flops(fn, inputs, training: bool) -> float:
+    meta_fn, meta_inputs = _prepare(fn, inputs, training)
+    try:
+        return _count_flops(meta_fn.to("meta"), tuple(x.to("meta") for x in meta_inputs),
+                            training)
+    except RuntimeError:
+        # Model code that reads a value (e.g. an attention mask's .item()) cannot run on meta
+        # tensors: count on real ones, in fp32 (the CPU's bf16 matmuls are slow; FLOPs are
+        # the same).
+        return _count_flops(*_prepare(fn, inputs, training, torch.float32), training)
+
+
+def _count_flops(fn, inputs, training: bool) -> float:
     from torch.utils.flop_counter import FlopCounterMode
-    fn, inputs = _prepare(fn, inputs, training)
-    fn = fn.to("meta")
-    inputs = tuple(x.to("meta") for x in inputs)
     counter = FlopCounterMode(display=False)
     with counter:
         _iteration(fn, inputs, training)()
