@@ -180,11 +180,18 @@ class CompiledGraph:
 
 class ShapeSpecializedGraph:
     """A graph with symbolic sizes (dynamic shapes): compiled once per concrete input
-    signature, on first use, since a NEFF's shapes are static."""
+    signature, on first use, since a NEFF's shapes are static; a signature seen before reuses
+    its compiled variant (NAME_v0, NAME_v1, ...). Every compile of a new signature is logged
+    at INFO with the number of recompiles so far."""
 
     def __init__(self, gm, name: str, options):
         self.gm, self.name, self.options = gm, name, options
         self.variants: dict[tuple, CompiledGraph] = {}
+
+    @property
+    def recompiles(self) -> int:
+        """Compiles for a new input signature after the first."""
+        return max(len(self.variants) - 1, 0)
 
     def __call__(self, *args) -> tuple:
         key = _signature(args)
@@ -192,8 +199,13 @@ class ShapeSpecializedGraph:
         if compiled is None:
             static = _specialise(self.gm, args)
             name = f"{self.name}_v{len(self.variants)}"
-            log.info("compiling %s for input shapes %s (%d variant(s) so far)", name, key,
-                     len(self.variants))
+            if self.variants:
+                log.info("%s: new input shapes %s: recompiling as %s (recompile %d of this "
+                         "dynamic-shape graph)", self.name, _describe_signature(key), name,
+                         len(self.variants))
+            else:
+                log.info("%s: input shapes %s: compiling as %s", self.name,
+                         _describe_signature(key), name)
             compiled = compile_fx_graph(static, [a for a in args if _is_tensor(a)], name,
                                         self.options)
             self.variants[key] = compiled
@@ -208,6 +220,17 @@ def _is_tensor(value) -> bool:
 def _signature(args) -> tuple:
     return tuple((tuple(a.shape), str(a.dtype)) if _is_tensor(a) else ("int", int(a))
                  for a in args)
+
+
+def _describe_signature(key: tuple) -> str:
+    """'(f32[8, 32], 8)': tensors as dtype[sizes], symbolic sizes as their values."""
+    parts = []
+    for first, second in key:
+        if first == "int":                     # ("int", value)
+            parts.append(str(second))
+        else:                                  # (shape, "torch.float32")
+            parts.append(f"{second.removeprefix('torch.')}[{', '.join(map(str, first))}]")
+    return f"({', '.join(parts)})"
 
 
 def _specialise(gm, args):
@@ -245,6 +268,9 @@ def compile_fx_graph(gm, example_inputs, name: str, options):
     """FX graph -> the callable the backend returns: supported partitions compiled to NEFFs
     running on the simulator, the rest in PyTorch (see torchneuron.partition)."""
     if _has_symbolic_sizes(example_inputs):
+        log.info("%s has symbolic sizes (dynamic=True, mark_dynamic, or Dynamo's automatic "
+                 "dynamic shapes after a shape changed): compiled once per concrete input "
+                 "shape, on first use", name)
         return ShapeSpecializedGraph(gm, name, options)
     from torchneuron import partition, report
     from torchneuron import runtime  # noqa: F401  (imported once here, not inside the
