@@ -14,6 +14,7 @@ to the tile are transposed back on PE before the store, so DMAs always move cont
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 
 from torch_mlir import ir
@@ -108,6 +109,11 @@ def lower_matmul(em: Emitter, matmul: ir.Operation, chain: list[ir.Operation], v
     lhs, rhs = (views.get(v) for v in matmul.operands)
     if lhs is None or rhs is None:
         raise CompileError("matmul operands must come from HBM", matmul.location)
+    # Operand movement chosen by trn-tile or the autotuner (attributes of the kernel).
+    kernel = matmul.parent
+    resident = U.str_attr(kernel, "gemm_resident") if "gemm_resident" in kernel.attributes \
+        else None
+    block = U.int_attr(kernel, "gemm_block") if "gemm_block" in kernel.attributes else None
     batch = lhs.shape[:-2]
     for index in itertools.product(*(range(n) for n in batch)):
         def pick(view: HbmView) -> HbmView:
@@ -116,11 +122,11 @@ def lower_matmul(em: Emitter, matmul: ir.Operation, chain: list[ir.Operation], v
             return view
         _lower_2d(em, matmul, chain, pick(lhs), pick(rhs),
                   {v: pick(w) for v, w in views.items() if w.rank == lhs.rank},
-                  [(v, pick(w)) for v, w in outputs], orientation)
+                  [(v, pick(w)) for v, w in outputs], orientation, resident, block)
 
 
 def _lower_2d(em: Emitter, matmul, chain, a: HbmView, b: HbmView, views, outputs,
-              orientation: str) -> None:
+              orientation: str, resident: str | None = None, block: int | None = None) -> None:
     target = em.target
     etype = matmul_element_type(a.element_type, b.element_type)
     a_t = a.transpose([1, 0])                                  # [K, M]
@@ -143,68 +149,162 @@ def _lower_2d(em: Emitter, matmul, chain, a: HbmView, b: HbmView, views, outputs
     p_tiles = [(p0, min(tp, parts - p0)) for p0 in range(0, parts, tp)]
     f_tiles = [(f0, min(tf, free - f0)) for f0 in range(0, free, tf)]
     k_tiles = [(k0, min(tk, k - k0)) for k0 in range(0, k, tk)]
-    p_block, f_block = choose_blocks(len(k_tiles), len(p_tiles), len(f_tiles), tp, tf,
-                                     U.element_bytes(etype), target.sbuf_partition_bytes)
-    p_blocks = [p_tiles[i:i + p_block] for i in range(0, len(p_tiles), p_block)]
+    out_bytes = sum(U.element_bytes(out.element_type) for _, out in outputs)
+    plan = plan_gemm(target, len(k_tiles), p_tiles, f_tiles, U.element_bytes(etype),
+                     x_p.transposed, x_f.transposed, out_bytes, resident, block)
     epilogue = Epilogue(em, chain, views, matmul.results[0], {v for v, _ in outputs})
 
-    def stage(block) -> None:
-        """Load (and transpose, where needed) the stationary tiles of a block of output
-        partitions, ahead of the matmuls that use them."""
-        for p0, pn in block:
-            for k0, kn in k_tiles:
-                x_p.tile(k0, kn, p0, pn)
+    def compute(p0: int, pn: int, f0: int, fn: int) -> None:
+        acc = em.alloc("psum", pn, fn, ir.F32Type.get())
+        for k0, kn in k_tiles:
+            em.matmul(acc, x_p.tile(k0, kn, p0, pn), x_f.tile(k0, kn, f0, fn),
+                      accumulate=k0 > 0)
+        results = epilogue.run(
+            acc, (p0, pn), lambda view, p0=p0, pn=pn, f0=f0, fn=fn:
+            orient(view).slice(0, p0, pn).slice(1, f0, fn))
+        for value, out in outputs:
+            tile = results[value]
+            out_type = out.element_type
+            if tile.memory != "sbuf" or tile.element_type != out_type:
+                staged = em.alloc("sbuf", pn, fn, out_type)
+                em.copy(staged, tile)
+                tile = staged
+            store_tile(em, orient(out).slice(0, p0, pn).slice(1, f0, fn), tile)
 
-    for fb in range(0, len(f_tiles), f_block):
-        x_f.release()       # a new panel of moving tiles
-        x_p.release()
-        stage(p_blocks[0])
-        for bi, block in enumerate(p_blocks):
-            if bi + 1 < len(p_blocks):
-                # Prefetch: the next block's DMAs, transposes and copies are issued before
-                # this block's matmuls, so the PE never waits for them in program order.
-                stage(p_blocks[bi + 1])
-            for p0, pn in block:
-                for f0, fn in f_tiles[fb:fb + f_block]:
-                    acc = em.alloc("psum", pn, fn, ir.F32Type.get())
-                    for k0, kn in k_tiles:
-                        em.matmul(acc, x_p.tile(k0, kn, p0, pn), x_f.tile(k0, kn, f0, fn),
-                                  accumulate=k0 > 0)
-                    results = epilogue.run(
-                        acc, (p0, pn), lambda view, p0=p0, pn=pn, f0=f0, fn=fn:
-                        orient(view).slice(0, p0, pn).slice(1, f0, fn))
-                    for value, out in outputs:
-                        tile = results[value]
-                        out_type = out.element_type
-                        if tile.memory != "sbuf" or tile.element_type != out_type:
-                            staged = em.alloc("sbuf", pn, fn, out_type)
-                            em.copy(staged, tile)
-                            tile = staged
-                        store_tile(em, orient(out).slice(0, p0, pn).slice(1, f0, fn), tile)
-            for p0, pn in block:       # this block's stationary tiles are done
-                for k0, kn in k_tiles:
-                    x_p.cache.pop((k0, p0, pn), None)
+    # The resident operand's tiles (a block of them, with every K-tile) stay on chip while
+    # the other operand's tiles stream past them, one column of K-tiles at a time.
+    if plan.resident == "p":
+        resident, streamed, r_tiles, s_tiles = x_p, x_f, p_tiles, f_tiles
+    else:
+        resident, streamed, r_tiles, s_tiles = x_f, x_p, f_tiles, p_tiles
+
+    def stage(staged: _Staged, c0: int, cn: int, ks) -> None:
+        """Load (and transpose, where needed) K-tiles `ks` of column tile c0 ahead of use."""
+        for k0, kn in ks:
+            staged.tile(k0, kn, c0, cn)
+
+    def forget(staged: _Staged, c0: int, cn: int) -> None:
+        for k0, kn in k_tiles:
+            staged.cache.pop((k0, c0, cn), None)
+
+    # Tiles are loaded where the matmuls first use them, K-tile by K-tile, so the first
+    # matmuls wait for one K-tile of each operand, not for whole panels. Program order then
+    # decides what each buffer may reuse (trn-plan-memory works by liveness in program
+    # order), so prefetches are placed where the memory they take has just been freed:
+    # - the next streamed tile's K-tiles are spread over the computes of this one;
+    # - the next block's resident tile j is staged right after the last use of this block's
+    #   tile j, in the same memory.
+    r_blocks = _balanced(r_tiles, plan.block)
+    for bi, block in enumerate(r_blocks):
+        nxt = r_blocks[bi + 1] if bi + 1 < len(r_blocks) else None
+        for si, (s0, sn) in enumerate(s_tiles):
+            following = s_tiles[si + 1] if si + 1 < len(s_tiles) else \
+                (s_tiles[0] if nxt is not None else None)
+            for j, (r0, rn) in enumerate(block):
+                if plan.resident == "p":
+                    compute(r0, rn, s0, sn)
+                else:
+                    compute(s0, sn, r0, rn)
+                last = si + 1 == len(s_tiles)
+                if last:
+                    forget(resident, r0, rn)
+                    if nxt is not None and j < len(nxt):
+                        stage(resident, *nxt[j], k_tiles)
+                if last and nxt is not None and j + 1 == len(block):
+                    for extra in nxt[len(block):]:
+                        stage(resident, *extra, k_tiles)
+                if following is not None:
+                    share = k_tiles[j * len(k_tiles) // len(block):
+                                    (j + 1) * len(k_tiles) // len(block)]
+                    if si + 1 == len(s_tiles):
+                        streamed.panels.clear()
+                    stage(streamed, *following, share)
+            forget(streamed, s0, sn)
+            streamed.panels.clear()
+        resident.panels.clear()
 
 
-def choose_blocks(k_tiles: int, p_tiles: int, f_tiles: int, tp: int, tf: int, itemsize: int,
-                  partition_bytes: int) -> tuple[int, int]:
-    """Output tiles per block along P and F: the moving panel (k_tiles x f_block tiles) stays
-    on chip while blocks of stationary tiles stream past it, two blocks at a time (one being
-    prefetched). Among the blockings that fit three quarters of SBUF (the rest is for the
-    epilogue and staging), the one moving the fewest operand bytes from HBM: stationary bytes
-    x (number of F blocks) + moving bytes x (number of P blocks)."""
-    budget = partition_bytes * 3 // 4
+def _balanced(tiles: list, block: int) -> list[list]:
+    """`tiles` split into the fewest blocks of at most `block`, of nearly equal sizes."""
+    count = -(-len(tiles) // max(1, block))
+    size, extra = divmod(len(tiles), count)
+    blocks, start = [], 0
+    for i in range(count):
+        n = size + (i < extra)
+        blocks.append(tiles[start:start + n])
+        start += n
+    return blocks
+
+
+@dataclasses.dataclass(frozen=True)
+class GemmPlan:
+    """How a matmul's operand tiles move: the `resident` operand ("p": the stationary one,
+    "f": the moving one) is loaded `block` output tiles (all their K-tiles) at a time and kept
+    on chip while every tile of the other operand streams past it; the streamed operand is
+    thus loaded once per block. `estimate_ns`: the cost model's estimate (the larger of PE
+    time and DMA time)."""
+    resident: str
+    block: int
+    estimate_ns: float = 0.0
+    dma_bytes: int = 0
+
+
+def plan_gemm(target, k_tiles: int, p_tiles: list, f_tiles: list, itemsize: int,
+              p_transposed: bool, f_transposed: bool, out_bytes: int,
+              resident: str | None = None, block: int | None = None) -> GemmPlan:
+    """Among the plans whose resident block and two streamed tiles (one being prefetched) fit three quarters of SBUF (the rest is for transposes, the
+    epilogue and staging), the one the cost model says is fastest: PE time (matmuls plus
+    the transposes of every load of a transposed operand) against DMA time (every operand
+    byte loaded, with the per-run overhead of its rows, over all queues). Loading the
+    transposed operand once -- resident -- saves PE time; blocks as large as fit save DMA.
+    `resident` / `block` restrict the search (the autotuner's choices)."""
+    budget = target.sbuf_partition_bytes * 3 // 4
+    tk, tp, tf = target.pe_rows, target.pe_cols, target.matmul_max_moving
+    k_size = k_tiles * tk
+    parts = sum(n for _, n in p_tiles)
+    free = sum(n for _, n in f_tiles)
+    matmul_cycles = sum(max(min(64, pn), fn) for _, pn in p_tiles for _, fn in f_tiles) * k_tiles
+    if itemsize >= 4:
+        matmul_cycles *= target.pe_fp32_slowdown
+    pe_ns = matmul_cycles / target.pe_ghz
+    # A transposed operand [K, X]: one PE transpose per 128 x 128 block, per load.
+    transpose_ns = {"p": k_tiles * -(-parts // tp) * tp / target.pe_ghz if p_transposed else 0.0,
+                    "f": k_tiles * -(-free // tp) * tp / target.pe_ghz if f_transposed else 0.0}
+    overhead = target.dma_chunk_overhead_bytes
+    panel_run = max(_EFFICIENT_RUN_BYTES, tk * itemsize)
+
+    def load_bytes(transposed: bool, width: int) -> float:
+        """Bytes a full load of an operand costs on the queues, per-run overhead included."""
+        run = panel_run if transposed else min(tf, width) * itemsize
+        raw = k_size * width * itemsize
+        return raw * (1 + overhead / max(1, min(run, (k_size if transposed else width) *
+                                                 itemsize)))
+
+    sizes = {"p": (p_tiles, parts, p_transposed), "f": (f_tiles, free, f_transposed)}
+    out_run = min(tf, free) * out_bytes
+    store = parts * free * out_bytes * (1 + overhead / max(1, out_run))
+    bandwidth = target.dma_queues * target.dma_queue_bytes_per_ns
     best = None
-    for f_block in range(f_tiles, 0, -1):
-        moving = k_tiles * f_block * tf * itemsize
-        for p_block in range(p_tiles, 0, -1):
-            stationary = 2 * k_tiles * p_block * tp * itemsize
-            if moving + stationary > budget:
+    for side in (("p", "f") if resident is None else (resident,)):
+        other = "f" if side == "p" else "p"
+        r_list, r_size, r_tr = sizes[side]
+        s_list, s_size, s_tr = sizes[other]
+        r_tile_bytes = k_tiles * (tp if side == "p" else tf) * itemsize
+        s_tile_bytes = k_tiles * (tp if other == "p" else tf) * itemsize
+        blocks = range(len(r_list), 0, -1) if block is None else [min(block, len(r_list))]
+        for b in blocks:
+            n_blocks = -(-len(r_list) // b)
+            memory = b * r_tile_bytes + 2 * s_tile_bytes
+            if memory > budget and block is None:
                 continue
-            traffic = p_tiles * tp * -(-f_tiles // f_block) + f_tiles * tf * -(-p_tiles // p_block)
-            if best is None or traffic < best[0]:
-                best = (traffic, p_block, f_block)
-            break
+            pe = pe_ns + transpose_ns[side] + transpose_ns[other] * n_blocks
+            dma_bytes = load_bytes(r_tr, r_size) + load_bytes(s_tr, s_size) * n_blocks + store
+            dma = dma_bytes / bandwidth
+            estimate = max(pe, dma)
+            key = (estimate, dma_bytes)
+            if best is None or key < best[0]:
+                best = (key, GemmPlan(side, b, estimate, int(dma_bytes)))
+            break       # larger blocks only move fewer bytes
     if best is None:
-        return 1, 1
-    return best[1], best[2]
+        return GemmPlan("p", 1)
+    return best[1]

@@ -6,17 +6,20 @@
 // accumulating in one PSUM tile; the activation engine reads PSUM, adds the per-partition
 // bias and writes SBUF; each operand arrives in wide DMAs (contiguous 1 KiB rows, split by
 // partitions over several queues) and its [128, 128] blocks are transposed on PE (K must sit
-// on partitions); the result is transposed back and stored by DMA.
+// on partitions) where the matmuls first use them, K-tile by K-tile, so the first matmul
+// waits for one K-tile of each operand only; the result is transposed back and stored by DMA.
 // CHECK-LABEL: func.func @linear_relu
 // CHECK-SAME: (%[[W:.*]]: memref<128x256xf32, "hbm">, %[[B:.*]]: memref<128xf32, "hbm">, %[[X:.*]]: memref<64x256xf32, "hbm">, %[[OUT:.*]]: memref<64x128xf32, "hbm">)
 // CHECK-SAME: nisa.num_inputs = 3 : i64, nisa.target = "trn2"
+// CHECK: %[[ACC:.*]] = "nisa.alloc"() {memory = "psum"} : () -> memref<128x64xf32, "psum">
 // CHECK: "nisa.dma"(%[[WROWS:.*]], %[[W]]) {aps = [array<i64: 0, 256, 32, 1, 256>, array<i64: 0, 256, 32, 1, 256>], engine = "dma"
 // CHECK: "nisa.dma"(%[[WROWS]], %[[W]]) {aps = [array<i64: 8192, 256, 32, 1, 256>, array<i64: 8192, 256, 32, 1, 256>], engine = "dma"
 // CHECK: "nisa.transpose"(%{{.*}}, %[[WROWS]]) {aps = [array<i64: 0, 128, 128, 1, 128>, array<i64: 0, 256, 128, 1, 128>]
-// CHECK: "nisa.transpose"(%{{.*}}, %[[WROWS]]) {aps = [array<i64: 0, 128, 128, 1, 128>, array<i64: 128, 256, 128, 1, 128>]
-// CHECK: %[[ACC:.*]] = "nisa.alloc"() {memory = "psum"} : () -> memref<128x64xf32, "psum">
-// CHECK: "nisa.dma"(%{{.*}}, %[[X]])
+// CHECK: "nisa.dma"(%[[XROWS:.*]], %[[X]])
+// CHECK: "nisa.transpose"(%{{.*}}, %[[XROWS]]) {aps = [array<i64: 0, 64, 128, 1, 64>, array<i64: 0, 256, 64, 1, 128>]
 // CHECK: "nisa.matmul"(%[[ACC]], %{{.*}}, %{{.*}}) {accumulate = false
+// CHECK: "nisa.transpose"(%{{.*}}, %[[WROWS]]) {aps = [array<i64: 0, 128, 128, 1, 128>, array<i64: 128, 256, 128, 1, 128>]
+// CHECK: "nisa.transpose"(%{{.*}}, %[[XROWS]]) {aps = [array<i64: 0, 64, 128, 1, 64>, array<i64: 128, 256, 64, 1, 128>]
 // CHECK: "nisa.matmul"(%[[ACC]], %{{.*}}, %{{.*}}) {accumulate = true
 // CHECK: "nisa.dma"(%[[BIAS:.*]], %[[B]]) {aps = [array<i64: 0, 1, 128, 1, 1>, array<i64: 0, 1, 128, 0, 1>]
 // CHECK: %[[H:.*]] = "nisa.alloc"() {memory = "sbuf"} : () -> memref<128x64xf32, "sbuf">
