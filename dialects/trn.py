@@ -119,7 +119,7 @@ class ReshapeOp(Trn.Operation, name="reshape", traits=[ext.Pure]):
     verify_invariants = verifier(_check_reshape)
 
 
-def _affine_coefficients(expr, n_dims: int) -> tuple[int, list[int]] | None:
+def affine_coefficients(expr, n_dims: int) -> tuple[int, list[int]] | None:
     """(constant, coefficient per dim) of an affine expression in d0..d{n-1}, or None if it
     is not affine (floordiv, mod, symbols)."""
     if isinstance(expr, ir.AffineConstantExpr):
@@ -129,12 +129,12 @@ def _affine_coefficients(expr, n_dims: int) -> tuple[int, list[int]] | None:
         coeff[expr.position] = 1
         return 0, coeff
     if isinstance(expr, ir.AffineAddExpr):
-        a, b = _affine_coefficients(expr.lhs, n_dims), _affine_coefficients(expr.rhs, n_dims)
+        a, b = affine_coefficients(expr.lhs, n_dims), affine_coefficients(expr.rhs, n_dims)
         if a is None or b is None:
             return None
         return a[0] + b[0], [x + y for x, y in zip(a[1], b[1])]
     if isinstance(expr, ir.AffineMulExpr):
-        a, b = _affine_coefficients(expr.lhs, n_dims), _affine_coefficients(expr.rhs, n_dims)
+        a, b = affine_coefficients(expr.lhs, n_dims), affine_coefficients(expr.rhs, n_dims)
         if a is None or b is None:
             return None
         if any(a[1]) and any(b[1]):
@@ -148,7 +148,7 @@ def _affine_coefficients(expr, n_dims: int) -> tuple[int, list[int]] | None:
 def affine_view_coefficients(op) -> list[tuple[int, list[int]]]:
     """Per source dim: (constant, coefficients over result dims) of a trn.view's map."""
     amap = ir.AffineMapAttr(op.attributes["indexing_map"]).value
-    coeffs = [_affine_coefficients(e, amap.n_dims) for e in amap.results]
+    coeffs = [affine_coefficients(e, amap.n_dims) for e in amap.results]
     if any(c is None for c in coeffs):
         raise VerifyError(f"indexing_map {amap} is not affine")
     return coeffs

@@ -28,6 +28,7 @@ from torchneuron.compiler.passes import Pass, register
 from torchneuron.compiler.scalar.emit import TrnEmitter, storage_element_type, trn_op
 from torchneuron.compiler.scalar.expr import Expr, const, scalar_expr
 from torchneuron.compiler.scalar.idioms import recognise_idioms
+from torchneuron.dialects.trn import affine_coefficients
 
 
 @register
@@ -376,7 +377,7 @@ def _convert_generic(op: ir.Operation) -> list[ir.Value]:
 
     def leaf(tensor: ir.Value, amap) -> Expr:
         leaves.append(_to_iteration_space(tensor, amap, bounds, op))
-        leaf_dims.append({e.position for e in amap.results if isinstance(e, ir.AffineDimExpr)})
+        leaf_dims.append(_map_dims(amap))
         return Expr("arg", index=len(leaves) - 1)
 
     for i, (arg, tensor) in enumerate(zip(args, ins)):
@@ -438,6 +439,9 @@ def _reduction(op, j: int, expr: Expr, yields: list[Expr], emitter: TrnEmitter,
         kind, operand, dim = arg
         return _emit_arg_extremum(emitter, operand, kind, dim, reduced, bounds, kept_shape,
                                   etype, op)
+    match = _select_match(expr, j, init)
+    if match is not None:
+        return _emit_select_match(emitter, *match, reduced, bounds, kept_shape, etype, init, op)
     raise UnsupportedOpError("no lowering to the NeuronCore for this linalg.generic reduction "
                              "body", op.location)
 
@@ -478,6 +482,75 @@ def _arg_extremum(expr: Expr, j: int, yields: list[Expr]) -> tuple[str, Expr, in
     if companion is None or companion[0] != kind or companion[1] is not x:
         return None
     return kind, x, index.index
+
+
+def _is_acc(expr: Expr, j: int) -> bool:
+    return expr.kind == "acc" and expr.index == j
+
+
+def _select_match(expr: Expr, j: int, init: ir.Value):
+    """(first, cond, x, sentinel) when output j keeps the x of one iteration where cond holds
+    (neither using an accumulator), or its initial value where none does:
+    - the last such iteration: yield_j = select(cond, x, acc_j);
+    - the first: yield_j = select(acc_j == s, select(cond, x, acc_j), acc_j) with acc_j
+      starting at s (max-pool indices); an x equal to s does not count as found."""
+    if expr.kind != "select" or not _is_acc(expr.args[2], j):
+        return None
+    mask, taken, _ = expr.args
+    if mask.kind == "eq" and taken.kind == "select" and _is_acc(taken.args[2], j):
+        a, b = mask.args
+        sentinel = b if _is_acc(a, j) else a if _is_acc(b, j) else None
+        cond, x = taken.args[:2]
+        if sentinel is not None and sentinel.kind == "const" and \
+                _fill_value(init) == sentinel.value and not _uses_acc(cond) and \
+                not _uses_acc(x):
+            return True, cond, x, sentinel.value
+    if not _uses_acc(mask) and not _uses_acc(taken):
+        return False, mask, taken, None
+    return None
+
+
+def _emit_select_match(emitter: TrnEmitter, first: bool, cond: Expr, x: Expr, sentinel,
+                       reduced: list[int], bounds: list[int], kept_shape: list[int], etype,
+                       init: ir.Value, op) -> ir.Value:
+    """The x at the first (or last) iteration of the reduced loops, in loop order, where
+    cond holds: that iteration's position is a min (max) reduction of the positions where
+    it holds, and x is picked out where the position equals it (a max over one element)."""
+    f32 = ir.F32Type.get()
+    position, count = None, 1
+    for d in reversed(reduced):
+        term = Expr("convert", (Expr("iota", index=d),), etype=f32)
+        if count != 1:
+            term = Expr("mul", (term, const(count)))
+        position = term if position is None else Expr("add", (term, position))
+        count *= bounds[d]
+    if count > 1 << 24:
+        raise UnsupportedOpError(f"a select reduction over {count} positions (fp32 counts "
+                                 "exactly to 2^24)", op.location)
+    hit = cond if sentinel is None else \
+        Expr("select", (Expr("ne", (x, const(sentinel))), cond, const(0)))
+    none = float(count) if first else -1.0
+    # The emitter memoises by id(): the Exprs stay referenced until emitted.
+    pick, as_f32 = Expr("select", (hit, position, const(none))), Expr("convert", (x,), etype=f32)
+    candidates = emitter.emit(pick, f32)
+    kept = U.tensor_type(kept_shape, f32)
+    chosen = trn_op("reduce", kept, [candidates], op=U.string("min" if first else "max"),
+                    dimensions=U.i64_array(reduced))
+    spread = trn_op("broadcast", candidates.type, [chosen], dimensions=U.i64_array(reduced))
+    i1 = ir.IntegerType.get_signless(1)
+    at = trn_op("tensor_tensor", U.tensor_type(bounds, i1),
+                [emitter.emit(position, f32), spread], op=U.string("eq"))
+    values = emitter.emit(as_f32, f32)
+    lowest = trn_op("fill", values.type, [], value=U.f32(-math.inf))
+    picked = trn_op("reduce", kept, [trn_op("select", values.type, [at, values, lowest])],
+                    op=U.string("max"), dimensions=U.i64_array(reduced))
+    found = trn_op("tensor_scalar", U.tensor_type(kept_shape, i1), [chosen], op=U.string("ne"),
+                   scalar=U.f32(none), reverse=U.bool_attr(False))
+    start = _reshape_like(init, picked)
+    if U.element_type(start) != f32:
+        start = trn_op("convert", kept, [start])
+    value = trn_op("select", kept, [found, picked, start])
+    return trn_op("convert", U.tensor_type(kept_shape, storage_element_type(etype)), [value])
 
 
 def _emit_arg_extremum(emitter: TrnEmitter, operand: Expr, kind: str, dim: int,
@@ -553,10 +626,30 @@ def _loop_bounds(maps, operands, op) -> list[int]:
     return bounds
 
 
+def _map_dims(amap) -> set[int]:
+    """The loop dims an indexing map's results depend on."""
+    dims: set[int] = set()
+    for e in amap.results:
+        coefficients = affine_coefficients(e, amap.n_dims)
+        if coefficients is None:
+            dims |= set(range(amap.n_dims))
+        else:
+            dims |= {d for d, a in enumerate(coefficients[1]) if a}
+    return dims
+
+
 def _to_iteration_space(tensor: ir.Value, amap, bounds: list[int], op) -> ir.Value:
-    """View `tensor` (indexed by `amap`) as a tensor of the iteration-space shape."""
+    """View `tensor` (indexed by `amap`) as a tensor of the iteration-space shape: a
+    projected permutation by reshape/transpose/broadcast, any other affine map (a sliding
+    window `d2 * 2 + d5`, a diagonal `d0, d0`) as a trn.view that reads through the map."""
     shape = U.shape(tensor)
     etype = U.element_type(tensor)
+    if not _projected_permutation(amap, shape):
+        if any(affine_coefficients(e, amap.n_dims) is None for e in amap.results):
+            raise UnsupportedOpError(f"linalg.generic indexing map {amap} is not affine",
+                                     op.location)
+        return trn_op("view", U.tensor_type(bounds, etype), [tensor],
+                      indexing_map=ir.AffineMapAttr.get(amap))
     dims: list[int] = []
     keep: list[int] = []
     for k, expr in enumerate(amap.results):
@@ -585,6 +678,18 @@ def _to_iteration_space(tensor: ir.Value, amap, bounds: list[int], op) -> ir.Val
         value = trn_op("broadcast", U.tensor_type(bounds, etype), [value],
                        dimensions=U.i64_array(missing))
     return value
+
+
+def _projected_permutation(amap, shape: list[int]) -> bool:
+    """Each result a distinct loop dim, or constant 0 along a unit dim."""
+    dims = []
+    for k, expr in enumerate(amap.results):
+        if isinstance(expr, ir.AffineDimExpr):
+            dims.append(expr.position)
+        elif not (isinstance(expr, ir.AffineConstantExpr) and expr.value == 0 and
+                  shape[k] == 1):
+            return False
+    return len(set(dims)) == len(dims)
 
 
 _CONVERTERS = {

@@ -90,11 +90,18 @@ def load_leaf(em: Emitter, view: HbmView) -> Tile:
     elif view.fill is not None:
         em.memset(tile, view.fill)
     else:
+        # A loop index is affine along the flattened run of the innermost free dims whose
+        # strides nest; one IOTA per position of the free dims outside that run.
         inner = [(s, n) for s, n in zip(view.strides[1:], view.shape[1:]) if n > 1]
-        for (s, _), (s_in, n_in) in zip(inner, inner[1:]):
-            if s != s_in * n_in:
-                raise CompileError("a loop index that is not affine in the flattened tile")
-        em.iota(tile, view.offset, view.strides[0], inner[-1][0] if inner else 0)
+        split = len(inner) - 1 if inner else 0
+        while split > 0 and inner[split - 1][0] == inner[split][0] * inner[split][1]:
+            split -= 1
+        outer, run = inner[:split], inner[split:]
+        width = math.prod(n for _, n in run)
+        step = run[-1][0] if run else 0
+        for k, position in enumerate(itertools.product(*(range(n) for _, n in outer))):
+            base = view.offset + sum(i * s for i, (s, _) in zip(position, outer))
+            em.iota(tile.columns(k * width, width), base, view.strides[0], step)
     return tile
 
 

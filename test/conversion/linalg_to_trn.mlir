@@ -443,3 +443,45 @@ func.func @returned_empty() -> tensor<3x2xf32> {
   %e = tensor.empty() : tensor<3x2xf32>
   return %e : tensor<3x2xf32>
 }
+
+// -----
+
+// Tests that an input read through a non-permutation affine map (a sliding window
+// d1 * 2 + d2) becomes a trn.view of the iteration space, and that a reduction keeping the
+// index of the first iteration where a condition holds (max-pool indices: acc starts at -1,
+// select(acc == -1, select(hit, i, acc), acc)) becomes a min over the positions that hit,
+// the value picked where the position equals it, and the initial value where none hit.
+// CHECK-LABEL: func.func @window_first_match
+// CHECK: %[[INIT:.*]] = "trn.fill"() {value = -1.000000e+00 : f32} : () -> tensor<2x4xi64>
+// CHECK: %[[WIN:.*]] = "trn.view"(%arg0) {indexing_map = #map} : (tensor<2x9xf32>) -> tensor<2x4x3xf32>
+// CHECK: %[[HIT:.*]] = "trn.tensor_tensor"(%[[WIN]], %{{.*}}) {op = "eq"}
+// CHECK: %[[POS:.*]] = "trn.convert"(%{{.*}}) : (tensor<2x4x3xi64>) -> tensor<2x4x3xf32>
+// CHECK: %[[NONE:.*]] = "trn.fill"() {value = 3.000000e+00 : f32} : () -> tensor<2x4x3xf32>
+// CHECK: %[[CAND:.*]] = "trn.select"(%{{.*}}, %[[POS]], %[[NONE]])
+// CHECK: %[[FIRST:.*]] = "trn.reduce"(%[[CAND]]) {dimensions = array<i64: 2>, op = "min"}
+// CHECK: %[[SPREAD:.*]] = "trn.broadcast"(%[[FIRST]]) {dimensions = array<i64: 2>}
+// CHECK: %[[AT:.*]] = "trn.tensor_tensor"(%[[POS]], %[[SPREAD]]) {op = "eq"}
+// CHECK: %[[PICKED:.*]] = "trn.reduce"(%{{.*}}) {dimensions = array<i64: 2>, op = "max"}
+// CHECK: %[[FOUND:.*]] = "trn.tensor_scalar"(%[[FIRST]]) {op = "ne", reverse = false, scalar = 3.000000e+00 : f32}
+// CHECK: %[[START:.*]] = "trn.convert"(%[[INIT]])
+// CHECK: "trn.select"(%[[FOUND]], %[[PICKED]], %[[START]])
+#win_in = affine_map<(d0, d1, d2) -> (d0, d1 * 2 + d2)>
+#win_k = affine_map<(d0, d1, d2) -> (d2)>
+#win_out = affine_map<(d0, d1, d2) -> (d0, d1)>
+func.func @window_first_match(%x: tensor<2x9xf32>, %m: tensor<2x4xf32>) -> tensor<2x4xi64> {
+  %c-1 = arith.constant -1 : i64
+  %e = tensor.empty() : tensor<2x4xi64>
+  %init = linalg.fill ins(%c-1 : i64) outs(%e : tensor<2x4xi64>) -> tensor<2x4xi64>
+  %w = tensor.empty() : tensor<3xi64>
+  %r = linalg.generic {indexing_maps = [#win_in, #win_out, #win_k, #win_out], iterator_types = ["parallel", "parallel", "reduction"]} ins(%x, %m, %w : tensor<2x9xf32>, tensor<2x4xf32>, tensor<3xi64>) outs(%init : tensor<2x4xi64>) {
+  ^bb0(%v: f32, %mx: f32, %unused: i64, %acc: i64):
+    %k = linalg.index 2 : index
+    %i = arith.index_cast %k : index to i64
+    %hit = arith.cmpf oeq, %v, %mx : f32
+    %s = arith.select %hit, %i, %acc : i64
+    %none = arith.cmpi eq, %acc, %c-1 : i64
+    %y = arith.select %none, %s, %acc : i64
+    linalg.yield %y : i64
+  } -> tensor<2x4xi64>
+  return %r : tensor<2x4xi64>
+}

@@ -132,3 +132,28 @@ def test_ceil_mode_pool_reads_fewer_windows_than_its_padded_input_holds(kw):
     x = torch.randn(1, 3, 9, 9, generator=torch.Generator().manual_seed(7))
     fn = lambda a: torch.nn.functional.avg_pool2d(a, **kw)   # noqa: E731
     torch.testing.assert_close(_native(fn, x), fn(x), rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("fn, shape", [
+    (lambda a: torch.nn.functional.max_pool2d(a, 3, 2, ceil_mode=True, return_indices=True),
+     (1, 2, 5, 6)),
+    (lambda a: torch.nn.functional.max_pool3d(a, 3, 2, ceil_mode=True, return_indices=True),
+     (1, 2, 3, 6, 5)),
+    (lambda a: torch.nn.functional.max_pool1d(a, 2, 1, padding=1, return_indices=True),
+     (2, 3, 7)),
+])
+def test_max_pool_with_indices(fn, shape):
+    # The indices are the first position where a window reaches its max (a select reduction);
+    # the 3-D pool reads its windows through an affine map (d2 * 2 + d5) as a view, and the
+    # window position's loop index is generated one IOTA per run of the reduced dims.
+    x = torch.randn(*shape, generator=torch.Generator().manual_seed(8))
+    x[..., 1] = x[..., 0]          # ties: the first position wins
+    got, want = _native(fn, x), fn(x)
+    torch.testing.assert_close(got[0], want[0], rtol=0, atol=0)
+    assert torch.equal(got[1], want[1])
+
+
+def test_unfold_reads_windows_through_an_affine_map():
+    x = torch.randn(5, 6, 4, generator=torch.Generator().manual_seed(9))
+    fn = lambda a: a.unfold(1, 3, 2).contiguous() * 2   # noqa: E731
+    torch.testing.assert_close(_native(fn, x), fn(x), rtol=0, atol=0)
