@@ -422,8 +422,7 @@ def split_and_compile(gm: torch.fx.GraphModule, name: str, compile_fn: CompileFn
             mutation = node
         if reason is not None:
             if strict:
-                raise NotCompilable(f"FX node '{node.name}' at {describe_source(source_of(node))}"
-                                    f": {reason}")
+                raise NotCompilable(strict_message(node, reason.category, reason.message))
             unsupported[node.name] = reason
     compiled: dict[frozenset, Any] = {}
     originals = {n.name: n for n in gm.graph.nodes}
@@ -470,12 +469,26 @@ def split_and_compile(gm: torch.fx.GraphModule, name: str, compile_fn: CompileFn
     return result
 
 
+FALLBACK_HINT = ("to run what the NeuronCore cannot take in PyTorch on the CPU instead, drop "
+                 "options={'fallback': False} (fallback is on by default; torchneuron.explain "
+                 "lists what falls back)")
+
+
+def strict_message(node: torch.fx.Node, category: str, message: str) -> str:
+    """Strict mode's error for a node that would fall back: the op, the FX node, the user's
+    source line, the reason, and how to fall back instead."""
+    return (f"{op_name(node)} (FX node '{node.name}') at {describe_source(source_of(node))}: "
+            f"[{category}] {message}; {FALLBACK_HINT}")
+
+
 def _strict_error(failure: PartitionFailure, originals: dict) -> Exception:
     node = originals.get(failure.node) if failure.node else None
-    if node is None:
-        return failure.error or NotCompilable(failure.message)
-    return NotCompilable(f"FX node '{node.name}' at {describe_source(source_of(node))}: "
-                         f"[{failure.category}] {failure.message}")
+    if node is None:           # the compiler's own error, with its traceback
+        if failure.error is not None:
+            failure.error.add_note(f"torchneuron: {FALLBACK_HINT}")
+            return failure.error
+        return NotCompilable(f"[{failure.category}] {failure.message}; {FALLBACK_HINT}")
+    return NotCompilable(strict_message(node, failure.category, failure.message))
 
 
 def _attribute(failure: PartitionFailure, nodes: list[torch.fx.Node],

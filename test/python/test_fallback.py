@@ -360,6 +360,43 @@ def test_strict_mode_raises_instead_of_falling_back():
                       options={"fallback": False})(torch.randn(4, 8))
 
 
+
+def doubled(x):
+    return x.double() * 2
+
+
+def sort_doubled(x):
+    return torch.sort(x * 2).values
+
+
+@pytest.mark.parametrize("case", ["deny-list", "import", "compile"])
+def test_strict_error_names_op_node_source_line_and_how_to_fall_back(monkeypatch, case):
+    """Issue 5.6: whichever stage refuses a node (the partitioner's deny-list, torch-mlir's
+    import, the compiler), the error names the ATen op, the FX node and the Python line, and
+    says how to fall back instead."""
+    fn, args, op, node, code = {
+        "deny-list": (doubled, (torch.randn(4, 8),), "aten._to_copy", "_to_copy",
+                      "return x.double() * 2"),
+        "import": (sort_doubled, (torch.randn(4, 8),), "aten.sort", "sort",
+                   "return torch.sort(x * 2).values"),
+        "compile": (mm_tanh_mul, (torch.randn(16, 32), torch.randn(32, 8)), "aten.tanh", "tanh",
+                    "z = torch.tanh(y)"),
+    }[case]
+    if case == "compile":
+        _failing_compile(monkeypatch, lambda t: "math.tanh" in t,
+                         CompileError("no lowering for tanh (injected)",
+                                      f'loc("tanh"("{THIS}":1:0))'))
+    torch._dynamo.reset()
+    with pytest.raises(Exception) as info:
+        torch.compile(fn, backend="neuron", options={"fallback": False})(*args)
+    message = str(info.value)
+    assert f"{op} (FX node '{node}') at {THIS}:" in message, message
+    assert code in message, message
+    assert "options={'fallback': False}" in message and "PyTorch on the CPU" in message
+    # and with the default options the same function falls back and runs
+    (report,) = compile_and_check(fn, *args, rtol=1e-5, atol=1e-5)
+    assert node in {n.node for n in report.fallbacks}
+
 # -- explain --------------------------------------------------------------------------------------
 
 class Breaks(torch.nn.Module):
