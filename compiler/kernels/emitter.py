@@ -204,15 +204,15 @@ class Emitter:
                     [(dst.buffer, dst.ap()), (lhs.buffer, lhs.ap()), (rhs.buffer, rhs.ap())],
                     op=U.string(op))
 
-    def tensor_scalar(self, dst: Tile, src: Tile, op0: str, operand0: float | Tile,
-                      reverse0: bool = False, op1: str = "bypass",
-                      operand1: float | Tile = 0.0, reverse1: bool = False,
-                      engine: str = "dve") -> None:
+    def tensor_scalar(self, dst: Tile, src: Tile, op0: str,
+                      operand0: float | Tile | TilePattern, reverse0: bool = False,
+                      op1: str = "bypass", operand1: float | Tile | TilePattern = 0.0,
+                      reverse1: bool = False, engine: str = "dve") -> None:
         operands = [(dst.buffer, dst.ap()), (src.buffer, src.ap())]
         segments = [1, 1, 0, 0]
         imms = []
         for i, operand in enumerate((operand0, operand1)):
-            if isinstance(operand, Tile):
+            if isinstance(operand, (Tile, TilePattern)):   # a per-partition scalar column
                 operands.append((operand.buffer, operand.ap()))
                 segments[2 + i] = 1
                 imms.append(0.0)

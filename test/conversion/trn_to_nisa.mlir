@@ -201,6 +201,22 @@ func.func @gather(%table: tensor<10x8xf32>, %ids: tensor<5xi64>) -> tensor<5x8xf
 
 // -----
 
+// Tests the depthwise convolution (one channel per group) on DVE: per kernel position, the
+// window times the channel's weight, read as a per-partition scalar column of the weights.
+// CHECK-LABEL: func.func @depthwise
+// CHECK: "nisa.tensor_scalar"(%{{.*}}, %{{.*}}, %{{.*}}) {aps = [array<i64: 0, 25, 2, 1, 25>, array<i64: 0, 36, 2, 6, 5, 1, 5>, array<i64: 0, 4, 2, 1, 1>]{{.*}}op0 = "mul"
+// CHECK: "nisa.tensor_scalar"(%{{.*}}, %{{.*}}, %{{.*}}) {aps = [array<i64: 0, 25, 2, 1, 25>, array<i64: 1, 36, 2, 6, 5, 1, 5>, array<i64: 1, 4, 2, 1, 1>]{{.*}}op0 = "mul"
+// CHECK: "nisa.tensor_tensor"({{.*}}op = "add"
+func.func @depthwise(%x: tensor<1x2x6x6xf32>, %w: tensor<2x1x2x2xf32>) -> tensor<1x2x5x5xf32> {
+  %k = "trn.kernel"() ({
+    %c = "trn.conv"(%x, %w) {strides = array<i64: 1, 1>, dilations = array<i64: 1, 1>, groups = 2 : i64} : (tensor<1x2x6x6xf32>, tensor<2x1x2x2xf32>) -> tensor<1x2x5x5xf32>
+    "trn.yield"(%c) : (tensor<1x2x5x5xf32>) -> ()
+  }) {kind = "conv"} : () -> tensor<1x2x5x5xf32>
+  return %k : tensor<1x2x5x5xf32>
+}
+
+// -----
+
 // Tests that a 0-d index gathers one row: a one-element index on one partition.
 // CHECK-LABEL: func.func @gather_one_row
 // CHECK: "nisa.dma"(%[[IDX:.*]], %arg1) {aps = [array<i64: 0, 1, 1, 1, 1>, array<i64: 0, 1, 1, 1, 1>]

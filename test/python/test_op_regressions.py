@@ -157,3 +157,12 @@ def test_unfold_reads_windows_through_an_affine_map():
     x = torch.randn(5, 6, 4, generator=torch.Generator().manual_seed(9))
     fn = lambda a: a.unfold(1, 3, 2).contiguous() * 2   # noqa: E731
     torch.testing.assert_close(_native(fn, x), fn(x), rtol=0, atol=0)
+
+
+def test_single_channel_conv3d():
+    # One channel per group runs on DVE with the weight as a per-partition scalar column
+    # (an access pattern into the weight tile, which tensor_scalar took for an immediate).
+    x = torch.randn(2, 1, 4, 5, 6, generator=torch.Generator().manual_seed(10))
+    w = torch.randn(1, 1, 2, 2, 2, generator=torch.Generator().manual_seed(11))
+    fn = torch.nn.functional.conv3d
+    torch.testing.assert_close(_native(fn, x, w), fn(x, w), rtol=1e-5, atol=1e-5)
