@@ -27,6 +27,13 @@ class Collect(logging.Handler):
 logger = logging.getLogger("torchneuron")
 logger.setLevel(logging.INFO)
 logger.addHandler(Collect())
+from torchneuron import backend
+compiled = []        # partitions that went through the compiler (not loaded from the cache)
+real_compile = backend._compile_uncached
+def counting_compile(sub, name, *args):
+    compiled.append(name)
+    return real_compile(sub, name, *args)
+backend._compile_uncached = counting_compile
 torch.manual_seed(0)
 model = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.GELU(), torch.nn.Linear(128, 10))
 x = torch.randn(16, 64)
@@ -38,9 +45,8 @@ expected = model(x).square().mean()
 expected.backward()
 diff = max([abs(loss.item() - expected.item())] +
            [(g - p.grad).abs().max().item() for g, p in zip(grads, model.parameters())])
-from torchneuron import backend
 reports = [r.to_dict() for r in backend.graph_reports()]
-print(json.dumps({"diff": diff, "reports": reports, "log": messages}))
+print(json.dumps({"diff": diff, "reports": reports, "log": messages, "compiled": compiled}))
 """
 
 
@@ -59,10 +65,6 @@ def run_script(cache_dir, n=1) -> list[dict]:
 
 def partitions(result) -> list[dict]:
     return [p for r in result["reports"] for p in r["partition_details"]]
-
-
-def compile_seconds(result) -> float:
-    return sum(r["compile_seconds"] for r in result["reports"])
 
 
 def assert_valid_cache(cache_dir) -> int:
@@ -93,9 +95,11 @@ def test_second_process_loads_every_partition_from_the_cache(cold_and_warm):
     assert len(loaded) == len(partitions(warm)) == 2
     assert loaded[0].startswith("graph0_forward: loaded from compile cache")
     assert any("from the compile cache" in m and "graph0_backward" in m for m in warm["log"])
-    # the reported compile time (partitioning + compiling or loading), not wall clock
-    assert compile_seconds(warm) < compile_seconds(cold) / 10, (compile_seconds(warm),
-                                                                compile_seconds(cold))
+    # The warm process compiled nothing: no partition went through FX import and the
+    # pipeline. (Its reported compile time against the cold one's is a figure, printed by
+    # `bench/models.py --cache` and quoted in the README; tests assert on no timing.)
+    assert cold["compiled"] == ["graph0_forward", "graph0_backward"]
+    assert warm["compiled"] == []
     for hit, miss in zip(partitions(warm), partitions(cold)):
         assert hit["original_compile_seconds"] == pytest.approx(miss["compile_seconds"])
     assert assert_valid_cache(cache_dir) == 2
