@@ -257,14 +257,33 @@ def _convert_conv(op: ir.Operation) -> ir.Value:
 
 
 def _convert_pool(op: ir.Operation) -> ir.Value:
+    """trn.pool (channels before the spatial dims); a channels-last pooling (`_nwc`, `_nhwc`,
+    `_ndhwc`) pools its input transposed to channels-first and transposes the result back."""
     (x, window), (init,) = _ins_outs(op)
-    spatial = len(U.shape(x)) - 2
+    rank = len(U.shape(x))
+    spatial = rank - 2
     kind = "max" if op.name.endswith("_max") else "add"
-    pooled = trn_op("pool", op.results[0].type, [x], op=U.string(kind),
+    result_type = op.results[0].type
+    channels_last = "_n" in op.name and op.name.split("_")[-2].endswith("c")
+    if channels_last:
+        to_first = [0, rank - 1, *range(1, rank - 1)]
+        x = _permute(x, to_first)
+        shape = U.shape(op.results[0])
+        result_type = U.tensor_type([shape[p] for p in to_first], U.element_type(x))
+    pooled = trn_op("pool", result_type, [x], op=U.string(kind),
                     window=U.i64_array(U.shape(window)),
                     strides=U.i64_array(_dense_i64(op, "strides", spatial)),
                     dilations=U.i64_array(_dense_i64(op, "dilations", spatial)))
+    if channels_last:
+        pooled = _permute(pooled, [0, *range(2, rank), 1])
     return _accumulate_into(pooled, init, kind)
+
+
+def _permute(value: ir.Value, permutation: list[int]) -> ir.Value:
+    shape = U.shape(value)
+    return trn_op("transpose", U.tensor_type([shape[p] for p in permutation],
+                                             U.element_type(value)), [value],
+                  permutation=U.i64_array(permutation))
 
 
 # -- tensor dialect data movement ---------------------------------------------------------------
@@ -704,6 +723,12 @@ _CONVERTERS = {
     "linalg.pooling_ncw_sum": _convert_pool,
     "linalg.pooling_nchw_sum": _convert_pool,
     "linalg.pooling_ncdhw_sum": _convert_pool,
+    "linalg.pooling_nwc_max": _convert_pool,
+    "linalg.pooling_nhwc_max": _convert_pool,
+    "linalg.pooling_ndhwc_max": _convert_pool,
+    "linalg.pooling_nwc_sum": _convert_pool,
+    "linalg.pooling_nhwc_sum": _convert_pool,
+    "linalg.pooling_ndhwc_sum": _convert_pool,
     "tensor.extract_slice": _convert_extract_slice,
     "tensor.insert_slice": _convert_insert_slice,
     "tensor.concat": _convert_concat,

@@ -485,3 +485,20 @@ func.func @window_first_match(%x: tensor<2x9xf32>, %m: tensor<2x4xf32>) -> tenso
   } -> tensor<2x4xi64>
   return %r : tensor<2x4xi64>
 }
+
+// -----
+
+// Tests that a channels-last pooling pools its input transposed to channels-first and
+// transposes the result back.
+// CHECK-LABEL: func.func @pool_channels_last
+// CHECK: %[[X:.*]] = "trn.transpose"(%arg0) {permutation = array<i64: 0, 4, 1, 2, 3>} : (tensor<2x4x6x6x3xf32>) -> tensor<2x3x4x6x6xf32>
+// CHECK: %[[P:.*]] = "trn.pool"(%[[X]]) {dilations = array<i64: 1, 1, 1>, op = "add", strides = array<i64: 2, 2, 2>, window = array<i64: 2, 2, 2>} : (tensor<2x3x4x6x6xf32>) -> tensor<2x3x2x3x3xf32>
+// CHECK: "trn.transpose"(%[[P]]) {permutation = array<i64: 0, 2, 3, 4, 1>} : (tensor<2x3x2x3x3xf32>) -> tensor<2x2x3x3x3xf32>
+func.func @pool_channels_last(%x: tensor<2x4x6x6x3xf32>) -> tensor<2x2x3x3x3xf32> {
+  %cst = arith.constant 0.000000e+00 : f32
+  %w = tensor.empty() : tensor<2x2x2xf32>
+  %e = tensor.empty() : tensor<2x2x3x3x3xf32>
+  %z = linalg.fill ins(%cst : f32) outs(%e : tensor<2x2x3x3x3xf32>) -> tensor<2x2x3x3x3xf32>
+  %p = linalg.pooling_ndhwc_sum {dilations = dense<1> : vector<3xi64>, strides = dense<2> : vector<3xi64>} ins(%x, %w : tensor<2x4x6x6x3xf32>, tensor<2x2x2xf32>) outs(%z : tensor<2x2x3x3x3xf32>) -> tensor<2x2x3x3x3xf32>
+  return %p : tensor<2x2x3x3x3xf32>
+}

@@ -166,3 +166,12 @@ def test_single_channel_conv3d():
     w = torch.randn(1, 1, 2, 2, 2, generator=torch.Generator().manual_seed(11))
     fn = torch.nn.functional.conv3d
     torch.testing.assert_close(_native(fn, x, w), fn(x, w), rtol=1e-5, atol=1e-5)
+
+
+def test_avg_pool3d_channels_last_pooling():
+    # torch-mlir pools 3-D averages channels-last (linalg.pooling_ndhwc_sum).
+    x = torch.randn(2, 3, 4, 4, 5, generator=torch.Generator().manual_seed(12))
+    for fn in (lambda a: torch.nn.functional.avg_pool3d(a, 2),
+               lambda a: torch.nn.functional.avg_pool3d(a, 2, 1, 1, ceil_mode=True,
+                                                        count_include_pad=False)):
+        torch.testing.assert_close(_native(fn, x), fn(x), rtol=1e-6, atol=1e-6)
