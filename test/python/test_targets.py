@@ -191,3 +191,39 @@ def test_tools_select_the_target(files, capsys, monkeypatch, tool, header):
     assert code == 1 and out == ""
     assert err == (f"{name}: error: unknown target 'trn7' (from TORCHNEURON_TARGET); known "
                    "targets: trn2, trn1\n")
+
+
+@pytest.mark.parametrize("options, env, expected", [
+    (None, None, "trn2"),                      # the default
+    ({"target": "trn1"}, None, "trn1"),        # torch.compile(..., options={"target": ...})
+    (None, "trn1", "trn1"),                    # TORCHNEURON_TARGET
+    ({"target": "trn2"}, "trn1", "trn2"),      # the option wins over the environment
+])
+def test_torch_compile_selects_the_target(monkeypatch, options, env, expected):
+    """The compiler tiles for, and the program records and runs on, the selected target: the
+    simulated time of the same matmul follows that target's PE clock."""
+    torch = pytest.importorskip("torch")
+    from torchneuron import backend
+
+    if env is None:
+        monkeypatch.delenv("TORCHNEURON_TARGET", raising=False)
+    else:
+        monkeypatch.setenv("TORCHNEURON_TARGET", env)
+
+    def f(x, w):
+        return torch.relu(x @ w)
+
+    torch._dynamo.reset()
+    x, w = torch.randn(128, 128), torch.randn(128, 256)
+    got = torch.compile(f, backend="neuron", options=options)(x, w)
+    torch.testing.assert_close(got, f(x, w), rtol=1e-4, atol=1e-4)
+    graph = backend.compiled_graphs()[-1]
+    assert graph.program.target.name == graph.device.target.name == expected
+    assert graph.program.neff.target == expected
+    # every PE instruction lasts a whole number of the selected target's PE cycles
+    pe = [e for e in graph.last_profile.events if e.stream == "pe"]
+    cycles = [(e.end_ns - e.start_ns) * get_target(expected).pe_ghz for e in pe]
+    assert pe and all(abs(c - round(c)) < 1e-6 and c >= 1 for c in cycles), cycles
+    other = get_target("trn1" if expected == "trn2" else "trn2").pe_ghz
+    assert any(abs(c - round(c)) > 1e-3 for c in
+               ((e.end_ns - e.start_ns) * other for e in pe))
