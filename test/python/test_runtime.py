@@ -179,3 +179,22 @@ bad = [m for m in sys.modules if m.split('.')[0] in ('torch', 'torch_mlir')
 assert not bad, bad
 """
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_readme_runtime_api_example_runs(tmp_path, monkeypatch):
+    """The README's "Runtime API" snippet, as written, on a two-input program."""
+    import os
+    import re
+
+    readme = open(os.path.join(os.path.dirname(__file__), "..", "..", "README.md")).read()
+    section = readme.split("## Runtime API", 1)[1]
+    (code,) = re.findall(r"```python\n(.*?)```", section.split("\n## ", 1)[0], re.S)
+    (tmp_path / "model.neff").write_bytes(scale_program())
+    monkeypatch.chdir(tmp_path)
+    x, w = inputs()
+    scope = {"x": x, "w": w}
+    exec(compile(code, "README.md", "exec"), scope)
+    assert isinstance(scope["program"], Program) and isinstance(scope["result"],
+                                                                ExecutionResult)
+    np.testing.assert_array_equal(scope["result"].outputs[0], 2 * x)
+    assert (tmp_path / "trace.json").exists()
