@@ -35,6 +35,9 @@ class CompileOptions:
     fuse_elementwise: bool = True
     fuse_rows: bool = True            # trn-fuse rows: softmax/norm-style groups in one kernel
     layout_assignment: bool = True    # trn-layout: matmul results stored as consumers read them
+    # neuron-tune's database, read by trn-tile (default: TORCHNEURON_TUNING_DB when set; taken
+    # at construction so that the persistent compile cache keys on it).
+    tuning_db: str = dataclasses.field(default_factory=lambda: config.TUNING_DB.get() or "")
 
     @staticmethod
     def from_dict(options: dict | None) -> "CompileOptions":
@@ -49,6 +52,10 @@ class CompileOptions:
     @property
     def target_name(self) -> str:
         return get_target(self.target or None).name
+
+    @property
+    def tuning_db_path(self) -> str:
+        return self.tuning_db
 
 
 @dataclasses.dataclass(frozen=True)
@@ -65,9 +72,10 @@ def stages(options: CompileOptions) -> list[Stage]:
             f"elementwise={str(options.fuse_elementwise).lower()} "
             f"rows={str(options.fuse_rows).lower()} target={target}}}")
     layout = "trn-layout," if options.layout_assignment else ""
+    db = f" tuning-db={options.tuning_db_path}" if options.tuning_db_path else ""
     return [
         Stage("trn", "recognise engine ops, fuse kernels, choose layouts and tiles",
-              f"convert-linalg-to-trn,{fuse},{layout}trn-tile{{target={target}}}"),
+              f"convert-linalg-to-trn,{fuse},{layout}trn-tile{{target={target}{db}}}"),
         Stage("isa", "tile into instructions, place buffers, synchronise engines",
               f"convert-trn-to-nisa{{target={target}}},trn-plan-memory,trn-schedule"),
     ]

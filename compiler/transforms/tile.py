@@ -5,22 +5,33 @@
   engine applies it per partition while it evacuates PSUM; otherwise "mn".
 - elementwise kernels get `free_tile`: free elements per tile, sized so that a few iterations'
   buffers fit in SBUF at once and DMA of the next tile overlaps compute of this one.
+- matmul kernels also get `gemm_resident` ("p" or "f": which operand's tiles stay on chip while
+  the other's stream past) and `gemm_block` (resident output tiles per block), from the cost
+  model (kernels/matmul.py, `plan_gemm`: PE time with operand transposes against DMA time).
 convert-trn-to-nisa reads these attributes (and makes the same choice for a kernel without
 them).
+
+With `tuning-db=PATH` (CompileOptions.tuning_db, TORCHNEURON_TUNING_DB), a kernel whose key
+(compiler/tuning.py) is in that database gets the configuration `neuron-tune` stored for it,
+in place of these choices. A database that cannot be read is reported as a warning naming the
+file, and the kernels keep the default choices.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import warnings
 
 from torch_mlir import ir
 
 from torchneuron.compiler import ir_utils as U
 from torchneuron.compiler.errors import CompileError
 from torchneuron.compiler.kernels.elementwise import choose_free_tile
+from torchneuron.compiler.kernels.matmul import matmul_element_type, plan_gemm
 from torchneuron.compiler.kernels.tile_ops import ELEMENTWISE_OPS, VIEW_OPS
 from torchneuron.compiler.kernels.views import HbmView, apply_view_op
 from torchneuron.compiler.passes import Pass, register
+from torchneuron.compiler.tuning import TuningDB, TuningDBError, apply_config, kernel_key
 from torchneuron.target import Target, get_target
 
 
@@ -30,13 +41,28 @@ class TilePass(Pass):
     NAME = "trn-tile"
     SUMMARY = "Choose matmul orientation and elementwise tile sizes for each trn.kernel"
     target: str = ""
+    tuning_db: str = ""
 
     def run(self, module: ir.Operation) -> None:
         target = get_target(self.target or None)
+        db = load_tuning_db(self.tuning_db) if self.tuning_db else None
         for func in U.functions(module):
             for op in U.body_ops(func):
                 if op.name == "trn.kernel":
+                    if db is not None:
+                        config = db.lookup(kernel_key(op, target.name))
+                        if config:
+                            apply_config(op, config)
                     annotate(op, target)
+
+
+def load_tuning_db(path: str) -> TuningDB | None:
+    """The database at `path`, or None (with a warning naming the file) when it is corrupt."""
+    try:
+        return TuningDB.load(path)
+    except TuningDBError as exc:
+        warnings.warn(f"{exc}; compiling with the default tiling", RuntimeWarning, stacklevel=2)
+        return None
 
 
 def kernel_body(kernel: ir.Operation) -> list[ir.Operation]:
@@ -44,6 +70,7 @@ def kernel_body(kernel: ir.Operation) -> list[ir.Operation]:
 
 
 ORIENTATIONS = ("mn", "nm")
+RESIDENTS = ("p", "f")
 
 
 def annotate(kernel: ir.Operation, target: Target) -> None:
@@ -56,6 +83,19 @@ def annotate(kernel: ir.Operation, target: Target) -> None:
         elif U.str_attr(kernel, "orientation") not in ORIENTATIONS:
             raise CompileError(f"unknown matmul orientation '{U.str_attr(kernel, 'orientation')}'"
                                f" (expected {' or '.join(ORIENTATIONS)})", kernel.location)
+        if "gemm_resident" in kernel.attributes and \
+                U.str_attr(kernel, "gemm_resident") not in RESIDENTS:
+            raise CompileError(f"unknown gemm_resident '{U.str_attr(kernel, 'gemm_resident')}'"
+                               f" (expected {' or '.join(RESIDENTS)})", kernel.location)
+        if "gemm_block" in kernel.attributes and U.int_attr(kernel, "gemm_block") < 1:
+            raise CompileError("gemm_block must be positive", kernel.location)
+        if "gemm_resident" not in kernel.attributes or "gemm_block" not in kernel.attributes:
+            plan = choose_gemm_plan(kernel, body, U.str_attr(kernel, "orientation"), target)
+            if plan is not None:
+                if "gemm_resident" not in kernel.attributes:
+                    kernel.attributes["gemm_resident"] = U.string(plan.resident)
+                if "gemm_block" not in kernel.attributes:
+                    kernel.attributes["gemm_block"] = U.i64(plan.block)
     elif "free_tile" not in kernel.attributes:
         kernel.attributes["free_tile"] = U.i64(elementwise_free_tile(body, target))
     elif U.int_attr(kernel, "free_tile") < 1:
@@ -78,6 +118,33 @@ def choose_orientation(body: list[ir.Operation]) -> str:
                 return "nm"
         chain.add(op.results[0])
     return "mn"
+
+
+def choose_gemm_plan(kernel: ir.Operation, body: list[ir.Operation], orientation: str,
+                     target: Target):
+    """The operand movement the cost model prefers for the kernel's matmul (see
+    kernels/matmul.py): which HBM operands need PE transposes follows from their layouts."""
+    matmul = next(op for op in body if op.name == "trn.matmul")
+    a, b = matmul.operands
+    m, k = U.shape(a)[-2:]
+    n = U.shape(b)[-1]
+    la, lb = layout_of(a), layout_of(b)
+    if min(m, k, n) <= 0 or la is None or lb is None:
+        return None
+    # A^T [K, M] moves transposed when A's rows are contiguous; B [K, N] when its columns are.
+    a_t_transposed = k > 1 and m > 1 and la.strides[-1] == 1 and la.strides[-2] != 1
+    b_transposed = k > 1 and n > 1 and lb.strides[-2] == 1 and lb.strides[-1] != 1
+    if orientation == "nm":
+        parts, free, p_tr, f_tr = n, m, b_transposed, a_t_transposed
+    else:
+        parts, free, p_tr, f_tr = m, n, a_t_transposed, b_transposed
+    tp, tf, tk = target.pe_cols, target.matmul_max_moving, target.pe_rows
+    etype = matmul_element_type(U.element_type(a), U.element_type(b))
+    out_bytes = sum(U.element_bytes(U.element_type(v)) for v in kernel.results)
+    return plan_gemm(target, -(-k // tk),
+                     [(p0, min(tp, parts - p0)) for p0 in range(0, parts, tp)],
+                     [(f0, min(tf, free - f0)) for f0 in range(0, free, tf)],
+                     U.element_bytes(etype), p_tr, f_tr, out_bytes)
 
 
 def layout_of(value: ir.Value) -> HbmView | None:

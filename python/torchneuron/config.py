@@ -76,4 +76,10 @@ CACHE_DIR: Knob[str | None] = Knob(
     "Directory of the persistent compile cache (default ~/.cache/torchneuron; 'off' disables).",
 )
 
-ALL_KNOBS = (DUMP_DIR, TARGET, VERIFY_EACH, CACHE_DIR)
+TUNING_DB: Knob[str | None] = Knob(
+    "TORCHNEURON_TUNING_DB", _path_or_none, None,
+    "Tuning database (JSON written by neuron-tune) whose per-kernel tiling choices "
+    "compilations use in place of the defaults (CompileOptions.tuning_db overrides it).",
+)
+
+ALL_KNOBS = (DUMP_DIR, TARGET, VERIFY_EACH, CACHE_DIR, TUNING_DB)

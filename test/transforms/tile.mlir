@@ -1,11 +1,21 @@
 // RUN: neuron-opt --split-input-file --trn-tile %s | FileCheck %s
 // RUN: neuron-opt --split-input-file --trn-tile="target=trn1" %s | FileCheck %s --check-prefix=TRN1
 // RUN: not neuron-opt --trn-tile %S/Inputs/tile-invalid.mlir 2>&1 | FileCheck %s --check-prefix=ERR
+// Tests that a kernel tuned by neuron-tune gets the stored configuration back from the
+// tuning database (keyed by its IR and target), and that a corrupt database is a warning
+// naming the file, the kernel keeping trn-tile's own choices.
+// RUN: rm -f %t.json
+// RUN: neuron-tune --quiet --db %t.json --max-candidates 4 %S/Inputs/tile-tuned.mlir
+// RUN: neuron-opt --trn-tile="tuning-db=%t.json" %S/Inputs/tile-tuned.mlir | FileCheck %S/Inputs/tile-tuned.mlir --check-prefix=TUNED
+// RUN: neuron-opt --trn-tile="tuning-db=%S/Inputs/tile-corrupt-db.json" %S/Inputs/tile-tuned.mlir 2>&1 | FileCheck %S/Inputs/tile-tuned.mlir --check-prefix=CORRUPT
+// Tests that gemm_resident must name an operand.
+// RUN: not neuron-opt --trn-tile %S/Inputs/tile-invalid-resident.mlir 2>&1 | FileCheck %s --check-prefix=RESIDENT
+// RESIDENT: tile-invalid-resident.mlir:3:8: error: trn-tile: unknown gemm_resident 'k' (expected p or f)
 
 // Tests that a bias constant along M puts N on partitions ("nm"), so the activation engine
 // can add it per partition.
 // CHECK-LABEL: func.func @bias_over_features
-// CHECK: }) {kind = "matmul", orientation = "nm"}
+// CHECK: }) {gemm_block = 1 : i64, gemm_resident = "p", kind = "matmul", orientation = "nm"}
 func.func @bias_over_features(%x: tensor<4x8xf32>, %w: tensor<8x16xf32>, %b: tensor<16xf32>) -> tensor<4x16xf32> {
   %k = "trn.kernel"() ({
     %bb = "trn.broadcast"(%b) {dimensions = array<i64: 0>} : (tensor<16xf32>) -> tensor<4x16xf32>
@@ -18,9 +28,38 @@ func.func @bias_over_features(%x: tensor<4x8xf32>, %w: tensor<8x16xf32>, %b: ten
 
 // -----
 
+// Tests that when neither operand fits on chip whole, the one PE must transpose stays
+// resident, loaded (and transposed) once, while the other streams past it once per block:
+// A (row-major: A^T needs PE transposes) stays here, 13 row tiles at a time; with B stored
+// transposed instead (and A not), B stays, in one block of all four 512-column tiles.
+// CHECK-LABEL: func.func @resident_stationary
+// CHECK: }) {gemm_block = 13 : i64, gemm_resident = "p", kind = "matmul", orientation = "mn"}
+// CHECK-LABEL: func.func @resident_moving
+// CHECK: }) {gemm_block = 4 : i64, gemm_resident = "f", kind = "matmul", orientation = "mn"}
+func.func @resident_stationary(%a: tensor<4096x4096xbf16>, %b: tensor<4096x4096xbf16>) -> tensor<4096x4096xbf16> {
+  %k = "trn.kernel"() ({
+    %y = "trn.matmul"(%a, %b) : (tensor<4096x4096xbf16>, tensor<4096x4096xbf16>) -> tensor<4096x4096xf32>
+    %z = "trn.convert"(%y) : (tensor<4096x4096xf32>) -> tensor<4096x4096xbf16>
+    "trn.yield"(%z) : (tensor<4096x4096xbf16>) -> ()
+  }) {kind = "matmul"} : () -> tensor<4096x4096xbf16>
+  return %k : tensor<4096x4096xbf16>
+}
+func.func @resident_moving(%xt: tensor<4096x2048xbf16>, %w: tensor<2048x4096xbf16>) -> tensor<2048x2048xbf16> {
+  %k = "trn.kernel"() ({
+    %a = "trn.transpose"(%xt) {permutation = array<i64: 1, 0>} : (tensor<4096x2048xbf16>) -> tensor<2048x4096xbf16>
+    %b = "trn.transpose"(%w) {permutation = array<i64: 1, 0>} : (tensor<2048x4096xbf16>) -> tensor<4096x2048xbf16>
+    %y = "trn.matmul"(%a, %b) : (tensor<2048x4096xbf16>, tensor<4096x2048xbf16>) -> tensor<2048x2048xf32>
+    %z = "trn.convert"(%y) : (tensor<2048x2048xf32>) -> tensor<2048x2048xbf16>
+    "trn.yield"(%z) : (tensor<2048x2048xbf16>) -> ()
+  }) {kind = "matmul"} : () -> tensor<2048x2048xbf16>
+  return %k : tensor<2048x2048xbf16>
+}
+
+// -----
+
 // Tests that a plain matmul keeps M on partitions ("mn").
 // CHECK-LABEL: func.func @plain
-// CHECK: }) {kind = "matmul", orientation = "mn"}
+// CHECK: }) {gemm_block = 1 : i64, gemm_resident = "p", kind = "matmul", orientation = "mn"}
 func.func @plain(%x: tensor<4x8xf32>, %w: tensor<8x16xf32>) -> tensor<4x16xf32> {
   %k = "trn.kernel"() ({
     %y = "trn.matmul"(%x, %w) : (tensor<4x8xf32>, tensor<8x16xf32>) -> tensor<4x16xf32>

@@ -1,0 +1,8 @@
+// A kernel whose gemm_resident names no operand (checked by ../tile.mlir).
+func.func @bad(%x: tensor<4x8xf32>, %w: tensor<8x16xf32>) -> tensor<4x16xf32> {
+  %k = "trn.kernel"() ({
+    %y = "trn.matmul"(%x, %w) : (tensor<4x8xf32>, tensor<8x16xf32>) -> tensor<4x16xf32>
+    "trn.yield"(%y) : (tensor<4x16xf32>) -> ()
+  }) {kind = "matmul", gemm_resident = "k"} : () -> tensor<4x16xf32>
+  return %k : tensor<4x16xf32>
+}
