@@ -4,6 +4,7 @@ NeuronCore, against the roofline, Inductor's compile time and eager PyTorch, in 
     .venv/bin/python bench/perf.py                       # every workload, prints the table
     .venv/bin/python bench/perf.py --write docs/perf.md  # and regenerates docs/perf.md
     .venv/bin/python bench/perf.py --only gemm_512,mlp_fwd
+    .venv/bin/python bench/perf.py --only gemm_512 --tuned   # + neuron-tune's tuned time
 
 How each column is obtained (per workload, summed over its compiled graphs):
 - FLOPs: the model's own matmul/conv FLOPs (torch.utils.flop_counter on meta tensors, forward
@@ -17,6 +18,9 @@ How each column is obtained (per workload, summed over its compiled graphs):
 - compile: seconds in the neuron backend for the captured Dynamo graphs (FX to a loaded NEFF,
   forward and backward); Inductor: seconds in Inductor's compile_fx for the same graphs, with
   its caches off and backward compiled eagerly (as ours is). Both include AOTAutograd tracing.
+- tuned us / tuned eff (with --tuned [DB]): every compiled graph tuned by neuron-tune into the
+  tuning database DB (default: a fresh temporary one), then compiled again reading it and
+  simulated: the tuned time against the default one above.
 - sim wall / eager: wall time of simulating one iteration over eager PyTorch's time for the
   same iteration on this CPU, in fp32 (the CPU here has no bf16 matmul units: eager bf16
   matmuls take minutes and would flatter the simulator).
@@ -70,6 +74,7 @@ class Result:
     graphs: int = 0
     fallback_nodes: int = 0
     error: str | None = None
+    tuned_ns: float | None = None
 
     @property
     def efficiency(self) -> float:
@@ -285,6 +290,53 @@ def _inductor_compile_seconds(fn, inputs, training: bool) -> float:
     return total
 
 
+def _simulate(w: Workload) -> tuple[float, list]:
+    """Compile and simulate one iteration of `w` with the neuron backend; returns the
+    simulated ns summed over its graphs, and those graphs."""
+    fn, inputs = w.build()
+    if not isinstance(fn, torch.nn.Module):
+        fn = _FunctionModule(fn)
+    first = len(backend.compiled_graphs())
+    neuron_fn, neuron_inputs = _prepare(fn, inputs, w.training)
+    torch._dynamo.reset()
+    with torch._functorch.config.patch(force_non_lazy_backward_lowering=True,
+                                       enable_autograd_cache=False), \
+            (contextlib.nullcontext() if w.training else torch.no_grad()):
+        _iteration(torch.compile(neuron_fn, backend=backend.neuron, dynamic=False),
+                   neuron_inputs, w.training)()
+    graphs = backend.compiled_graphs()[first:]
+    torch._dynamo.reset()
+    return sum(g.last_profile.total_ns for g in graphs if g.last_profile is not None), graphs
+
+
+def measure_tuned(w: Workload, db: str) -> float:
+    """neuron-tune every graph of `w` (their .trn.mlir, dumped by a compilation) into `db`,
+    then the simulated ns of `w` compiled with that database."""
+    import tempfile
+
+    saved = {k: os.environ.get(k) for k in ("TORCHNEURON_DUMP_DIR", "TORCHNEURON_TUNING_DB",
+                                            "TORCHNEURON_CACHE_DIR")}
+    try:
+        os.environ["TORCHNEURON_CACHE_DIR"] = "off"
+        with tempfile.TemporaryDirectory() as dump:
+            os.environ["TORCHNEURON_DUMP_DIR"] = dump
+            _simulate(w)
+            os.environ.pop("TORCHNEURON_DUMP_DIR")
+            for name in sorted(os.listdir(dump)):
+                if name.endswith(".trn.mlir"):
+                    subprocess.run([sys.executable, "-m", "torchneuron.tools.neuron_tune",
+                                    os.path.join(dump, name), "--db", db, "--quiet"],
+                                   check=True, stdout=subprocess.DEVNULL)
+        os.environ["TORCHNEURON_TUNING_DB"] = db
+        return _simulate(w)[0]
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
 def measure(w: Workload, with_inductor: bool = True) -> Result:
     result = Result(w)
     target = get_target("trn2")
@@ -360,6 +412,16 @@ COLUMNS = ("workload", "GFLOP", "compulsory MB", "bound us", "simulated us", "ef
            "sim wall / eager")
 
 
+TUNED_COLUMNS = ("tuned us", "tuned eff", "tuned / default")
+
+
+def tuned_cells(r: Result) -> list[str]:
+    if r.error or r.tuned_ns is None:
+        return ["-"] * len(TUNED_COLUMNS)
+    return [f"{r.tuned_ns / 1e3:.1f}", f"{r.bound_ns / r.tuned_ns:.1%}",
+            f"{r.tuned_ns / r.simulated_ns:.3f}"]
+
+
 def row(r: Result) -> list[str]:
     w = r.workload
     if r.error:
@@ -408,7 +470,14 @@ def main(argv=None) -> int:
                         help="skip Inductor's compile-time column")
     parser.add_argument("--write", metavar="PATH",
                         help="write the table into this markdown file (docs/perf.md)")
+    parser.add_argument("--tuned", nargs="?", const="", metavar="DB",
+                        help="also tune every graph with neuron-tune (into DB, default a "
+                        "temporary database) and show the tuned simulated time")
     args = parser.parse_args(argv)
+    tuned_db = args.tuned
+    if tuned_db == "":
+        import tempfile
+        tuned_db = os.path.join(tempfile.mkdtemp(prefix="perf-tuning-"), "tuning.json")
     os.environ.pop("TORCHNEURON_CACHE_DIR", None)      # measure compilation, not the cache
     chosen = WORKLOADS
     if args.only:
@@ -419,14 +488,17 @@ def main(argv=None) -> int:
                          f"{', '.join(w.name for w in WORKLOADS)}")
         chosen = [w for w in WORKLOADS if w.name in names]
     results = []
-    print(" | ".join(COLUMNS), flush=True)
+    extra = TUNED_COLUMNS if tuned_db is not None else ()
+    print(" | ".join(COLUMNS + extra), flush=True)
     for w in chosen:
         try:
             r = measure(w, with_inductor=not args.no_inductor)
+            if tuned_db is not None:
+                r.tuned_ns = measure_tuned(w, tuned_db)
         except Exception as exc:    # one failing workload must not hide the others
             r = Result(w, error=f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}")
         results.append(r)
-        print(" | ".join(row(r)), flush=True)
+        print(" | ".join(row(r) + (tuned_cells(r) if extra else [])), flush=True)
     if args.write:
         header = (f"Generated by `.venv/bin/python bench/perf.py --write {args.write}` "
                   f"({datetime.date.today()}, commit {_commit()}, target trn2).")
