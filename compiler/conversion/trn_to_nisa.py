@@ -202,6 +202,7 @@ class _FunctionLowering:
             for i, p in enumerate(U.array_attr(stored_view, "permutation")):
                 inverse[p] = i
             out = out.transpose(inverse)
+        unmerged: dict = {}
         for op in body[:-1]:
             if stored_view is not None and op == stored_view:
                 continue
@@ -215,6 +216,15 @@ class _FunctionLowering:
                 if source.buffer is None and apply_view_op(op, source) is None:
                     raise UnsupportedOpError(f"'{op.name}' of a generated value that no strided "
                                              "view expresses", op.location)
+                if _merges_matmul_batch(op) and apply_view_op(op, source) is None:
+                    # Batch dims no single stride spans (heads split out of a projection):
+                    # the matmul loops over them as they are instead of copying them.
+                    for dim in reversed(range(source.rank - 2)):
+                        if source.shape[dim] == 1:
+                            source = source.select(dim, 0)
+                    views[op.results[0]] = source
+                    unmerged[op.results[0]] = op
+                    continue
                 views[op.results[0]] = self._view(op, source)
             else:
                 compute.append(op)
@@ -229,8 +239,11 @@ class _FunctionLowering:
             lower = lower_conv if root.name == "trn.conv" else lower_pool
             lower(self.em, root, [op for op in compute if op != root], views, (yielded, out))
         elif matmuls:
-            lower_matmul(self.em, matmuls[0], [op for op in compute if op != matmuls[0]], views,
-                         [(yielded, out)], U.str_attr(kernel, "orientation"))
+            chain = [op for op in compute if op != matmuls[0]]
+            if unmerged:
+                out = self._split_batch(matmuls[0], chain, views, unmerged, out)
+            lower_matmul(self.em, matmuls[0], chain, views, [(yielded, out)],
+                         U.str_attr(kernel, "orientation"))
         elif reduces:
             reduce = reduces[0]
             after = compute[compute.index(reduce) + 1:]
@@ -243,6 +256,44 @@ class _FunctionLowering:
         else:
             lower_elementwise(self.em, compute, views, [(yielded, out)],
                               U.int_attr(kernel, "free_tile"))
+
+
+    def _split_batch(self, matmul: ir.Operation, chain: list[ir.Operation], views: dict,
+                     unmerged: dict, out: HbmView) -> HbmView:
+        """Give every view of a batched matmul kernel the batch dims of its unmerged operands
+        (e.g. [4, 12] instead of [48]); where some view cannot take them, copy the unmerged
+        operands to contiguous buffers instead (`views` is updated; returns the output's
+        view)."""
+        rank = len(U.shape(matmul.results[0]))
+        batch = max((tuple(views[v].shape[:-2]) for v in matmul.operands
+                     if views[v].rank > rank), key=len)
+        leaves = [v for op in [matmul] + chain for v in op.operands
+                  if v in views and views[v].rank == rank]
+
+        def split(view: HbmView) -> HbmView | None:
+            return view if view.rank != rank else view.reshape(batch + tuple(view.shape[-2:]))
+
+        new = {v: split(views[v]) for v in leaves}
+        new_out = split(out)
+        unmerged_ok = all(views[v].shape[:-2] == batch for v in unmerged)
+        if unmerged_ok and new_out is not None and all(w is not None for w in new.values()):
+            views.update(new)
+            return new_out
+        for value, op in unmerged.items():
+            source = views[value]
+            views[value] = self._view(op, source.reshape(U.shape(op.operands[0])) or source)
+        return out
+
+
+def _merges_matmul_batch(op: ir.Operation) -> bool:
+    """A reshape that only merges leading dims, read only by matmuls (as their batch)."""
+    if op.name != "trn.reshape":
+        return False
+    old, new = U.shape(op.operands[0]), U.shape(op.results[0])
+    users = [u.owner.operation if isinstance(u.owner, ir.OpView) else u.owner
+             for u in op.results[0].uses]
+    return len(old) > len(new) >= 3 and old[-2:] == new[-2:] and bool(users) and \
+        all(u.name == "trn.matmul" for u in users)
 
 
 def _stored_transpose(body: list[ir.Operation]) -> ir.Operation | None:

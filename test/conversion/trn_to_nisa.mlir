@@ -329,3 +329,32 @@ func.func @norm(%x: tensor<256x64xf32>, %w: tensor<64xf32>) -> tensor<256x64xf32
   }) {kind = "rows"} : () -> tensor<256x64xf32>
   return %k : tensor<256x64xf32>
 }
+
+// -----
+
+// Tests that a batched matmul whose batch merges dims no single stride spans (heads split out
+// of a fused QKV projection, batch x heads) loops over those dims as they are: no HBM copy of
+// the operands, one matmul per (batch, head).
+// CHECK-LABEL: func.func @heads
+// CHECK-NOT: memory = "hbm"
+// CHECK-COUNT-4: "nisa.matmul"
+// CHECK-NOT: "nisa.matmul"
+// CHECK: return
+#id = affine_map<(d0, d1, d2, d3, d4) -> (d0, d1, d2, d3, d4)>
+#k = affine_map<(d0, d1, d2, d3, d4) -> (d0 + 1, d1, d2, d3, d4)>
+func.func @heads(%qkv: tensor<256x384xbf16>) -> tensor<4x128x128xbf16> {
+  %0 = "trn.kernel"() ({
+    %1 = "trn.reshape"(%qkv) : (tensor<256x384xbf16>) -> tensor<2x128x3x2x64xbf16>
+    %2 = "trn.transpose"(%1) {permutation = array<i64: 2, 0, 3, 1, 4>} : (tensor<2x128x3x2x64xbf16>) -> tensor<3x2x2x128x64xbf16>
+    %3 = "trn.view"(%2) {indexing_map = #id} : (tensor<3x2x2x128x64xbf16>) -> tensor<1x2x2x128x64xbf16>
+    %4 = "trn.reshape"(%3) : (tensor<1x2x2x128x64xbf16>) -> tensor<4x128x64xbf16>
+    %5 = "trn.view"(%2) {indexing_map = #k} : (tensor<3x2x2x128x64xbf16>) -> tensor<1x2x2x128x64xbf16>
+    %6 = "trn.reshape"(%5) : (tensor<1x2x2x128x64xbf16>) -> tensor<2x2x128x64xbf16>
+    %7 = "trn.transpose"(%6) {permutation = array<i64: 0, 1, 3, 2>} : (tensor<2x2x128x64xbf16>) -> tensor<2x2x64x128xbf16>
+    %8 = "trn.reshape"(%7) : (tensor<2x2x64x128xbf16>) -> tensor<4x64x128xbf16>
+    %9 = "trn.matmul"(%4, %8) : (tensor<4x128x64xbf16>, tensor<4x64x128xbf16>) -> tensor<4x128x128xf32>
+    %10 = "trn.convert"(%9) : (tensor<4x128x128xf32>) -> tensor<4x128x128xbf16>
+    "trn.yield"(%10) : (tensor<4x128x128xbf16>) -> ()
+  }) {kind = "matmul", orientation = "mn"} : () -> tensor<4x128x128xbf16>
+  return %0 : tensor<4x128x128xbf16>
+}
