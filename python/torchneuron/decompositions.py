@@ -92,6 +92,61 @@ def squeeze_dims(self, dim):
     return out
 
 
+@_register(aten.amax.default, aten.amin.default)
+def extremum_of_a_scalar(self, dim=(), keepdim=False):
+    """amax/amin of a 0-d tensor is the tensor (torch-mlir folds the reduction away and then
+    fails to legalize its dim constant)."""
+    if self.dim() != 0:
+        return NotImplemented
+    return aten.clone.default(self)
+
+
+@_register(aten.argmax.default, aten.argmin.default)
+def arg_extremum_of_a_scalar(self, dim=None, keepdim=False):
+    """argmax/argmin of a 0-d tensor is 0 (torch-mlir fails on it as on amax)."""
+    if self.dim() != 0:
+        return NotImplemented
+    return aten.full.default([], 0, dtype=torch.int64, device=self.device)
+
+
+@_register(aten.fmod.Scalar, aten.fmod.Tensor)
+def integer_fmod(self, other):
+    """fmod of integers (roll's and fftshift's index arithmetic), which torch-mlir cannot
+    lower, as a - trunc(a / b) * b; floating-point fmod is lowered as it is."""
+    other_float = other.is_floating_point() if isinstance(other, torch.Tensor) else \
+        isinstance(other, float)
+    if self.is_floating_point() or other_float or self.dtype == torch.bool:
+        return NotImplemented
+    return self - torch.div(self, other, rounding_mode="trunc") * other
+
+
+# Functional copies of views that torch-mlir does not lower: the view, then a copy.
+_VIEW_COPIES = {
+    aten.permute_copy.default: aten.permute.default,
+    aten.view_copy.default: aten.view.default,
+    aten.unbind_copy.int: aten.unbind.int,
+    aten.narrow_copy.default: aten.narrow.default,
+    aten.transpose_copy.int: aten.transpose.int,
+    aten.t_copy.default: aten.t.default,
+    aten.expand_copy.default: aten.expand.default,
+    aten.unsqueeze_copy.default: aten.unsqueeze.default,
+    aten.diagonal_copy.default: aten.diagonal.default,
+}
+
+
+def _view_copy(view):
+    def decomposition(*args, **kwargs):
+        out = view(*args, **kwargs)
+        if isinstance(out, (list, tuple)):
+            return [aten.clone.default(t) for t in out]
+        return aten.clone.default(out)
+    return decomposition
+
+
+for _copy, _view in _VIEW_COPIES.items():
+    _OVERRIDES[_copy] = _view_copy(_view)
+
+
 def _one_hot_scatter(self, dim, index, src):
     """scatter with one index per destination row along `dim` (index.shape[dim] == 1 and
     every other size equal to self's): no two writes collide, so the result is
