@@ -18,6 +18,7 @@ autograd formula of the fused op has already been chosen.)
 from __future__ import annotations
 
 import functools
+import math
 
 import torch
 from torch.fx.experimental.symbolic_shapes import statically_known_true
@@ -118,6 +119,77 @@ def integer_fmod(self, other):
     if self.is_floating_point() or other_float or self.dtype == torch.bool:
         return NotImplemented
     return self - torch.div(self, other, rounding_mode="trunc") * other
+
+
+def _nan_losing(pick):
+    def decomposition(self, other):
+        if not (self.is_floating_point() or other.is_floating_point()):
+            return NotImplemented
+        return torch.where(torch.isnan(self), other,
+                           torch.where(torch.isnan(other), self, pick(self, other)))
+    return decomposition
+
+
+# fmax/fmin (a NaN loses to a number) from maximum/minimum and where: torch-mlir's own
+# lowering miscasts a broadcast 0-d operand.
+_OVERRIDES[aten.fmax.default] = _nan_losing(torch.maximum)
+_OVERRIDES[aten.fmin.default] = _nan_losing(torch.minimum)
+
+
+@_register(aten.erfc.default)
+def erfc(self):
+    """erfc without cancellation in the tail (torch-mlir has no lowering): t exp(-z^2 + P(t))
+    with t = 1 / (1 + z/2), z = |x|, relative error below 1.2e-7 (Numerical Recipes' erfcc),
+    and 2 - erfc(-x) for x < 0."""
+    if not self.is_floating_point():
+        return NotImplemented
+    x = self.float() if self.element_size() < 4 else self    # bf16/fp16: computed in fp32
+    z = torch.abs(x)
+    t = 1.0 / (1.0 + 0.5 * z)
+    poly = 0.17087277
+    for c in (-0.82215223, 1.48851587, -1.13520398, 0.27886807, -0.18628806, 0.09678418,
+              0.37409196, 1.00002368, -1.26551223):
+        poly = c + t * poly
+    tail = t * torch.exp(poly - z * z)
+    return torch.where(x >= 0, tail, 2.0 - tail).to(self.dtype)
+
+
+@_register(aten.angle.default)
+def angle(self):
+    """The angle of a real number: pi below 0, else 0 (NaN stays NaN)."""
+    if self.is_complex():
+        return NotImplemented
+    x = self if self.is_floating_point() else self.to(torch.get_default_dtype())
+    return torch.where(torch.isnan(x), x, torch.where(x < 0, math.pi, 0.0).to(x.dtype))
+
+
+@_register(aten.hypot.default)
+def hypot(self, other):
+    """sqrt(a^2 + b^2) scaled by max(|a|, |b|) so that squares neither overflow nor
+    underflow."""
+    a, b = torch.abs(self), torch.abs(other)
+    big, small = torch.maximum(a, b), torch.minimum(a, b)
+    ratio = torch.where(big == 0, 0.0, small / torch.where(big == 0, 1.0, big))
+    out = big * torch.sqrt(1.0 + ratio * ratio)
+    return torch.where(torch.isinf(a) | torch.isinf(b), math.inf, out)
+
+
+@_register(aten.addmv.default)
+def addmv(self, mat, vec, beta=1, alpha=1):
+    """beta self + alpha (mat @ vec) as a matmul."""
+    out = torch.matmul(mat, vec)
+    if alpha != 1:
+        out = out * alpha
+    if beta == 0:
+        return out.expand(torch.broadcast_shapes(self.shape, out.shape)).clone()
+    return (self if beta == 1 else self * beta) + out
+
+
+@_register(aten.empty_permuted.default)
+def empty_permuted(size, physical_layout, dtype=None, layout=None, device=None,
+                   pin_memory=None):
+    """Uninitialised memory in the logical shape (the physical order is a layout hint)."""
+    return aten.empty.memory_format(size, dtype=dtype, device=device)
 
 
 # Functional copies of views that torch-mlir does not lower: the view, then a copy.

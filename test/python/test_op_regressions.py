@@ -205,3 +205,21 @@ def test_copies_of_views():
                     *torch.unbind_copy(t, 0), torch.narrow_copy(t, 1, 2, 3))
     for g, w in zip(_native(fn, x), fn(x), strict=True):
         assert torch.equal(g, w)
+
+
+def test_decomposed_elementwise_ops_keep_their_special_values():
+    # erfc without cancellation in its tail, fmax/fmin where a NaN loses, the angle of reals,
+    # hypot without overflow: ATen ops torch-mlir has no lowering for, decomposed.
+    x = torch.tensor([-3.0, -0.5, 0.0, 0.3, 1.0, 4.0, 9.0, float("nan"), 1e30, -1e30])
+    y = torch.tensor([1.0, float("nan"), -2.0, 0.3, float("nan"), -4.0, 1e30, float("nan"),
+                      3e30, 0.0])
+    got = _native(lambda a: torch.erfc(a), x)
+    torch.testing.assert_close(got, torch.erfc(x), rtol=5e-6, atol=0, equal_nan=True)
+    for fn in (torch.fmax, torch.fmin, torch.hypot):
+        torch.testing.assert_close(_native(fn, x, y), fn(x, y), rtol=1e-6, atol=0,
+                                   equal_nan=True)
+    torch.testing.assert_close(_native(torch.angle, x), torch.angle(x), equal_nan=True)
+    m, v = torch.randn(3, 4), torch.randn(4)
+    torch.testing.assert_close(_native(lambda a, b, c: torch.addmv(a, b, c, beta=0.5, alpha=2),
+                                       y[:3], m, v),
+                               torch.addmv(y[:3], m, v, beta=0.5, alpha=2), equal_nan=True)
