@@ -154,6 +154,34 @@ def erfc(self):
     return torch.where(x >= 0, tail, 2.0 - tail).to(self.dtype)
 
 
+@_register(aten.lgamma.default)
+def lgamma(self):
+    """log|Gamma(x)| (torch-mlir has no lowering): Stirling's series at z >= 8, reached from
+    smaller arguments by the recurrence Gamma(y) = Gamma(y + 8) / (y (y+1) ... (y+7)), and
+    the reflection log(pi / |sin(pi x)|) - lgamma(1 - x) below 1/2 (sin(pi x) taken at
+    x - round(x), exact; the poles at 0, -1, ... give inf)."""
+    if not self.is_floating_point():
+        return NotImplemented
+    x = self.float() if self.element_size() < 4 else self
+    reflect = x < 0.5
+    y = torch.where(reflect, 1.0 - x, x)
+    small = y < 8.0
+    z = torch.where(small, y + 8.0, y)
+    w = 1.0 / (z * z)
+    series = (1.0 / 12 + w * (-1.0 / 360 + w * (1.0 / 1260 - w / 1680))) / z
+    stirling = (z - 0.5) * torch.log(z) - z + 0.5 * math.log(2 * math.pi) + series
+    product = y
+    for k in range(1, 8):
+        product = product * (y + k)
+    positive = stirling - torch.where(small, torch.log(product), 0.0)
+    r = x - torch.round(x)
+    reflected = math.log(math.pi) - torch.log(torch.abs(torch.sin(math.pi * r))) - positive
+    out = torch.where(reflect, reflected, positive)
+    pole = (r == 0) & (x <= 0)
+    out = torch.where(pole | torch.isinf(x), math.inf, out)
+    return out.to(self.dtype)
+
+
 @_register(aten.angle.default)
 def angle(self):
     """The angle of a real number: pi below 0, else 0 (NaN stays NaN)."""

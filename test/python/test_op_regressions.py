@@ -223,3 +223,12 @@ def test_decomposed_elementwise_ops_keep_their_special_values():
     torch.testing.assert_close(_native(lambda a, b, c: torch.addmv(a, b, c, beta=0.5, alpha=2),
                                        y[:3], m, v),
                                torch.addmv(y[:3], m, v, beta=0.5, alpha=2), equal_nan=True)
+
+
+def test_lgamma_over_its_domain():
+    # Stirling's series after an 8-step recurrence, reflection below 1/2, inf at the poles.
+    x = torch.cat([torch.linspace(-20, 30, 1001),
+                   torch.tensor([0.0, -1.0, -2.0, 1.0, 2.0, 1e-6, -1e-6, 1e6, float("inf"),
+                                 float("-inf"), float("nan"), -2.5, 7.99, 8.0])])
+    torch.testing.assert_close(_native(torch.lgamma, x), torch.lgamma(x), rtol=2e-5,
+                               atol=2e-5, equal_nan=True)
