@@ -207,7 +207,33 @@ def static_reason(node: torch.fx.Node) -> Reason | None:
         if t.dtype not in STORABLE_DTYPES:
             return Reason("dtype", f"dtype {str(t.dtype).replace('torch.', '')} has no NeuronCore "
                           "storage type")
+    if any(t.dtype == torch.uint8 for t in tensors) and not _moves_bytes(node, out):
+        return Reason("dtype", f"{op_name(node)} computes on uint8, which the compiler's signless "
+                      "integers treat as signed int8 (values above 127 would come out wrong)")
     return None
+
+
+# Ops that only move elements: on uint8 data they copy bit patterns, which is exact whatever
+# the signedness the compiler assumes (index operands are int64).
+_BYTE_MOVES = frozenset({
+    "aten.clone", "aten.cat", "aten.slice", "aten.select", "aten.permute", "aten.transpose",
+    "aten.t", "aten.expand", "aten.view", "aten._unsafe_view", "aten.reshape", "aten.squeeze",
+    "aten.unsqueeze", "aten.flip", "aten.roll", "aten.index_select", "aten.gather",
+    "aten.embedding", "aten.alias", "aten.split", "aten.split_with_sizes", "aten.unbind",
+    "aten.unfold", "aten.diagonal", "aten.as_strided", "aten.repeat", "aten.stack",
+})
+
+
+def _moves_bytes(node: torch.fx.Node, out) -> bool:
+    """Whether `node` only moves uint8 elements around (or converts uint8 to uint8)."""
+    if is_view(node):
+        return True
+    data = [t for arg in node.all_input_nodes for t in _tensors(_val(arg))
+            if t.dtype != torch.int64]
+    if not all(t.dtype == torch.uint8 for t in _tensors(out) + data):
+        return False
+    name = op_name(node)
+    return name in _BYTE_MOVES or name == "aten._to_copy"
 
 
 def _numel(t: torch.Tensor) -> int:
