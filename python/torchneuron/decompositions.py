@@ -136,22 +136,90 @@ _OVERRIDES[aten.fmax.default] = _nan_losing(torch.maximum)
 _OVERRIDES[aten.fmin.default] = _nan_losing(torch.minimum)
 
 
-@_register(aten.erfc.default)
-def erfc(self):
-    """erfc without cancellation in the tail (torch-mlir has no lowering): t exp(-z^2 + P(t))
-    with t = 1 / (1 + z/2), z = |x|, relative error below 1.2e-7 (Numerical Recipes' erfcc),
-    and 2 - erfc(-x) for x < 0."""
-    if not self.is_floating_point():
-        return NotImplemented
-    x = self.float() if self.element_size() < 4 else self    # bf16/fp16: computed in fp32
+def _erfc_parts(self):
+    """(x, t exp(P(t)), z) with erfc(|x|) = t exp(P(t) - z^2), z = |x|, t = 1 / (1 + z/2):
+    Numerical Recipes' erfcc, relative error below 1.2e-7; computed in fp32 for bf16/fp16."""
+    x = self.float() if self.element_size() < 4 else self
     z = torch.abs(x)
     t = 1.0 / (1.0 + 0.5 * z)
     poly = 0.17087277
     for c in (-0.82215223, 1.48851587, -1.13520398, 0.27886807, -0.18628806, 0.09678418,
               0.37409196, 1.00002368, -1.26551223):
         poly = c + t * poly
-    tail = t * torch.exp(poly - z * z)
+    return x, t * torch.exp(poly), z
+
+
+@_register(aten.erfc.default)
+def erfc(self):
+    """erfc without cancellation in the tail (torch-mlir has no lowering), and 2 - erfc(-x)
+    for x < 0."""
+    if not self.is_floating_point():
+        return NotImplemented
+    x, scaled, z = _erfc_parts(self)
+    tail = scaled * torch.exp(-z * z)
     return torch.where(x >= 0, tail, 2.0 - tail).to(self.dtype)
+
+
+@_register(aten.special_erfcx.default)
+def erfcx(self):
+    """exp(x^2) erfc(x) (log_ndtr uses it) without overflow for large x: t exp(P(t)) for
+    x >= 0, 2 exp(x^2) - t exp(P(t)) below."""
+    if not self.is_floating_point():
+        return NotImplemented
+    x, scaled, _ = _erfc_parts(self)
+    return torch.where(x >= 0, scaled, 2.0 * torch.exp(x * x) - scaled).to(self.dtype)
+
+
+# Abramowitz & Stegun 9.8.1-9.8.4: I0(x), I1(x)/x in (x/3.75)^2 below 3.75 (absolute error
+# below 1.6e-7 and 8e-9), sqrt(x) exp(-x) I0(x), I1(x) in 3.75/x above (below 1.9e-7, 2.2e-7).
+_BESSEL_I_SMALL = {
+    0: (1.0, 3.5156229, 3.0899424, 1.2067492, 0.2659732, 0.0360768, 0.0045813),
+    1: (0.5, 0.87890594, 0.51498869, 0.15084934, 0.02658733, 0.00301532, 0.00032411),
+}
+_BESSEL_I_LARGE = {
+    0: (0.39894228, 0.01328592, 0.00225319, -0.00157565, 0.00916281, -0.02057706,
+        0.02635537, -0.01647633, 0.00392377),
+    1: (0.39894228, -0.03988024, -0.00362018, 0.00163801, -0.01031555, 0.02282967,
+        -0.02895312, 0.01787654, -0.00420059),
+}
+
+
+def _horner(coefficients, u):
+    out = coefficients[-1]
+    for c in reversed(coefficients[:-1]):
+        out = c + u * out
+    return out
+
+
+def _bessel_i(order: int, scaled: bool):
+    """The modified Bessel function I0 or I1 (times exp(-|x|) when `scaled`)."""
+    def decomposition(self):
+        if not self.is_floating_point():
+            return NotImplemented
+        x = self.float() if self.element_size() < 4 else self
+        z = torch.abs(x)
+        small = _horner(_BESSEL_I_SMALL[order], (z / 3.75) ** 2)
+        if order == 1:
+            small = small * z
+        large = _horner(_BESSEL_I_LARGE[order], 3.75 / torch.where(z > 0, z, 1.0)) / \
+            torch.sqrt(z)
+        if scaled:
+            small = small * torch.exp(-z)
+        else:
+            large = large * torch.exp(z)
+        out = torch.where(z < 3.75, small, large)
+        if order == 1:
+            out = torch.where(x < 0, -out, out)
+        return out.to(self.dtype)
+    return decomposition
+
+
+for _op, (_order, _scaled) in {
+        aten.i0.default: (0, False), aten.special_i0e.default: (0, True),
+        aten.special_i1.default: (1, False), aten.special_i1e.default: (1, True),
+        aten.special_modified_bessel_i0.default: (0, False),
+        aten.special_modified_bessel_i1.default: (1, False)}.items():
+    _OVERRIDES[_op] = _bessel_i(_order, _scaled)
 
 
 @_register(aten.lgamma.default)

@@ -232,3 +232,12 @@ def test_lgamma_over_its_domain():
                                  float("-inf"), float("nan"), -2.5, 7.99, 8.0])])
     torch.testing.assert_close(_native(torch.lgamma, x), torch.lgamma(x), rtol=2e-5,
                                atol=2e-5, equal_nan=True)
+
+
+@pytest.mark.parametrize("fn", [torch.special.erfcx, torch.special.log_ndtr, torch.i0,
+                                torch.special.i0e, torch.special.i1, torch.special.i1e])
+def test_decomposed_special_functions(fn):
+    # erfcx without overflow (t exp(P(t))), Bessel I0/I1 from Abramowitz & Stegun's
+    # polynomials on both sides of 3.75, through 0 and large |x|.
+    x = torch.cat([torch.linspace(-30, 30, 601), torch.tensor([0.0, 3.75, -3.75, 1e-4])])
+    torch.testing.assert_close(_native(fn, x), fn(x), rtol=2e-6, atol=1e-6, equal_nan=True)
