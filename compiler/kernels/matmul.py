@@ -153,6 +153,10 @@ def _lower_2d(em: Emitter, matmul, chain, a: HbmView, b: HbmView, views, outputs
     plan = plan_gemm(target, len(k_tiles), p_tiles, f_tiles, U.element_bytes(etype),
                      x_p.transposed, x_f.transposed, out_bytes, resident, block)
     epilogue = Epilogue(em, chain, views, matmul.results[0], {v for v, _ in outputs})
+    group = _row_group(target, orientation, a, b, x_p, k, free, chain, outputs)
+    if group > 1:
+        _lower_grouped(em, a, x_f, k_tiles, free, outputs, etype, group)
+        return
 
     def compute(p0: int, pn: int, f0: int, fn: int) -> None:
         acc = em.alloc("psum", pn, fn, ir.F32Type.get())
@@ -222,6 +226,63 @@ def _lower_2d(em: Emitter, matmul, chain, a: HbmView, b: HbmView, views, outputs
             forget(streamed, s0, sn)
             streamed.panels.clear()
         resident.panels.clear()
+
+
+def _row_group(target, orientation: str, a: HbmView, b: HbmView, x_p: "_Staged", k: int,
+               free: int, chain: list, outputs: list) -> int:
+    """How many row tiles of C = A @ B to interleave by partition (see `_lower_grouped`), or 1.
+
+    Only where it makes DMA runs longer and is simple: "mn" with A row-major (transposed on
+    PE) whose rows fit one panel, one output written in whole contiguous rows of N, no
+    epilogue but the rounding to the output type, rows a multiple of the group."""
+    tp = target.pe_cols
+    m = a.shape[0]
+    if orientation != "mn" or not x_p.transposed or len(outputs) != 1 or a.buffer is None:
+        return 1
+    out = outputs[0][1]
+    if out.buffer is None or tuple(out.strides) != (free, 1) or a.strides != (k, 1):
+        return 1
+    if len(chain) > 1 or any(op.name != "trn.convert" for op in chain):
+        return 1
+    runs = (k * U.element_bytes(a.element_type), free * U.element_bytes(out.element_type))
+    row_bytes = max(runs)
+    if k > x_p.panel_k or free > target.matmul_max_moving or min(runs) >= _EFFICIENT_RUN_BYTES:
+        return 1
+    for group in (4, 2):
+        # Several blocks at least, so that stores overlap the next blocks' compute.
+        if m % (tp * group) == 0 and m // (tp * group) >= 4 and \
+                group * row_bytes <= 4 * _EFFICIENT_RUN_BYTES:
+            return group
+    return 1
+
+
+def _lower_grouped(em: Emitter, a: HbmView, x_f: "_Staged", k_tiles: list, free: int,
+                   outputs: list, etype: ir.Type, group: int) -> None:
+    """C = A @ B with partition p of each block of `group` x 128 rows holding the `group`
+    consecutive rows group*p .. group*p + group - 1: A's rows arrive as one run of group x K
+    per partition and C's leave as one run of group x N, instead of runs of K and N that the
+    per-run DMA cost (TARGET.md: under 2 KiB per partition is inefficient) makes expensive.
+    Output tile j of a block holds rows group*p + j: its stationary operand is the PE transpose
+    of panel columns [j*K, (j+1)*K). The K order and the arithmetic are those of the plain
+    lowering, so results are identical."""
+    tp = em.target.pe_cols
+    k = a.shape[1]
+    out = outputs[0][1]
+    span = tp * group
+    for s0 in range(0, a.shape[0], span):
+        panel = em.alloc("sbuf", tp, group * k, a.element_type)
+        em.load(panel, a.slice(0, s0, span).reshape((tp, group * k)), 0, [1])
+        stored = em.alloc("sbuf", tp, group * free, out.element_type)
+        for j in range(group):
+            acc = em.alloc("psum", tp, free, ir.F32Type.get())
+            for k0, kn in k_tiles:
+                psum = em.alloc("psum", kn, tp, ir.F32Type.get())
+                em.transpose(psum, panel.pattern(j * k + k0, [(1, kn)]))
+                stationary = em.alloc("sbuf", kn, tp, etype)
+                em.copy(stationary, psum)
+                em.matmul(acc, stationary, x_f.tile(k0, kn, 0, free), accumulate=k0 > 0)
+            em.copy(stored.columns(j * free, free), acc)     # rounds to the output type
+        em.store(out.slice(0, s0, span).reshape((tp, group * free)), 0, [1], stored)
 
 
 def _balanced(tiles: list, block: int) -> list[list]:

@@ -41,6 +41,34 @@ func.func @linear_relu(%w: tensor<128x256xf32>, %b: tensor<128xf32>, %x: tensor<
 
 // -----
 
+// Tests that a GEMM whose rows are short (K = N = 256 bf16: 512-byte DMA runs, which the
+// per-run DMA cost makes slow) interleaves four row tiles by partition: partition p of each
+// 512-row block holds rows 4p..4p+3, so A arrives in 2 KiB runs (partition stride 4 rows)
+// and C leaves in 2 KiB runs; output tile j's stationary operand is the PE transpose of panel
+// columns [256 j, 256 j + 256), and it is evacuated into columns [256 j, 256 j + 256) of the
+// block's output tile, stored once.
+// CHECK-LABEL: func.func @grouped_rows
+// CHECK-SAME: (%[[A:.*]]: memref<2048x256xbf16, "hbm">, %[[B:.*]]: memref<256x256xbf16, "hbm">, %[[C:.*]]: memref<2048x256xbf16, "hbm">)
+// CHECK: "nisa.dma"(%[[PANEL:.*]], %[[A]]) {aps = [array<i64: 0, 1024, 16, 1, 1024>, array<i64: 0, 1024, 16, 1, 1024>]
+// CHECK: "nisa.transpose"(%{{.*}}, %[[PANEL]]) {aps = [array<i64: 0, 128, 128, 1, 128>, array<i64: 0, 1024, 128, 1, 128>]
+// CHECK: "nisa.matmul"(%[[ACC0:.*]], %{{.*}}, %{{.*}}) {accumulate = false
+// CHECK: "nisa.transpose"(%{{.*}}, %[[PANEL]]) {aps = [array<i64: 0, 128, 128, 1, 128>, array<i64: 128, 1024, 128, 1, 128>]
+// CHECK: "nisa.matmul"(%[[ACC0]], %{{.*}}, %{{.*}}) {accumulate = true
+// CHECK: "nisa.tensor_copy"(%[[OUT:.*]], %[[ACC0]]) {aps = [array<i64: 0, 1024, 128, 1, 256>, array<i64: 0, 256, 128, 1, 256>]
+// CHECK: "nisa.transpose"(%{{.*}}, %[[PANEL]]) {aps = [array<i64: 0, 128, 128, 1, 128>, array<i64: 256, 1024, 128, 1, 128>]
+// CHECK: "nisa.tensor_copy"(%[[OUT]], %{{.*}}) {aps = [array<i64: 256, 1024, 128, 1, 256>
+// CHECK: "nisa.dma"(%[[C]], %[[OUT]]) {aps = [array<i64: 0, 1024, 16, 1, 1024>, array<i64: 0, 1024, 16, 1, 1024>]
+func.func @grouped_rows(%a: tensor<2048x256xbf16>, %b: tensor<256x256xbf16>) -> tensor<2048x256xbf16> {
+  %k = "trn.kernel"() ({
+    %y = "trn.matmul"(%a, %b) : (tensor<2048x256xbf16>, tensor<256x256xbf16>) -> tensor<2048x256xf32>
+    %z = "trn.convert"(%y) : (tensor<2048x256xf32>) -> tensor<2048x256xbf16>
+    "trn.yield"(%z) : (tensor<2048x256xbf16>) -> ()
+  }) {kind = "matmul", orientation = "mn"} : () -> tensor<2048x256xbf16>
+  return %k : tensor<2048x256xbf16>
+}
+
+// -----
+
 // Tests that an elementwise op outside any kernel is tiled over 128 partitions. A [300, 64]
 // tensor plus a row broadcast over it cannot be merged into one contiguous extent, so it is
 // tiled as 128, 128 and 44 rows; the broadcast loads with partition stride 0. A contiguous
