@@ -99,6 +99,7 @@ def compile_linalg(linalg_text: str, name: str, options: CompileOptions,
             module = ir.Module.parse(linalg_text)
         except ir.MLIRError as exc:
             raise CompileError(f"cannot parse the linalg module: {exc}") from None
+        options = tuned_options(module, options)
         verify_each = config.VERIFY_EACH.get()
         for stage in stages(options):
             start = time.perf_counter()
@@ -122,6 +123,21 @@ def compile_linalg(linalg_text: str, name: str, options: CompileOptions,
         seconds["neff"] = time.perf_counter() - start
     _dump(dump_dir, f"{name}.neff", neff)
     return CompiledGraph(name, neff, seconds)
+
+
+def tuned_options(module: ir.Module, options: CompileOptions) -> CompileOptions:
+    """`options` with the fusion and layout choices neuron-tune stored for this graph in the
+    tuning database, if any (a corrupt database warns, in trn-tile, and changes nothing)."""
+    if not options.tuning_db_path:
+        return options
+    from torchneuron.compiler.tuning import TuningDB, TuningDBError, graph_key
+
+    try:
+        db = TuningDB.load(options.tuning_db_path)
+    except TuningDBError:
+        return options
+    config = db.lookup(graph_key(module, options.target_name))
+    return dataclasses.replace(options, **config) if config else options
 
 
 def stage_error(stage: str, exc: ir.MLIRError) -> CompileError:

@@ -11,7 +11,9 @@ The file is JSON:
                            "default_ns": 1848900.0, "tuned_ns": 1840000.0}}}
 
 `config` holds kernel attributes (`TUNING_ATTRS`) that trn-tile sets on the kernel in place of
-its own choices. The key covers the kernel's body (ops, types, attributes other than the tuning
+its own choices. An entry of kind "graph" (keyed by `graph_key`: the whole linalg module)
+holds fusion and layout choices instead (`GRAPH_OPTIONS`, CompileOptions fields), which
+compile_linalg applies before the trn stage. The key covers the kernel's body (ops, types, attributes other than the tuning
 attributes, no source locations), how it uses the values it captures, and the target; a kernel
 that differs in any of these misses. Writes are atomic (a temporary file in the same folder,
 then a rename) and merge with what is on disk, so concurrent tuners lose no entry wholesale.
@@ -37,6 +39,14 @@ TUNING_ATTRS = {
     "gemm_resident": str,     # matmul: "p" (stationary tiles stay on chip) or "f" (moving)
     "gemm_block": int,        # matmul: resident output tiles per block
     "free_tile": int,         # elementwise/reduce: free elements per tile
+}
+
+
+# CompileOptions fields a graph entry may set (fusion choices made before kernels exist).
+GRAPH_OPTIONS = {
+    "fuse_matmul_epilogue": bool,
+    "fuse_elementwise": bool,
+    "layout_assignment": bool,
 }
 
 
@@ -71,6 +81,16 @@ def kernel_key(kernel: ir.Operation, target: str) -> str:
         inside.update(op.results)
     digest = hashlib.sha256()
     for part in (target, text, "|".join(uses)):
+        digest.update(part.encode())
+        digest.update(b"\0")
+    return digest.hexdigest()
+
+
+def graph_key(module: ir.Module, target: str) -> str:
+    """sha256 of a linalg module's IR (no locations) and the target."""
+    text = module.operation.get_asm(enable_debug_info=False, print_generic_op_form=True)
+    digest = hashlib.sha256()
+    for part in ("graph", target, text):
         digest.update(part.encode())
         digest.update(b"\0")
     return digest.hexdigest()
@@ -170,12 +190,13 @@ def _check_entry(path: str, key: str, entry) -> None:
     if not isinstance(entry, dict) or not isinstance(entry.get("config"), dict):
         raise TuningDBError(f"tuning database {path} is corrupt: entry {key[:12]} has no "
                             "\"config\" object")
+    known = GRAPH_OPTIONS if entry.get("kind") == "graph" else TUNING_ATTRS
     for name, value in entry["config"].items():
-        kind = TUNING_ATTRS.get(name)
+        kind = known.get(name)
         if kind is None or type(value) is not kind:
             raise TuningDBError(f"tuning database {path} is corrupt: entry {key[:12]} sets "
                                 f"{name}={value!r} (known: "
-                                f"{', '.join(f'{n} ({t.__name__})' for n, t in TUNING_ATTRS.items())})")
+                                f"{', '.join(f'{n} ({t.__name__})' for n, t in known.items())})")
 
 
 def apply_config(kernel: ir.Operation, config: dict) -> None:

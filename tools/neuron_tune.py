@@ -5,7 +5,10 @@ configuration in a tuning database that later compilations read.
                 [--quiet] [--json]
 
 GRAPH is a `.trn.mlir` (what TORCHNEURON_DUMP_DIR leaves for every compiled graph; the trn
-stage) or a `.linalg.mlir` (compiled to the trn stage first). For each kernel, in program
+stage) or a `.linalg.mlir`. For a linalg graph the fusion and layout choices come first: the
+default pipeline and each of matmul-epilogue fusion, elementwise fusion and layout assignment
+turned off are compiled and simulated, and the fastest is stored as the graph's entry (keyed
+by the linalg IR; compile_linalg applies it); its kernels are then tuned as below. For each kernel, in program
 order, candidate configurations are set on it as attributes (the other kernels keep the best
 found so far), the whole graph is compiled (convert-trn-to-nisa, trn-plan-memory,
 trn-schedule, NEFF) and simulated with random inputs, and the fastest simulated time wins;
@@ -50,7 +53,7 @@ class Progress:
     """A one-line progress bar on stderr (plain lines when stderr is not a terminal)."""
 
     def __init__(self, total: int, enabled: bool = True, stream=None):
-        self.total, self.done, self.enabled = max(1, total), 0, enabled
+        self.total, self.done, self.enabled = total, 0, enabled
         self.stream = stream or sys.stderr
         self.tty = hasattr(self.stream, "isatty") and self.stream.isatty()
         self.start = time.monotonic()
@@ -63,7 +66,7 @@ class Progress:
         if not self.enabled:
             return
         width = 24
-        filled = min(width, width * self.done // self.total)
+        filled = min(width, width * self.done // max(1, self.total))
         bar = "#" * filled + "." * (width - filled)
         line = (f"[{bar}] {self.done}/{self.total} {time.monotonic() - self.start:5.0f}s "
                 f"{text}")
@@ -200,7 +203,7 @@ class Tuner:
         def planned(info) -> int:
             return min(self.max_candidates, 1 + 8 if info["kind"] == "matmul" else 3)
 
-        self.progress.grow(1 + sum(planned(info) for info in infos) - self.progress.total)
+        self.progress.grow(1 + sum(planned(info) for info in infos))
         best_configs: dict[int, dict] = {}
         current_ns = self.measure({})
         self.progress.step(f"default: {current_ns / 1e3:.1f} us")
@@ -272,10 +275,15 @@ def kernels_of(module) -> list:
             if op.name == "trn.kernel"]
 
 
-def to_trn_stage(text: str, target: str) -> str:
+def is_trn_stage(text: str) -> bool:
+    return "trn.kernel" in text
+
+
+def to_trn_stage(text: str, target: str, choices: dict | None = None) -> str:
     """The trn stage of a module: unchanged if it already holds trn kernels, else the trn
-    stage of the default pipeline run on it (a linalg module)."""
-    if "trn.kernel" in text:
+    stage of the pipeline, with the fusion/layout `choices` (CompileOptions fields), run on
+    it (a linalg module)."""
+    if is_trn_stage(text):
         return text
     from torch_mlir import ir
 
@@ -283,7 +291,7 @@ def to_trn_stage(text: str, target: str) -> str:
     from torchneuron.compiler.pipeline import CompileOptions, stages
     from torchneuron.dialects import make_context
 
-    options = CompileOptions(target=target)
+    options = CompileOptions(target=target, tuning_db="", **(choices or {}))
     context = make_context()
     with context:
         module = ir.Module.parse(text)
@@ -301,15 +309,56 @@ def tune(text: str, db_path: str, target: str = "", max_candidates: int = 12,
 
     target_name = get_target(target or None).name
     db = TuningDB.load(db_path)          # fail before searching if the file is corrupt
-    text = to_trn_stage(text, target_name)
-    progress = progress or Progress(1, enabled=False)
-    results = Tuner(text, target_name, progress, max_candidates).run()
+    progress = progress or Progress(0, enabled=False)
+    results = []
+    if not is_trn_stage(text):
+        graph, text = _tune_graph(text, target_name, progress)
+        results.append(graph)
+    results += Tuner(text, target_name, progress, max_candidates).run()
     for r in results:
         db.record(r.key, {"target": target_name, "kind": r.kind, "summary": r.summary,
                           "config": r.config, "default_ns": r.default_ns,
                           "tuned_ns": r.best_ns})
     db.save()
     return results
+
+
+# Fusion and layout choices tried for a linalg graph: the defaults, and each turned off.
+GRAPH_VARIANTS = ({}, {"fuse_matmul_epilogue": False}, {"fuse_elementwise": False},
+                  {"layout_assignment": False})
+
+
+def _tune_graph(text: str, target: str, progress: Progress) -> tuple[KernelResult, str]:
+    """The fastest fusion/layout choices for a linalg graph (each variant compiled with its
+    kernels' default tiling and simulated); returns its result and the trn stage it gives."""
+    from torch_mlir import ir
+
+    from torchneuron.compiler.pipeline import CompileOptions
+    from torchneuron.compiler.tuning import GRAPH_OPTIONS, graph_key
+    from torchneuron.dialects import make_context
+
+    with make_context():
+        key = graph_key(ir.Module.parse(text), target)
+    defaults = {name: getattr(CompileOptions(), name) for name in GRAPH_OPTIONS}
+    progress.grow(len(GRAPH_VARIANTS))
+    timed = []
+    for variant in GRAPH_VARIANTS:
+        label = "graph " + (_fmt(variant) or "default fusion")
+        try:
+            trn = to_trn_stage(text, target, variant)
+            ns = Tuner(trn, target, progress, 1).measure({})
+        except Exception as exc:     # a variant that does not compile
+            progress.step(f"{label}: skipped ({type(exc).__name__})")
+            continue
+        progress.step(f"{label}: {ns / 1e3:.1f} us")
+        timed.append((ns, len(timed), variant, trn))
+    if not timed:
+        raise RuntimeError("no fusion variant of the graph compiles")
+    best_ns, _, variant, trn = min(timed)
+    default_ns = next(ns for ns, _, v, _ in timed if not v) if any(not v for *_, v, _ in timed) \
+        else best_ns
+    return KernelResult(-1, key, "graph", "fusion and layout", default_ns, best_ns,
+                        {**defaults, **variant}, len(timed), len(GRAPH_VARIANTS) - len(timed)), trn
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -336,7 +385,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"neuron-tune: error: cannot read '{args.input}': {exc.strerror}",
               file=sys.stderr)
         return 1
-    progress = Progress(1, enabled=not args.quiet)
+    progress = Progress(0, enabled=not args.quiet)
     try:
         results = tune(text, db_path, args.target or "", args.max_candidates, progress)
     except TuningDBError as exc:
@@ -355,7 +404,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"tuning database: {os.path.abspath(db_path)}")
         for r in results:
             gain = r.default_ns / r.best_ns if r.best_ns else float("nan")
-            print(f"kernel {r.index} {r.summary}: {r.default_ns / 1e3:.1f} us -> "
+            what = "graph" if r.kind == "graph" else f"kernel {r.index}"
+            print(f"{what} {r.summary}: {r.default_ns / 1e3:.1f} us -> "
                   f"{r.best_ns / 1e3:.1f} us ({gain:.2f}x) with {_fmt(r.config)} "
                   f"[{r.tried} tried, {r.failed} skipped]")
     return 0

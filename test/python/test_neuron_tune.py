@@ -174,3 +174,52 @@ def test_neuron_tune_does_not_import_torch():
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                             timeout=120)
     assert result.returncode == 0, result.stderr
+
+
+LINALG = """
+#map = affine_map<(d0, d1) -> (d0, d1)>
+module {
+  func.func @main(%a: tensor<256x128xbf16>, %b: tensor<128x256xbf16>) -> tensor<256x256xbf16> {
+    %cst = arith.constant 0.000000e+00 : f32
+    %0 = tensor.empty() : tensor<256x256xf32>
+    %1 = linalg.fill ins(%cst : f32) outs(%0 : tensor<256x256xf32>) -> tensor<256x256xf32>
+    %2 = linalg.matmul ins(%a, %b : tensor<256x128xbf16>, tensor<128x256xbf16>) outs(%1 : tensor<256x256xf32>) -> tensor<256x256xf32>
+    %3 = tensor.empty() : tensor<256x256xbf16>
+    %4 = linalg.generic {indexing_maps = [#map, #map], iterator_types = ["parallel", "parallel"]} ins(%2 : tensor<256x256xf32>) outs(%3 : tensor<256x256xbf16>) {
+    ^bb0(%in: f32, %out: bf16):
+      %5 = arith.truncf %in : f32 to bf16
+      linalg.yield %5 : bf16
+    } -> tensor<256x256xbf16>
+    return %4 : tensor<256x256xbf16>
+  }
+}
+"""
+
+
+def test_linalg_graph_fusion_choice_is_stored_and_applied(tmp_path):
+    from torch_mlir import ir
+
+    from torchneuron.compiler.pipeline import CompileOptions, compile_linalg, tuned_options
+    from torchneuron.compiler.tuning import graph_key
+    from torchneuron.dialects import make_context
+    from torchneuron.tools.neuron_tune import tune
+
+    db = tmp_path / "db.json"
+    results = tune(LINALG, str(db), "trn2", max_candidates=2)
+    assert results[0].kind == "graph" and results[0].tried == 4
+    assert {r.kind for r in results[1:]} == {"matmul"}
+    with make_context():
+        key = graph_key(ir.Module.parse(LINALG), "trn2")
+    data = json.loads(db.read_text())
+    assert set(data["entries"][key]["config"]) == {"fuse_matmul_epilogue", "fuse_elementwise",
+                                                    "layout_assignment"}
+    # compile_linalg applies a graph entry before the trn stage (forced to a distinctive one).
+    data["entries"][key]["config"]["fuse_matmul_epilogue"] = False
+    db.write_text(json.dumps(data))
+    with make_context():
+        options = tuned_options(ir.Module.parse(LINALG), CompileOptions(tuning_db=str(db)))
+    assert options.fuse_matmul_epilogue is False and options.fuse_elementwise is True
+    compiled = compile_linalg(LINALG, "main", CompileOptions(tuning_db=str(db)),
+                              dump_dir=str(tmp_path))
+    assert compiled.neff
+    assert (tmp_path / "main.trn.mlir").read_text().count('"trn.kernel"') == 2
