@@ -250,6 +250,77 @@ def lgamma(self):
     return out.to(self.dtype)
 
 
+@_register(aten.digamma.default)
+def digamma(self):
+    """psi(x) (torch-mlir has no lowering): the asymptotic series at z >= 8, reached by
+    psi(y) = psi(y + 8) - sum 1 / (y + k), and the reflection psi(1 - x) - pi / tan(pi x)
+    below 1/2 (tan taken at x - round(x)); -inf at 0 and NaN at the negative integers,
+    as PyTorch gives."""
+    if not self.is_floating_point():
+        return NotImplemented
+    x = self.float() if self.element_size() < 4 else self
+    reflect = x < 0.5
+    y = torch.where(reflect, 1.0 - x, x)
+    small = y < 8.0
+    z = torch.where(small, y + 8.0, y)
+    w = 1.0 / (z * z)
+    series = torch.log(z) - 0.5 / z - w * (1.0 / 12 - w * (1.0 / 120 - w * (1.0 / 252 -
+                                                                            w / 240)))
+    steps = 1.0 / y
+    for k in range(1, 8):
+        steps = steps + 1.0 / (y + k)
+    positive = series - torch.where(small, steps, 0.0)
+    r = x - torch.round(x)
+    angle = math.pi * r
+    reflected = positive - math.pi * torch.cos(angle) / torch.sin(angle)
+    out = torch.where(reflect, reflected, positive)
+    out = torch.where((r == 0) & (x < 0), math.nan, out)
+    out = torch.where(x == 0, -math.inf, out)
+    out = torch.where(x == math.inf, math.inf, out)
+    return out.to(self.dtype)
+
+
+_BERNOULLI = (1 / 6, -1 / 30, 1 / 42, -1 / 30, 5 / 66)     # B2 ... B10
+
+
+@_register(aten.polygamma.default)
+def polygamma(n, self):
+    """psi^(n)(x) = (-1)^(n+1) n! sum_k 1 / (x + k)^(n+1): digamma for n = 0; otherwise 16
+    terms of the sum and the Euler-Maclaurin tail of the rest, at z = x + 16."""
+    if n == 0:
+        return digamma(self)
+    if not self.is_floating_point() or not isinstance(n, int) or n < 0:
+        return NotImplemented
+    x = self.float() if self.element_size() < 4 else self
+    terms = 16
+    total = 0.0
+    for k in range(terms):
+        r = 1.0 / (x + k)
+        power = r
+        for _ in range(n):
+            power = power * r
+        total = total + power
+    z = x + terms
+    rz = 1.0 / z
+    tail = math.factorial(n - 1) * rz ** n + math.factorial(n) / 2 * rz ** (n + 1)
+    for k, b in enumerate(_BERNOULLI, start=1):
+        tail = tail + b * math.factorial(2 * k + n - 1) / math.factorial(2 * k) * \
+            rz ** (2 * k + n)
+    out = (-1) ** (n + 1) * (math.factorial(n) * total + tail)
+    return out.to(self.dtype)
+
+
+@_register(aten.special_spherical_bessel_j0.default)
+def spherical_bessel_j0(self):
+    """sin(x) / x, 1 at 0."""
+    if not self.is_floating_point():
+        return NotImplemented
+    x = self.float() if self.element_size() < 4 else self
+    safe = torch.where(x == 0, 1.0, x)
+    out = torch.where(x == 0, 1.0, torch.sin(safe) / safe)
+    return torch.where(torch.isinf(x), 0.0, out).to(self.dtype)
+
+
 @_register(aten.angle.default)
 def angle(self):
     """The angle of a real number: pi below 0, else 0 (NaN stays NaN)."""
