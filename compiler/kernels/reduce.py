@@ -9,6 +9,12 @@ on the [P, 1] results before they are stored.
 A reduction over every dim first reduces per partition (the largest reduced dim on
 partitions), then across partitions: the [P, 1] partials are transposed on PE to [1, P] and
 reduced once more.
+
+A sum over the leading dims of a tensor whose trailing (kept) dims are contiguous -- a bias
+gradient, a mean over the batch -- would put the reduced elements on the free axis one
+element per DMA descriptor. Instead its natural row tiles [128 rows, 512 columns] are summed
+across partitions on PE: a matmul of a ones column (stationary [rows, 1]) with the tile
+accumulates the column sums into one PSUM row over all row tiles.
 """
 
 from __future__ import annotations
@@ -36,6 +42,8 @@ def lower_reduce(em: Emitter, pre: list[ir.Operation], reduce: ir.Operation,
     kind = U.str_attr(reduce, "op")
     kept = [d for d in range(len(shape)) if d not in reduced]
     leaves = _leaves(pre, reduce.operands[0], views)
+    if _leading_sum(em, pre, reduce, post, views, output, leaves):
+        return
 
     full = not kept
     if full:
@@ -103,6 +111,83 @@ def lower_reduce(em: Emitter, pre: list[ir.Operation], reduce: ir.Operation,
                                                               pn), pn)
         if full:
             _finish(em, post, final, reduce.results[0], views, output, consts, _scalar_view, 1)
+
+
+_PSUM_ROW = 512        # fp32 elements of one PSUM bank row: the matmul's N limit
+
+
+def _leading_sum(em: Emitter, pre: list[ir.Operation], reduce: ir.Operation,
+                 post: list[ir.Operation], views: dict, output: tuple[ir.Value, HbmView],
+                 leaves: list[ir.Value]) -> bool:
+    """Lower a float sum over the leading dims whose kept trailing dims are contiguous as
+    ones-vector matmuls (see the module docstring); False when the reduction is not one."""
+    shape = tuple(U.shape(reduce.operands[0]))
+    reduced = sorted(U.array_attr(reduce, "dimensions"))
+    source_type = U.element_type(reduce.operands[0])
+    if U.str_attr(reduce, "op") != "add" or reduced != list(range(len(reduced))) or \
+            len(reduced) == len(shape) or not isinstance(source_type, ir.FloatType):
+        return False
+    rows = math.prod(shape[:len(reduced)])
+    cols = math.prod(shape[len(reduced):])
+    flat = {}
+    for v in leaves:
+        view = views[v].reshape((rows, cols))
+        if view is None or view.buffer is None or view.strides[1] != 1:
+            return False
+        flat[v] = view
+    out_value, out_view = output
+    out_row = out_view.reshape((1, cols))
+    if out_row is None:
+        return False
+    post_views = {}
+    for op in post:
+        for v in op.operands:
+            if v in views and v not in post_views:
+                post_views[v] = views[v].reshape((1, cols))
+                if post_views[v] is None:
+                    return False
+
+    f32 = ir.F32Type.get()
+    tp = em.target.num_partitions
+    consts = ConstantVectors(em)
+    ones_type = f32 if source_type == f32 else ir.BF16Type.get()
+    ones = em.alloc("sbuf", min(tp, rows), 1, ones_type)
+    em.memset(ones, 1.0)
+    for c0 in range(0, cols, _PSUM_ROW):
+        cn = min(_PSUM_ROW, cols - c0)
+        sums = em.alloc("psum", 1, cn, f32)
+        for i, p0 in enumerate(range(0, rows, tp)):
+            pn = min(tp, rows - p0)
+            tiles = {v: load_leaf(em, view.slice(0, p0, pn).slice(1, c0, cn))
+                     for v, view in flat.items()}
+            for op in pre:
+                dst = em.alloc("sbuf", pn, cn, U.element_type(op.results[0]))
+                emit_elementwise(em, op, [tiles[v] for v in op.operands], dst, consts)
+                tiles[op.results[0]] = dst
+            source = tiles[reduce.operands[0]]
+            if source.element_type != ones_type:
+                cast = em.alloc("sbuf", pn, cn, ones_type)
+                em.copy(cast, source)
+                source = cast
+            em.matmul(sums, ones.rows(pn), source, accumulate=i > 0)
+        results = {reduce.results[0]: em.alloc("sbuf", 1, cn, f32)}
+        em.copy(results[reduce.results[0]], sums)
+        for op in post:
+            operands = []
+            for v in op.operands:
+                if v not in results:
+                    results[v] = load_leaf(em, post_views[v].slice(1, c0, cn))
+                operands.append(results[v])
+            dst = em.alloc("sbuf", 1, cn, U.element_type(op.results[0]))
+            emit_elementwise(em, op, operands, dst, consts)
+            results[op.results[0]] = dst
+        tile = results[out_value]
+        if tile.element_type != out_view.element_type:
+            cast = em.alloc("sbuf", 1, cn, out_view.element_type)
+            em.copy(cast, tile)
+            tile = cast
+        em.store(out_row.slice(1, c0, cn), 0, [1], tile)
+    return True
 
 
 def _finish(em: Emitter, post: list[ir.Operation], reduced: Tile, reduced_value: ir.Value,

@@ -386,3 +386,28 @@ func.func @heads(%qkv: tensor<256x384xbf16>) -> tensor<4x128x128xbf16> {
   }) {kind = "matmul", orientation = "mn"} : () -> tensor<4x128x128xbf16>
   return %0 : tensor<4x128x128xbf16>
 }
+
+// -----
+
+// Tests that a sum over the leading dim of a row-major tensor (a bias gradient) is summed
+// across partitions on PE instead of loading the reduced dim onto the free axis one element
+// per DMA descriptor: natural [128, 512] row tiles, a ones column as the stationary operand,
+// the two row tiles accumulating into one PSUM row per 512 columns (600 = 512 + 88).
+// CHECK-LABEL: func.func @bias_grad
+// CHECK: "nisa.memset"({{.*}}value = 1.000000e+00
+// CHECK: "nisa.dma"({{.*}}aps = [array<i64: 0, 512, 32, 1, 512>, array<i64: 0, 600, 32, 1, 512>]
+// CHECK: "nisa.matmul"({{.*}}accumulate = false
+// CHECK: "nisa.dma"({{.*}}array<i64: 76800, 600, 32, 1, 512>]
+// CHECK: "nisa.matmul"({{.*}}accumulate = true
+// CHECK: "nisa.dma"(%arg1, {{.*}}aps = [array<i64: 0, 600, 1, 1, 512>
+// CHECK: "nisa.matmul"({{.*}}accumulate = false
+// CHECK: "nisa.matmul"({{.*}}accumulate = true
+// CHECK: "nisa.dma"(%arg1, {{.*}}aps = [array<i64: 512, 600, 1, 1, 88>
+// CHECK-NOT: "nisa.tensor_reduce"
+func.func @bias_grad(%g: tensor<256x600xbf16>) -> tensor<600xf32> {
+  %0 = "trn.kernel"() ({
+    %s = "trn.reduce"(%g) {op = "add", dimensions = array<i64: 0>} : (tensor<256x600xbf16>) -> tensor<600xf32>
+    "trn.yield"(%s) : (tensor<600xf32>) -> ()
+  }) {kind = "reduce"} : () -> tensor<600xf32>
+  return %0 : tensor<600xf32>
+}

@@ -1,0 +1,28 @@
+"""Sums over leading dims (bias gradients, means over the batch) summed across partitions on
+PE, against eager, fp32 and bf16, with ops before and after the reduction."""
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+CASES = {
+    "sum_two_leading_dims": lambda a: a.sum((0, 1)),
+    "sum_then_affine": lambda a: a.sum(0) * 2 + 1,
+    "mean_of_squares": lambda a: (a * a).mean(0),
+}
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_leading_sum_matches_eager(name, dtype):
+    fn = CASES[name]
+    # 1200 rows (9 full row tiles and one of 48) x 700 columns (a 512 chunk and one of 188).
+    x = torch.randn(300, 4, 700, generator=torch.Generator().manual_seed(0)).to(dtype)
+    torch._dynamo.reset()
+    got = torch.compile(fn, backend="neuron", options={"fallback": False})(x)
+    want = fn(x.float())
+    if dtype == torch.float32:
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-4)
+    else:
+        # fp32 sums of exact bf16 products, rounded once to bf16.
+        torch.testing.assert_close(got.float(), want.to(dtype).float(), rtol=8e-3, atol=1e-2)
