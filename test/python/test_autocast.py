@@ -11,6 +11,7 @@ Stated bf16 tolerances (bf16 keeps 8 significant bits: one ulp is 2**-8 relative
 
 import copy
 import importlib.util
+import inspect
 import os
 
 import pytest
@@ -30,19 +31,27 @@ def autocast():
     return torch.autocast("cpu", dtype=torch.bfloat16)
 
 
-def matmul_dtypes(graphs) -> dict[tuple[str, str, str], int]:
-    """(psum destination, stationary, moving) dtypes -> count, over every PE matmul of the
-    programs the backend emitted for `graphs`."""
-    counts: dict[tuple[str, str, str], int] = {}
+def matmuls(graphs) -> list[tuple[tuple[str, str, str], str]]:
+    """((psum destination, stationary, moving) dtypes, source location) of every PE matmul of
+    the programs the backend emitted for `graphs`."""
+    found = []
     for graph in graphs:
+        locations = graph.program.neff.locations
         for stream in graph.program.neff.streams:
             for record in stream.records:
                 ins = isa.decode_instruction(record)
                 if ins.opcode == isa.Opcode.MATMUL:
                     assert ins.engine == isa.Engine.PE
                     assert ins.operands[0].memory == isa.Memory.PSUM
-                    key = tuple(op.dtype.label for op in ins.operands[:3])
-                    counts[key] = counts.get(key, 0) + 1
+                    found.append((tuple(op.dtype.label for op in ins.operands[:3]),
+                                  locations[ins.loc]))
+    return found
+
+
+def matmul_dtypes(graphs) -> dict[tuple[str, str, str], int]:
+    counts: dict[tuple[str, str, str], int] = {}
+    for key, _ in matmuls(graphs):
+        counts[key] = counts.get(key, 0) + 1
     return counts
 
 
@@ -109,11 +118,6 @@ def test_hf_model_forward_under_autocast(name):
     assert matmul_dtypes(backend.compiled_graphs()[first:]).keys() == {("f32", "bf16", "bf16")}
 
 
-# cross_entropy under autocast (log_softmax of a bf16 matmul cast to fp32) is a nested
-# trn.kernel after trn-fuse today and falls back: see test_log_softmax_of_a_bf16_matmul.
-KNOWN_FALLBACKS = {"_log_softmax"}
-
-
 def test_training_under_autocast_tracks_eager_autocast():
     """The small transformer of test_training.py (embedding, attention, layernorm, GELU MLP,
     cross-entropy), AdamW, forward and backward under autocast."""
@@ -143,12 +147,19 @@ def test_training_under_autocast_tracks_eager_autocast():
     reports = backend.graph_reports()[first_report:]
     assert sorted(r.kind for r in reports) == ["backward", "forward"]
     for report in reports:
-        assert {n.node for n in report.fallbacks} <= KNOWN_FALLBACKS, str(report)
-    # Every linear/attention matmul is bf16 on the PE. (The embedding's backward, a one-hot
-    # matmul into the fp32 weight's gradient, stays fp32, as in eager autocast.)
-    counts = matmul_dtypes(backend.compiled_graphs()[first:])
-    assert counts.get(("f32", "bf16", "bf16"), 0) >= 30, counts
-    assert counts.get(("f32", "f32", "f32"), 0) <= 1, counts
+        assert report.fully_compiled, str(report)
+    # The linear and attention matmuls, forward and backward, are bf16 on the PE. fp32
+    # matmuls remain only for fp32 work: sums over the partition axis (a ones-vector matmul;
+    # the layernorm and bias gradients) and the embedding's backward (a one-hot matmul into
+    # the fp32 weight's gradient), which eager autocast also computes in fp32.
+    found = matmuls(backend.compiled_graphs()[first:])
+    assert sum(1 for key, _ in found if key == ("f32", "bf16", "bf16")) >= 30
+    lines, start = inspect.getsourcelines(Transformer.forward)
+    embedding = f":{start + next(i for i, l in enumerate(lines) if 'self.emb(ids)' in l)}:"
+    for key, location in found:
+        if key != ("f32", "bf16", "bf16"):
+            assert key == ("f32", "f32", "f32"), (key, location)
+            assert location.startswith('loc("sum') or embedding in location, location
 
 
 def test_log_softmax_of_a_bf16_matmul():
