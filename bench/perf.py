@@ -316,6 +316,10 @@ def measure_tuned(w: Workload, db: str) -> float:
 
     saved = {k: os.environ.get(k) for k in ("TORCHNEURON_DUMP_DIR", "TORCHNEURON_TUNING_DB",
                                             "TORCHNEURON_CACHE_DIR")}
+    # Only the stages are wanted from the dump: its replay bundle would run the graph eagerly
+    # in bf16, which takes minutes on this CPU for the large GEMMs.
+    write_replay = backend.CompiledGraph._write_replay
+    backend.CompiledGraph._write_replay = lambda self, args: None
     try:
         os.environ["TORCHNEURON_CACHE_DIR"] = "off"
         with tempfile.TemporaryDirectory() as dump:
@@ -330,6 +334,7 @@ def measure_tuned(w: Workload, db: str) -> float:
         os.environ["TORCHNEURON_TUNING_DB"] = db
         return _simulate(w)[0]
     finally:
+        backend.CompiledGraph._write_replay = write_replay
         for k, v in saved.items():
             if v is None:
                 os.environ.pop(k, None)
