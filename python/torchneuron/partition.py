@@ -53,6 +53,7 @@ from typing import Any, Callable
 
 import torch
 import torch.fx
+from torch.fx._lazy_graph_module import _LazyGraphModule
 from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
 from torch.fx.passes.operator_support import OperatorSupportBase
 from torch.fx.passes.utils.fuser_utils import fuse_by_partitions
@@ -289,10 +290,14 @@ class _Support(OperatorSupportBase):
 
 
 def _copy(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
+    """A working copy whose Python code is generated only when it is needed: it is rewritten
+    (returned views separated, partitions fused) before it runs, and generating the code of a
+    graph of hundreds of nodes after each rewrite was most of the time a warm compile-cache
+    run spends on a graph. split_and_compile generates the final code once."""
     graph = torch.fx.Graph()
     out = graph.graph_copy(gm.graph, {})
     graph.output(out)
-    return torch.fx.GraphModule(gm, graph)
+    return _LazyGraphModule(gm, graph)
 
 
 def _separate_returned_views(gm: torch.fx.GraphModule) -> None:
@@ -482,6 +487,7 @@ def split_and_compile(gm: torch.fx.GraphModule, name: str, compile_fn: CompileFn
     else:  # pragma: no cover - each round marks at least one more node
         raise AssertionError("partitioning did not converge")
 
+    _LazyGraphModule.force_recompile(split)       # its code, once, inside the timing
     infos = []
     result = SplitGraph(name, gm, split, infos, unsupported, rounds, 0.0)
     for i, key in enumerate(keys):
