@@ -11,8 +11,11 @@ Groups formed:
 - matmul / convolution / pooling + epilogue: the root and the chain of elementwise ops that
   consume it one after the other (bias add, activation, scaling, residual add ...), evaluated
   while the result is on chip (PSUM evacuation for PE results);
-- elementwise chains: elementwise ops each feeding only the next, possibly through one
-  reduction (exp -> sum -> reciprocal), so the reduced input never reaches HBM.
+- elementwise groups: elementwise ops of one shape reading one another, a DAG in which a
+  value may have several users inside the group (GELU's backward reads its input three
+  times), cut so that only its last value is used outside; possibly followed by one
+  reduction and a chain after it (exp -> sum -> reciprocal), so the reduced input never
+  reaches HBM.
 View ops (transpose, broadcast, reshape) and constant sources (fill, iota) that feed a group
 from outside are copied into the kernel: its lowering folds views into access patterns and
 generates sources on chip instead of reading them from HBM.
@@ -69,10 +72,20 @@ class Fuse(Pass):
             if op.name in ("trn.matmul", "trn.conv", "trn.pool"):
                 group = [op] + (self._chain(op, taken, through_reduce=False)
                                 if self.matmul_epilogue else [])
-            elif op.name == "trn.reduce" or (op.name in ELEMENTWISE_OPS
+            elif op.name == "trn.reduce" or (not self.elementwise and op.name in ELEMENTWISE_OPS
                                              and op.name not in SOURCE_OPS):
-                group = [op] + (self._chain(op, taken, through_reduce=op.name != "trn.reduce")
+                group = [op] + (self._chain(op, taken, through_reduce=False)
                                 if self.elementwise else [])
+            elif op.name in ELEMENTWISE_OPS and op.name not in SOURCE_OPS:
+                group = _elementwise_dag(op, taken)
+                if len(group) == 1:
+                    group += self._chain(op, taken, through_reduce=True)
+                else:
+                    uses = list(group[-1].results[0].uses)
+                    reduce = _owner(uses[0]) if len(uses) == 1 else None
+                    if reduce is not None and reduce.name == "trn.reduce" and \
+                            reduce not in taken and reduce.parent == op.parent:
+                        group += [reduce] + self._chain(reduce, taken, through_reduce=False)
             else:
                 continue
             taken.update(group)
@@ -102,6 +115,37 @@ class Fuse(Pass):
                 return chain
             chain.append(user)
             current = user
+
+
+def _elementwise_dag(seed: ir.Operation, taken: set) -> list[ir.Operation]:
+    """Elementwise ops of the seed's shape that read it or one another (a DAG, e.g. GELU's
+    backward reading its input three times), in block order, ending with the one value used
+    outside: an op joins when it reads the group and nothing else it reads depends on the
+    group; the group is then cut before any member (but the last) used outside it."""
+    func_body = [o.operation if isinstance(o, ir.OpView) else o
+                 for o in seed.parent.regions[0].blocks[0].operations]
+    position = {o: i for i, o in enumerate(func_body)}
+    shape = U.shape(seed.results[0])
+    members = [seed]
+    values = {seed.results[0]}
+    tainted: set = set()
+    for op in func_body[position[seed] + 1:]:
+        if not any(v in values or v in tainted for v in op.operands):
+            continue
+        if op.name in ELEMENTWISE_OPS and op.name not in SOURCE_OPS and op not in taken \
+                and len(op.results) == 1 and U.shape(op.results[0]) == shape \
+                and not any(v in tainted for v in op.operands):
+            members.append(op)
+            values.add(op.results[0])
+        else:
+            tainted.update(op.results)
+    while True:
+        inside = set(members)
+        escaping = [i for i, m in enumerate(members[:-1])
+                    if any(_owner(u) not in inside for u in m.results[0].uses)]
+        if not escaping:
+            return members
+        members = members[:escaping[0] + 1]
 
 
 def outline(group: list[ir.Operation], kind: str | None = None,
