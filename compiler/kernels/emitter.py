@@ -190,12 +190,15 @@ class Emitter:
         self._instr("nisa.transpose", "pe", [(dst.buffer, dst.ap()), (src.buffer, src.ap())])
 
     def activation(self, dst: Tile, src: Tile, func: str, scale: float = 1.0,
-                   bias: Tile | None = None) -> None:
+                   bias: Tile | None = None, accum: Tile | None = None) -> None:
+        """dst = func(src * scale + bias) (bias a per-partition [P, 1] tile); with `accum`,
+        also the fp32 sum of each partition's results into the [P, 1] tile `accum`."""
         operands = [(dst.buffer, dst.ap()), (src.buffer, src.ap())]
-        if bias is not None:
-            operands.append((bias.buffer, bias.ap()))
+        for extra in (bias, accum):
+            if extra is not None:
+                operands.append((extra.buffer, extra.ap()))
         self._instr("nisa.activation", "act", operands,
-                    segments=[1, 1, int(bias is not None), 0, 0],
+                    segments=[1, 1, int(bias is not None), 0, int(accum is not None)],
                     func=U.string(func), scale=U.f32(scale))
 
     def tensor_tensor(self, dst: Tile, lhs: Tile, rhs: Tile, op: str,

@@ -10,7 +10,11 @@ and each per-row value one [P, 1] tile:
 - a reduction is one tensor_reduce along the free axis;
 - an elementwise op between a row value and a broadcast per-row value is a tensor_scalar
   with that [P, 1] tile as its per-partition operand (no broadcast is materialised);
-- operands constant over K (a norm's weight and bias) are loaded once, before the loops.
+- operands constant over K (a norm's weight and bias) are loaded once, before the loops;
+- the scalar engine takes what it does in one pass: `f(x - m)` for a per-row m (softmax's
+  exp) is one activation with bias -m, and a sum of that activation's results is
+  accumulated by the activation as it writes (no tensor_reduce); scalings by a constant go
+  to whichever of ACT and DVE has less work in the tile, so the two engines share it.
 So the rows are read from HBM once and the result written once, however many reductions and
 broadcasts the group holds.
 """
@@ -114,6 +118,29 @@ def lower_rows(em: Emitter, body: list[ir.Operation], views: dict,
     resident = {v: load_leaf(em, _tile_view(leaf_views[v], layout, kept_rank, {}, 0, tp,
                                             row=True)) for v in invariant}
 
+    users = {}
+    for op in compute:
+        for v in op.operands:
+            users.setdefault(v, []).append(op)
+    # f(x - m): the subtraction folds into the activation's per-partition bias.
+    biased = {}
+    for op in compute:
+        (user,) = users.get(op.results[0], [None])[:1] or [None]
+        if op.name == "trn.tensor_tensor" and U.str_attr(op, "op") == "sub" and \
+                op.operands[1] in broadcast_of and op.operands[0] not in broadcast_of and \
+                len(users.get(op.results[0], [])) == 1 and user.name == "trn.activation" and \
+                U.float_attr(user, "bias") == 0.0 and op.results[0] not in (yielded, output[0]):
+            biased[user] = op
+    # sum(f(...)) over the row: accumulated by the activation that computes f.
+    accumulated = {}
+    for op in compute:
+        if op.name == "trn.reduce" and U.str_attr(op, "op") == "add":
+            producer = next((p for p in compute if p.results[0] == op.operands[0]), None)
+            if producer is not None and producer.name == "trn.activation" and \
+                    producer not in accumulated:
+                accumulated[producer] = op
+    folded = {op for op in biased.values()} | set(accumulated.values())
+
     for outer in itertools.product(*(range(math.prod(kept[d] for d in group))
                                      for group in layout.loops)):
         index = dict(zip(map(tuple, layout.loops), outer))
@@ -131,14 +158,43 @@ def lower_rows(em: Emitter, body: list[ir.Operation], views: dict,
                     return _spread(em, tiles[broadcast_of[v]], row_elements)
                 return tiles[v]
 
+            work = {"act": 0, "dve": 0}
             for op in compute:
                 result = op.results[0]
                 if result in aliases:
                     tiles[result] = tiles[aliases[result]]
                     continue
+                if op in folded:
+                    continue
                 free = row_elements if is_row(result) else 1
                 dst = em.alloc("sbuf", pn, free, storage.get(result, U.element_type(result)))
-                if op.name == "trn.reduce":
+                if op in biased or op in accumulated:
+                    scale = U.float_attr(op, "scale")
+                    bias = None
+                    if op not in biased:
+                        source = operand(op.operands[0])
+                    else:
+                        sub = biased[op]
+                        source = operand(sub.operands[0])
+                        bias = em.alloc("sbuf", pn, 1, ir.F32Type.get())
+                        em.tensor_scalar(bias, tiles[broadcast_of[sub.operands[1]]], "mul",
+                                         -scale)
+                    if U.float_attr(op, "bias") != 0.0:
+                        bias = consts.get(U.float_attr(op, "bias"), pn)
+                    accum = None
+                    if op in accumulated:
+                        total = accumulated[op].results[0]
+                        accum = em.alloc("sbuf", pn, 1, U.element_type(total))
+                        tiles[total] = accum
+                    em.activation(dst, source, U.str_attr(op, "func"), scale, bias, accum)
+                    work["act"] += free
+                elif op.name == "trn.tensor_scalar" and is_row(result) and \
+                        U.str_attr(op, "op") == "mul" and work["act"] <= work["dve"] and \
+                        not ir.BoolAttr(op.attributes["reverse"]).value:
+                    em.activation(dst, operand(op.operands[0]), "identity",
+                                  U.float_attr(op, "scalar"))
+                    work["act"] += free
+                elif op.name == "trn.reduce":
                     em.tensor_reduce(dst, tiles[op.operands[0]], U.str_attr(op, "op"))
                 elif op.name == "trn.tensor_tensor" and \
                         sum(v in broadcast_of for v in op.operands) == 1:
@@ -149,6 +205,10 @@ def lower_rows(em: Emitter, body: list[ir.Operation], views: dict,
                                      tiles[broadcast_of[per_row]], reverse0=reverse)
                 else:
                     emit_elementwise(em, op, [operand(v) for v in op.operands], dst, consts)
+                if op.name != "trn.activation" or op in biased or op in accumulated:
+                    work["dve"] += free if op.name != "trn.activation" else 0
+                else:
+                    work["act"] += free
                 tiles[result] = dst
 
             tile = operand(yielded)

@@ -411,3 +411,31 @@ func.func @bias_grad(%g: tensor<256x600xbf16>) -> tensor<600xf32> {
   }) {kind = "reduce"} : () -> tensor<600xf32>
   return %0 : tensor<600xf32>
 }
+
+// -----
+
+// Tests that a row-wise softmax hands the scalar engine what it does in one pass: the scaling
+// (ACT has no more work than DVE yet), exp(x - max) as one activation whose per-partition bias
+// is -max, with the row sum accumulated by that activation; DVE reduces the max, negates it on
+// the [P, 1] column and divides.
+// CHECK-LABEL: func.func @softmax
+// CHECK: "nisa.activation"({{.*}}func = "identity"{{.*}}scale = 1.250000e-01
+// CHECK: "nisa.tensor_reduce"({{.*}}op = "max"
+// CHECK: "nisa.tensor_scalar"({{.*}}imm0 = -1.000000e+00 : f32{{.*}}op0 = "mul"
+// CHECK: "nisa.activation"(%{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}) {{{.*}}func = "exp"{{.*}}operandSegmentSizes = array<i32: 1, 1, 1, 0, 1>
+// CHECK-NOT: "nisa.tensor_reduce"({{.*}}op = "add"
+// CHECK: "nisa.tensor_scalar"({{.*}}op0 = "div"
+func.func @softmax(%x: tensor<128x96xf32>) -> tensor<128x96xf32> {
+  %k = "trn.kernel"() ({
+    %s = "trn.tensor_scalar"(%x) {op = "mul", scalar = 0.125 : f32, reverse = false} : (tensor<128x96xf32>) -> tensor<128x96xf32>
+    %m = "trn.reduce"(%s) {op = "max", dimensions = array<i64: 1>} : (tensor<128x96xf32>) -> tensor<128xf32>
+    %mb = "trn.broadcast"(%m) {dimensions = array<i64: 1>} : (tensor<128xf32>) -> tensor<128x96xf32>
+    %d = "trn.tensor_tensor"(%s, %mb) {op = "sub"} : (tensor<128x96xf32>, tensor<128x96xf32>) -> tensor<128x96xf32>
+    %e = "trn.activation"(%d) {func = "exp", scale = 1.0 : f32, bias = 0.0 : f32} : (tensor<128x96xf32>) -> tensor<128x96xf32>
+    %z = "trn.reduce"(%e) {op = "add", dimensions = array<i64: 1>} : (tensor<128x96xf32>) -> tensor<128xf32>
+    %zb = "trn.broadcast"(%z) {dimensions = array<i64: 1>} : (tensor<128xf32>) -> tensor<128x96xf32>
+    %r = "trn.tensor_tensor"(%e, %zb) {op = "div"} : (tensor<128x96xf32>, tensor<128x96xf32>) -> tensor<128x96xf32>
+    "trn.yield"(%r) : (tensor<128x96xf32>) -> ()
+  }) {kind = "rows"} : () -> tensor<128x96xf32>
+  return %k : tensor<128x96xf32>
+}
