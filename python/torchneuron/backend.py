@@ -454,6 +454,14 @@ def _graph_cache_key(sub, options) -> str | None:
     target = options.target_name
     option_values = {f.name: getattr(options, f.name) for f in dataclasses.fields(options)}
     option_values["target"] = target
+    if options.tuning_db_path:
+        # What a compilation reads from the tuning database is its contents, not its path:
+        # re-tuning into the same file must not reuse a build made with the old entries.
+        try:
+            with open(options.tuning_db_path, "rb") as f:
+                option_values["tuning_db_contents"] = hashlib.sha256(f.read()).hexdigest()
+        except OSError as exc:
+            option_values["tuning_db_contents"] = f"unreadable: {exc.strerror}"
     return CompileCache.key(digest.hexdigest(), target, option_values)
 
 

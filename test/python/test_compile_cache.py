@@ -199,3 +199,15 @@ def test_key_is_computed_from_the_graph_before_import():
     assert base != key(_traced(f, x), CompileOptions(fuse_elementwise=False))   # options
     c1[0] = -1.0
     assert base != key(_traced(f, x), opts)                         # constant values
+
+
+def test_key_follows_the_tuning_database_contents(tmp_path):
+    # Re-tuning into the same file changes what a compilation reads, so it changes the key.
+    db = tmp_path / "tuning.json"
+    db.write_text('{"format": "torchneuron-tuning", "version": 1, "entries": {}}')
+    gm = _traced(lambda a: torch.relu(a) * 2, torch.randn(4, 8))
+    opts = CompileOptions(tuning_db=str(db))
+    first = backend._graph_cache_key(gm, opts)
+    assert first == backend._graph_cache_key(gm, opts)
+    db.write_text('{"format": "torchneuron-tuning", "version": 1, "entries": {"k": {}}}')
+    assert first != backend._graph_cache_key(gm, opts)
