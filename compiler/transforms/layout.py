@@ -24,8 +24,7 @@ from torch_mlir import ir
 
 from torchneuron.compiler import ir_utils as U
 from torchneuron.compiler.passes import Pass, register
-from torchneuron.compiler.transforms.tile import kernel_body, layout_of
-from torchneuron.compiler.kernels.tile_ops import ELEMENTWISE_OPS
+from torchneuron.compiler.transforms.tile import epilogue_operand_along, kernel_body
 from torchneuron.dialects.trn import build_yield
 
 
@@ -51,7 +50,7 @@ def _wants_transposed_result(kernel: ir.Operation) -> bool:
     body = kernel_body(kernel)
     matmuls = [op for op in body if op.name == "trn.matmul"]
     result = kernel.results[0]
-    if len(matmuls) != 1 or len(U.shape(result)) < 2 or _prefers_m_on_partitions(body):
+    if len(matmuls) != 1 or len(U.shape(result)) < 2 or epilogue_operand_along(body, "m"):
         return False
     if "orientation" in kernel.attributes and U.str_attr(kernel, "orientation") != "nm":
         return False     # a decision made before (by a user or the tuner) stands
@@ -67,24 +66,6 @@ def _wants_transposed_result(kernel: ir.Operation) -> bool:
                 or user.parent.name != "trn.kernel" or user.parent == kernel:
             return False
     return True
-
-
-def _prefers_m_on_partitions(body: list[ir.Operation]) -> bool:
-    """An epilogue operand that varies along M only is per-partition in orientation "mn"."""
-    matmul = next(op for op in body if op.name == "trn.matmul")
-    rank = len(U.shape(matmul.results[0]))
-    chain = {matmul.results[0]}
-    for op in body:
-        if op.name not in ELEMENTWISE_OPS or not any(v in chain for v in op.operands):
-            continue
-        for v in op.operands:
-            if v in chain:
-                continue
-            view = layout_of(v)
-            if view is not None and view.strides[rank - 1] == 0 and view.strides[rank - 2] != 0:
-                return True
-        chain.add(op.results[0])
-    return False
 
 
 def _swap_last_two(rank: int) -> list[int]:

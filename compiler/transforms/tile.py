@@ -104,8 +104,15 @@ def annotate(kernel: ir.Operation, target: Target) -> None:
 
 def choose_orientation(body: list[ir.Operation]) -> str:
     """"nm" when an operand of the matmul's epilogue varies along N only (a bias)."""
+    return "nm" if epilogue_operand_along(body, "n") else "mn"
+
+
+def epilogue_operand_along(body: list[ir.Operation], axis: str) -> bool:
+    """Whether an operand of the matmul's epilogue varies along the result's `axis` ("m" or
+    "n") only: the operand that is per-partition when that axis is on partitions."""
     matmul = next(op for op in body if op.name == "trn.matmul")
     rank = len(U.shape(matmul.results[0]))
+    along, across = (rank - 1, rank - 2) if axis == "n" else (rank - 2, rank - 1)
     chain = {matmul.results[0]}
     for op in body:
         if op.name not in ELEMENTWISE_OPS or not any(v in chain for v in op.operands):
@@ -114,10 +121,10 @@ def choose_orientation(body: list[ir.Operation]) -> str:
             if v in chain:
                 continue
             view = layout_of(v)
-            if view is not None and view.strides[rank - 2] == 0 and view.strides[rank - 1] != 0:
-                return "nm"
+            if view is not None and view.strides[across] == 0 and view.strides[along] != 0:
+                return True
         chain.add(op.results[0])
-    return "mn"
+    return False
 
 
 def choose_gemm_plan(kernel: ir.Operation, body: list[ir.Operation], orientation: str,
