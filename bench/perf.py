@@ -36,6 +36,7 @@ import math
 import os
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass, field
 from typing import Callable
@@ -280,14 +281,45 @@ def _inductor_compile_seconds(fn, inputs, training: bool) -> float:
     from torch._inductor.compile_fx import compile_fx
     graphs = _capture(fn, inputs)
     total = 0.0
-    with inductor_config.patch(fx_graph_cache=False, autotune_local_cache=False), \
+    # A fresh on-disk cache per workload: Inductor keeps the C++ it compiled (by source hash)
+    # under TORCHINDUCTOR_CACHE_DIR across runs, which would time a cache lookup instead of
+    # a compilation on every run after the first.
+    with tempfile.TemporaryDirectory(prefix="perf-inductor-") as cache_dir, \
+            _environ(TORCHINDUCTOR_CACHE_DIR=cache_dir), \
+            inductor_config.patch(fx_graph_cache=False, autotune_local_cache=False), \
             torch._functorch.config.patch(force_non_lazy_backward_lowering=True,
                                           enable_autograd_cache=False):
+        _clear_inductor_memory_caches()
         for gm, example in graphs:
             start = time.perf_counter()
             compile_fx(gm, example)
             total += time.perf_counter() - start
     return total
+
+
+@contextlib.contextmanager
+def _environ(**values):
+    saved = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def _clear_inductor_memory_caches() -> None:
+    """Inductor's in-process caches of compiled modules (kernels compiled for an earlier
+    workload of this run are not reused)."""
+    from torch._inductor import codecache
+    for name in ("PyCodeCache", "CppCodeCache", "CppPythonBindingsCodeCache",
+                 "CppWrapperCodeCache"):
+        cache = getattr(codecache, name, None)
+        if cache is not None and hasattr(cache, "cache_clear"):
+            cache.cache_clear()
 
 
 def _simulate(w: Workload) -> tuple[float, list]:
