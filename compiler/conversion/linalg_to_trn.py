@@ -120,8 +120,11 @@ _KEEP = {"arith.constant", "tensor.empty", "func.return", "cf.assert",
 
 def _stable_logcumsumexp(scan: ir.Operation) -> None:
     """torch-mlir lowers logcumsumexp as log(cumsum(exp(x))), which overflows for |x| of a
-    few hundred; a scan combining with logaddexp computes the same exactly-scaled result."""
+    few hundred (bf16: with a rounding of exp(x) before the cumsum); a scan combining with
+    logaddexp computes the same exactly-scaled result, in fp32 up to the log's result."""
     exp = U.defining_op(scan.operands[0])
+    if exp is not None and exp.name == "trn.convert" and len(list(exp.results[0].uses)) == 1:
+        exp = U.defining_op(exp.operands[0])     # bf16: exp computed in fp32, then rounded
     users = list(scan.results[0].uses)
     if U.str_attr(scan, "op") != "add" or exp is None or not _plain_activation(exp, "exp") \
             or len(users) != 1:

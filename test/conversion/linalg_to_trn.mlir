@@ -345,6 +345,31 @@ func.func @logcumsumexp(%x: tensor<4x8xf32>) -> tensor<4x8xf32> {
 
 // -----
 
+// Tests that bf16 logcumsumexp, whose exp(x) is rounded to bf16 before the cumsum, still
+// becomes one logaddexp scan, computed in fp32 up to the log and rounded once after it.
+// CHECK-LABEL: func.func @logcumsumexp_bf16
+// CHECK-NEXT: %[[S:.*]] = "trn.scan"(%arg0) {dimension = 1 : i64, op = "logaddexp"} : (tensor<4x8xbf16>) -> tensor<4x8xf32>
+// CHECK-NEXT: %[[R:.*]] = "trn.convert"(%[[S]]) : (tensor<4x8xf32>) -> tensor<4x8xbf16>
+// CHECK-NEXT: return %[[R]]
+#map = affine_map<(d0, d1) -> (d0, d1)>
+func.func @logcumsumexp_bf16(%x: tensor<4x8xbf16>) -> tensor<4x8xbf16> {
+  %e = tensor.empty() : tensor<4x8xbf16>
+  %1 = linalg.generic {indexing_maps = [#map, #map], iterator_types = ["parallel", "parallel"]} ins(%x : tensor<4x8xbf16>) outs(%e : tensor<4x8xbf16>) {
+  ^bb0(%in: bf16, %out: bf16):
+    %7 = math.exp %in : bf16
+    linalg.yield %7 : bf16
+  } -> tensor<4x8xbf16>
+  %5 = "trn.scan"(%1) {dimension = 1 : i64, op = "add"} : (tensor<4x8xbf16>) -> tensor<4x8xbf16>
+  %6 = linalg.generic {indexing_maps = [#map, #map], iterator_types = ["parallel", "parallel"]} ins(%5 : tensor<4x8xbf16>) outs(%e : tensor<4x8xbf16>) {
+  ^bb0(%in: bf16, %out: bf16):
+    %7 = math.log %in : bf16
+    linalg.yield %7 : bf16
+  } -> tensor<4x8xbf16>
+  return %6 : tensor<4x8xbf16>
+}
+
+// -----
+
 // Tests that torch-mlir's bf16 gelu body (x * (erf(x / sqrt(2)) + 1) * 0.5, with sqrt(2) a bf16
 // constant) is recognised as the scalar engine's gelu, computed in fp32 and rounded once.
 // CHECK-LABEL: func.func @gelu_bf16

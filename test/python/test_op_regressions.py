@@ -257,3 +257,12 @@ def test_digamma_and_polygamma():
                                    rtol=2e-5, atol=1e-4)
     assert torch.equal(_native(torch.special.spherical_bessel_j0, torch.tensor([0.0, 2.0])),
                        torch.special.spherical_bessel_j0(torch.tensor([0.0, 2.0])))
+
+
+def test_bf16_logcumsumexp_of_large_values_does_not_overflow():
+    # bf16 puts a rounding between exp and the cumsum; the logaddexp scan applies still.
+    x = (torch.randn(3, 10, generator=torch.Generator().manual_seed(0)) * 1e3).bfloat16()
+    got = _native(lambda a: torch.logcumsumexp(a, 1), x)
+    assert torch.isfinite(got).all()
+    torch.testing.assert_close(got.float(), torch.logcumsumexp(x.float(), 1).bfloat16().float(),
+                               rtol=1e-2, atol=1e-2)
