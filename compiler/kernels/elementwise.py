@@ -85,7 +85,9 @@ def load_leaf(em: Emitter, view: HbmView) -> Tile:
     (MEMSET for a constant, IOTA for a loop index) when the view has no storage."""
     parts, free = view.shape[0], math.prod(view.shape[1:])
     tile = em.alloc("sbuf", parts, free, view.element_type)
-    if view.buffer is not None:
+    if view.buffer is not None and view.rank == 2 and transposed_access(view):
+        load_transposed(em, tile, view)
+    elif view.buffer is not None:
         em.load(tile, view, 0, list(range(1, view.rank)))
     elif view.fill is not None:
         em.memset(tile, view.fill)
@@ -103,6 +105,27 @@ def load_leaf(em: Emitter, view: HbmView) -> Tile:
             base = view.offset + sum(i * s for i, (s, _) in zip(position, outer))
             em.iota(tile.columns(k * width, width), base, view.strides[0], step)
     return tile
+
+
+def transposed_access(view: HbmView) -> bool:
+    """A 2-D view [P, F] whose DMA would move one element per descriptor (partition stride 1,
+    free stride > 1), i.e. that should be transposed on PE instead."""
+    return (view.shape[0] > 1 and view.shape[1] > 1 and view.strides[0] == 1
+            and view.strides[1] != 1)
+
+
+def load_transposed(em: Emitter, tile: Tile, view: HbmView) -> None:
+    """Fill `tile` [P, F] from a transposed-access view: its [<=128, P] row blocks (contiguous
+    along P) are loaded by DMA and turned around on PE, then copied (casting) into place."""
+    parts, free = view.shape
+    step = em.target.pe_rows
+    for c0 in range(0, free, step):
+        cn = min(step, free - c0)
+        rows = em.alloc("sbuf", cn, parts, view.element_type)
+        em.load(rows, view.slice(1, c0, cn).transpose([1, 0]), 0, [1])
+        psum = em.alloc("psum", parts, cn, ir.F32Type.get())
+        em.transpose(psum, rows)
+        em.copy(tile.columns(c0, cn), psum)
 
 
 def _tiling_layout(shape: tuple[int, ...], strides: list[tuple[int, ...]]):

@@ -6,16 +6,9 @@ from __future__ import annotations
 
 from torch_mlir import ir
 
-from torchneuron.compiler.kernels.elementwise import load_leaf
+from torchneuron.compiler.kernels.elementwise import load_leaf, load_transposed, transposed_access
 from torchneuron.compiler.kernels.emitter import Emitter, Tile
 from torchneuron.compiler.kernels.views import HbmView
-
-
-def transposed_access(view: HbmView) -> bool:
-    """A 2-D view [P, F] whose DMA would move one element per descriptor (partition stride 1,
-    free stride > 1), i.e. that should be transposed on PE instead."""
-    return (view.shape[0] > 1 and view.shape[1] > 1 and view.strides[0] == 1
-            and view.strides[1] != 1)
 
 
 def load_tile(em: Emitter, view: HbmView, element_type: ir.Type) -> Tile:
@@ -37,14 +30,7 @@ def load_tile(em: Emitter, view: HbmView, element_type: ir.Type) -> Tile:
             em.load(staging, view, 0, [1])
             em.copy(tile, staging)
         return tile
-    step = em.target.pe_rows
-    for c0 in range(0, free, step):
-        cn = min(step, free - c0)
-        rows = em.alloc("sbuf", cn, parts, view.element_type)
-        em.load(rows, view.slice(1, c0, cn).transpose([1, 0]), 0, [1])
-        psum = em.alloc("psum", parts, cn, ir.F32Type.get())
-        em.transpose(psum, rows)
-        em.copy(tile.columns(c0, cn), psum)
+    load_transposed(em, tile, view)
     return tile
 
 

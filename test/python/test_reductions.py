@@ -26,3 +26,16 @@ def test_leading_sum_matches_eager(name, dtype):
     else:
         # fp32 sums of exact bf16 products, rounded once to bf16.
         torch.testing.assert_close(got.float(), want.to(dtype).float(), rtol=8e-3, atol=1e-2)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_elementwise_with_a_transposed_operand(dtype):
+    # The transposed operand is read in row blocks turned around on PE (its DMA would move
+    # one element per descriptor otherwise); values pass through unchanged.
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(2, 300, 200, generator=g).to(dtype)
+    y = torch.randn(2, 200, 300, generator=g).to(dtype)
+    fn = lambda a, b: a * 2 + b.transpose(1, 2)
+    torch._dynamo.reset()
+    got = torch.compile(fn, backend="neuron", options={"fallback": False})(x, y)
+    torch.testing.assert_close(got, fn(x, y), rtol=0, atol=0)
