@@ -222,6 +222,18 @@ for _op, (_order, _scaled) in {
     _OVERRIDES[_op] = _bessel_i(_order, _scaled)
 
 
+def _gamma_arguments(self):
+    """The argument reduction lgamma and digamma share: x in fp32 at least, whether x is
+    reflected (x < 1/2), y = x or 1 - x, whether y is small (< 8), z = y or y + 8 (where the
+    asymptotic series is accurate) and w = 1 / z^2."""
+    x = self.float() if self.element_size() < 4 else self
+    reflect = x < 0.5
+    y = torch.where(reflect, 1.0 - x, x)
+    small = y < 8.0
+    z = torch.where(small, y + 8.0, y)
+    return x, reflect, y, small, z, 1.0 / (z * z)
+
+
 @_register(aten.lgamma.default)
 def lgamma(self):
     """log|Gamma(x)| (torch-mlir has no lowering): Stirling's series at z >= 8, reached from
@@ -230,12 +242,7 @@ def lgamma(self):
     x - round(x), exact; the poles at 0, -1, ... give inf)."""
     if not self.is_floating_point():
         return NotImplemented
-    x = self.float() if self.element_size() < 4 else self
-    reflect = x < 0.5
-    y = torch.where(reflect, 1.0 - x, x)
-    small = y < 8.0
-    z = torch.where(small, y + 8.0, y)
-    w = 1.0 / (z * z)
+    x, reflect, y, small, z, w = _gamma_arguments(self)
     series = (1.0 / 12 + w * (-1.0 / 360 + w * (1.0 / 1260 - w / 1680))) / z
     stirling = (z - 0.5) * torch.log(z) - z + 0.5 * math.log(2 * math.pi) + series
     product = y
@@ -258,12 +265,7 @@ def digamma(self):
     as PyTorch gives."""
     if not self.is_floating_point():
         return NotImplemented
-    x = self.float() if self.element_size() < 4 else self
-    reflect = x < 0.5
-    y = torch.where(reflect, 1.0 - x, x)
-    small = y < 8.0
-    z = torch.where(small, y + 8.0, y)
-    w = 1.0 / (z * z)
+    x, reflect, y, small, z, w = _gamma_arguments(self)
     series = torch.log(z) - 0.5 / z - w * (1.0 / 12 - w * (1.0 / 120 - w * (1.0 / 252 -
                                                                             w / 240)))
     steps = 1.0 / y
