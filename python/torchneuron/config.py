@@ -82,4 +82,11 @@ TUNING_DB: Knob[str | None] = Knob(
     "compilations use in place of the defaults (CompileOptions.tuning_db overrides it).",
 )
 
-ALL_KNOBS = (DUMP_DIR, TARGET, VERIFY_EACH, CACHE_DIR, TUNING_DB)
+SIM_REPLAY: Knob[bool] = Knob(
+    "TORCHNEURON_SIM_REPLAY", _bool, True,
+    "Run a program's later executions as replays of its first verified one (same "
+    "instructions, same order, checks already settled; see torchneuron/sim/replay.py); "
+    "0 checks every execution in full.",
+)
+
+ALL_KNOBS = (DUMP_DIR, TARGET, VERIFY_EACH, CACHE_DIR, TUNING_DB, SIM_REPLAY)

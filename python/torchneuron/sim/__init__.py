@@ -6,6 +6,9 @@ Layers, bottom up:
     semantics.py  one numpy function per opcode (format/isa.py's docstring, executed)
     program.py    `prepare`: a NEFF decoded and checked into runnable instructions
     simulator.py  `run`: the event loop over engines and DMA queues, semaphores, deadlocks
+    replay.py     `Replay`: later runs of a program whose first run passed every check, without
+                  re-making those checks (timing and which bytes are touched do not depend on
+                  data)
     profile.py    `Profile`: time, busy/utilisation, instruction mix, bytes, FLOPs, the
                   roofline bound (`Profile.roofline()` -> `Roofline`), the report neuron-profile
                   prints, Chrome/Perfetto trace

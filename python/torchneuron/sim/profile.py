@@ -3,6 +3,7 @@ bound, a trace and a timeline picture."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -91,6 +92,14 @@ class Profile:
     pe_flops_by_class: dict[str, int] = field(default_factory=dict)
     compulsory_bytes: int = 0
     events: list[TraceEvent] = field(default_factory=list, repr=False)
+
+    def copy(self) -> "Profile":
+        """An independent copy (the events themselves are immutable and shared)."""
+        streams = {name: StreamStats(s.name, s.instructions, s.busy_ns, s.dma_bytes,
+                                     dict(s.opcodes)) for name, s in self.streams.items()}
+        return dataclasses.replace(self, streams=streams, opcode_counts=dict(self.opcode_counts),
+                                   pe_flops_by_class=dict(self.pe_flops_by_class),
+                                   events=list(self.events))
 
     @property
     def total_us(self) -> float:

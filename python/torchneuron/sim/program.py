@@ -90,6 +90,9 @@ class PreparedProgram:
     streams: list[PreparedStream]   # engines in Engine order, then DMA queues by number
     increments: list[int]           # how many instructions signal each semaphore
     onchip_extent: dict             # memory -> bytes of each partition the program touches
+    # Set by the runtime after the first run that passed every check: a `sim.replay.Replay`
+    # for later runs, or the reason the program cannot be replayed (a str).
+    replay: object = None
 
 
 def prepare(neff: Neff, target: Target, layout: HbmLayout) -> PreparedProgram:

@@ -81,8 +81,12 @@ class Machine:
         return store.view(a)
 
     def read_f32(self, ins, a: Access) -> np.ndarray:
-        """Operand `a` as a fresh float32 array [partitions, free elements]."""
-        return self.read(ins, a).astype(F32).reshape(a.partitions, a.free_size)
+        """Operand `a` as float32 [partitions, free elements]. For fp32 storage this may be
+        a view of the memory itself (no copy): callers never modify it in place."""
+        values = self.read(ins, a)
+        if values.dtype != F32:
+            values = values.astype(F32)
+        return values.reshape(a.partitions, a.free_size)
 
     def write(self, a: Access, values: np.ndarray) -> None:
         """Convert `values` to a's dtype and store them (row-major element order)."""

@@ -45,20 +45,23 @@ from torchneuron.sim.semantics import Machine
 _blas = None
 
 
-def run(program: PreparedProgram, hbm: Hbm) -> Profile:
-    """Execute `program` against `hbm` (inputs and constants already stored there); outputs
-    are left in `hbm`. Returns the profile of the run.
-
-    numpy's BLAS is held to one thread meanwhile: an instruction's matmul is at most
+def blas_single_thread():
+    """A context that holds numpy's BLAS to one thread: an instruction's matmul is at most
     128 x 128 x 512, too small to gain from threads, and threads spinning on a busy machine
     made such matmuls a hundred times slower."""
     global _blas
     if _blas is None:
         from threadpoolctl import ThreadpoolController
         _blas = ThreadpoolController()
+    return _blas.limit(limits=1, user_api="blas")
+
+
+def run(program: PreparedProgram, hbm: Hbm) -> Profile:
+    """Execute `program` against `hbm` (inputs and constants already stored there); outputs
+    are left in `hbm`. Returns the profile of the run."""
     onchip = _take_onchip(program)
     try:
-        with _blas.limit(limits=1, user_api="blas"):
+        with blas_single_thread():
             return _run(program, Machine(program.target, hbm, onchip))
     finally:
         _give_back_onchip(program.target, onchip)

@@ -1,0 +1,134 @@
+"""Replaying a verified execution: the same instructions in the same order, without the
+checks that one run already settled for every run.
+
+Nothing a program does over time depends on its data: every duration is static (the cost
+model runs in `prepare`) and semaphores only count, so the event loop (sim/simulator.py)
+takes the instructions in the same order, at the same simulated times, on every run. Which
+bytes each instruction reads and writes is static too, except the rows an indirect DMA
+picks. So when one run completed with every never-written check passing (operands and
+outputs), every later run passes the same checks, provided that
+  - no indirect DMA writes HBM (the rows it writes depend on data, and so would whether a
+    later read finds its bytes written), and
+  - every indirect DMA that reads HBM reads an input or a constant tensor (written in full
+    before the run starts; its rows' check is still made, against those tensors).
+`Replay` then runs each later execution as: inputs into HBM, each instruction's semantic
+function (sim/semantics.py, the same functions, so the same numerics) in the verified run's
+order, outputs out. Its memories are kept from run to run, with the numpy view of every
+operand built once, and carry no written-masks: the verified run showed that no instruction
+reads a byte before this run wrote it, so data left over from an earlier run is never read.
+The profile is the verified run's, since timing does not depend on data.
+
+A program that does not qualify is checked on every run, as is a program whose replay is in
+use by another thread at the time (it runs on fresh memories). `TORCHNEURON_SIM_REPLAY=0`
+turns replays off.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+
+from torchneuron.format import isa
+from torchneuron.sim.memory import NUMPY_DTYPES, Access, Hbm, Store
+from torchneuron.sim.profile import Profile
+from torchneuron.sim.program import PreparedProgram
+from torchneuron.sim.rules import WRITE_SLOTS
+from torchneuron.sim.semantics import Machine, convert
+from torchneuron.sim.simulator import blas_single_thread
+
+
+def why_not_replayable(program: PreparedProgram) -> str | None:
+    """The reason the checks of one run of `program` do not settle them for every run (see
+    the module docstring), or None when they do."""
+    tensors = program.neff.tensors
+    for stream in program.streams:
+        for ins in stream.instrs:
+            if ins.opcode != isa.Opcode.DMA or not ins.flags & isa.FLAG_INDIRECT:
+                continue
+            dst, src = ins.ops[0], ins.ops[1]
+            if dst.memory == isa.Memory.HBM:
+                return f"{ins.label} writes HBM rows chosen by data"
+            if tensors[src.tensor].kind not in ("input", "constant"):
+                return (f"{ins.label} reads rows of {tensors[src.tensor].kind} tensor "
+                        f"{tensors[src.tensor].name!r}, chosen by data")
+    return None
+
+
+class _ReplayMachine(Machine):
+    """The semantics' machine over kept memories: an operand is its prebuilt view."""
+
+    def __init__(self, stores: dict, views: dict[int, np.ndarray]):
+        self.stores = stores
+        self._views = views
+
+    def read(self, ins, a: Access) -> np.ndarray:
+        return self._views[id(a)]
+
+    def write(self, a: Access, values: np.ndarray) -> None:
+        self._views[id(a)][...] = convert(values, a.dtype).reshape(a.shape)
+
+
+class Replay:
+    """Later executions of a prepared program whose run `profile` passed every check."""
+
+    def __init__(self, program: PreparedProgram, profile: Profile):
+        self.program = program
+        self.profile = profile
+        self.lock = threading.Lock()
+        neff, target = program.neff, program.target
+        by_position = {(s.name, i): ins for s in program.streams for i, ins in enumerate(s.instrs)}
+        # The verified run's trace lists its instructions in the order it executed them.
+        self.order = [by_position[(e.stream, e.index)] for e in profile.events]
+        if len(self.order) != sum(len(s.instrs) for s in program.streams):
+            raise ValueError(f"the profile of {neff.name!r} is not of a complete run")
+        self.hbm = Hbm(program.layout, neff.tensors)
+        sbuf = Store(isa.Memory.SBUF, (target.num_partitions, target.sbuf_partition_bytes))
+        psum = Store(isa.Memory.PSUM, (target.num_partitions, target.psum_partition_bytes))
+        stores = {isa.Memory.HBM: self.hbm, isa.Memory.SBUF: sbuf, isa.Memory.PSUM: psum}
+        views: dict[int, np.ndarray] = {}
+        written_tensors: set[int] = set()
+        for ins in self.order:
+            for slot, a in enumerate(ins.ops):
+                if a is None:
+                    continue
+                if id(a) not in views:
+                    views[id(a)] = stores[a.memory].view(a)
+                if a.memory == isa.Memory.HBM and slot in WRITE_SLOTS[ins.opcode]:
+                    written_tensors.add(a.tensor)
+        self.machine = _ReplayMachine(stores, views)
+        self.inputs = [self.hbm.tensor_access(tid) for tid in neff.inputs]
+        self.outputs = [(self.hbm.tensor_access(tid), tuple(neff.tensors[tid].shape))
+                        for tid in neff.outputs]
+        # Inputs and constants are whole: indirect reads check their rows against the mask.
+        for t in neff.tensors:
+            if t.kind in ("input", "constant") and t.num_elements:
+                self.hbm.mark_written(self.hbm.tensor_access(t.id))
+        self.constants = [(self.hbm.tensor_access(t.id),
+                           np.frombuffer(t.data, dtype=NUMPY_DTYPES[t.dtype]))
+                          for t in neff.tensors if t.kind == "constant" and t.num_elements]
+        self._store_constants()
+        # A program that writes into its own constants needs them afresh on every run.
+        self.constants_each_run = any(neff.tensors[t].kind == "constant"
+                                      for t in written_tensors)
+
+    def _store_constants(self) -> None:
+        for access, data in self.constants:
+            self.hbm.store(access, data)
+
+    def execute(self, arrays: list[np.ndarray]) -> tuple[list[np.ndarray], Profile]:
+        """Run once on `arrays` (checked inputs, in the program's order): the outputs and
+        the profile. The caller holds `lock`."""
+        hbm = self.hbm
+        for access, array in zip(self.inputs, arrays):
+            if array.size:
+                hbm.store(access, np.ascontiguousarray(array).reshape(-1))
+        if self.constants_each_run:
+            self._store_constants()
+        machine = self.machine
+        with blas_single_thread(), np.errstate(all="ignore"):
+            for ins in self.order:
+                ins.semantics(ins, machine)
+        outputs = [hbm.view(access).copy().reshape(shape) if access.shape[0] else
+                   np.zeros(shape, access.dtype) for access, shape in self.outputs]
+        return outputs, self.profile.copy()
