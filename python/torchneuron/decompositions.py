@@ -12,7 +12,9 @@ whose backward is itself a fused kernel (scaled_dot_product_attention, whose CPU
 `_scaled_dot_product_flash_attention_for_cpu_backward`) is replaced by its math form, so that
 AOTAutograd differentiates matmuls and a softmax and the backward is plain ops. (A
 decomposition-table entry cannot do this: the table applies below autograd, after the
-autograd formula of the fused op has already been chosen.)
+autograd formula of the fused op has already been chosen.) It also takes the rows of a tensor
+that the program indexes one by one (`q, k, v = qkv`) with one `unbind`, whose backward is a
+`stack` of the rows' gradients instead of a sum of zero-filled full-size scatters.
 """
 
 from __future__ import annotations
@@ -643,13 +645,43 @@ _SDPA_TARGETS = (torch._C._nn.scaled_dot_product_attention,
 
 
 def rewrite_dynamo_graph(gm: torch.fx.GraphModule) -> int:
-    """Replace fused ops of a Dynamo graph by their math form (see the module docstring);
-    returns the number of nodes rewritten."""
+    """Replace fused ops of a Dynamo graph by their math form, and index-by-index unpacking
+    of a tensor by one unbind (see the module docstring); returns the number of nodes
+    rewritten."""
     count = 0
-    for node in gm.graph.nodes:
+    for node in list(gm.graph.nodes):
         if node.op == "call_function" and node.target in _SDPA_TARGETS:
             node.target = sdpa_math
             count += 1
+        count += _unbind_indexed_rows(gm.graph, node)
     if count:
         gm.recompile()
     return count
+
+
+def _unbind_indexed_rows(graph: torch.fx.Graph, node: torch.fx.Node) -> int:
+    """`q, k, v = t` (or t[0], t[1], ...) indexes a tensor row by row: Dynamo records one
+    getitem per row, whose backward AOTAutograd builds as one zero-filled select_scatter per
+    row, summed (full-size selects and adds over the whole gradient). The same rows taken by
+    one `unbind` have `stack` as their backward. Rewrites when at least two distinct rows of
+    dim 0 are taken by plain integer indices; returns the number of getitems rewritten."""
+    import operator
+
+    value = node.meta.get("example_value")
+    if not isinstance(value, torch.Tensor) or value.dim() == 0:
+        return 0
+    rows = value.shape[0]
+    if not isinstance(rows, int):
+        return 0
+    takes = [user for user in node.users
+             if user.op == "call_function" and user.target is operator.getitem
+             and user.args[0] is node and type(user.args[1]) is int
+             and -rows <= user.args[1] < rows]
+    if len({t.args[1] % rows for t in takes}) < 2:
+        return 0
+    with graph.inserting_after(node):
+        unbound = graph.call_function(torch.unbind, (node, 0))
+    unbound.meta["example_value"] = tuple(value.unbind(0))
+    for take in takes:
+        take.args = (unbound, take.args[1] % rows)
+    return len(takes)

@@ -219,3 +219,44 @@ def test_attention_math_form_matches_fused(kwargs):
         kwargs = dict(kwargs, attn_mask=torch.randn(6, 6, generator=g))
     torch.testing.assert_close(decompositions.sdpa_math(q, k, v, **kwargs),
                                F.scaled_dot_product_attention(q, k, v, **kwargs))
+
+
+class PackedProjection(torch.nn.Module):
+    """q, k, v unpacked row by row from one projection, as BERT-style attention does."""
+
+    def __init__(self):
+        super().__init__()
+        self.qkv = torch.nn.Linear(16, 48)
+
+    def forward(self, x):
+        q, k, v = self.qkv(x).view(x.shape[0], 3, 16).permute(1, 0, 2)
+        return (q * k + v * v).sum()
+
+
+def test_rows_unpacked_one_by_one_have_a_stacked_gradient(tmp_path, monkeypatch):
+    """The backward of `q, k, v = t` is one concatenation of the three gradients, not three
+    zero-filled scatters summed (decompositions._unbind_indexed_rows)."""
+    monkeypatch.setenv("TORCHNEURON_DUMP_DIR", str(tmp_path))
+    torch.manual_seed(0)
+    model = PackedProjection()
+    x = torch.randn(8, 16)
+    model(x).backward()
+    expected = [p.grad.clone() for p in model.parameters()]
+    model.zero_grad()
+    torch.compile(model, backend="neuron")(x).backward()
+    for p, want in zip(model.parameters(), expected):
+        torch.testing.assert_close(p.grad, want)
+    backward = next(tmp_path.glob("*_backward.fx.txt")).read_text()
+    assert "aten.cat" in backward
+    assert "aten.where" not in backward and "select_scatter" not in backward
+
+
+def test_a_single_indexed_row_is_left_as_it_is():
+    def take_one(t):
+        return t[1] * 2
+
+    gm = torch.fx.symbolic_trace(take_one)
+    for node in gm.graph.nodes:
+        if node.op == "placeholder":
+            node.meta["example_value"] = torch.zeros(3, 4)
+    assert decompositions.rewrite_dynamo_graph(gm) == 0
