@@ -17,6 +17,7 @@ from torch_mlir.dialects import func as func_d
 
 from torchneuron.compiler import ir_utils as U
 from torchneuron.compiler.errors import CompileError, UnsupportedOpError
+from torchneuron.compiler.kernels.attention import lower_attention
 from torchneuron.compiler.kernels.elementwise import lower_elementwise
 from torchneuron.compiler.kernels.conv import lower_conv, lower_pool
 from torchneuron.compiler.kernels.emitter import Emitter
@@ -178,6 +179,20 @@ class _FunctionLowering:
             view = apply_view_op(op, contiguous)
         return view
 
+    def _batched_view(self, op: ir.Operation, source: HbmView) -> HbmView:
+        """`_view`, except that a reshape merging a matmul operand's batch dims that no
+        single stride spans leaves them unmerged (the kernel indexes them by a flat batch
+        index) instead of copying the operand."""
+        view = apply_view_op(op, source)
+        if view is not None:
+            return view
+        if _merges_matmul_batch(op):
+            for dim in reversed(range(source.rank - 2)):
+                if source.shape[dim] == 1:
+                    source = source.select(dim, 0)
+            return source
+        return self._view(op, source)
+
     def _copy(self, src: HbmView, dst: HbmView) -> None:
         if 0 in dst.shape:
             return          # nothing to move (e.g. a returned input with no elements)
@@ -189,6 +204,10 @@ class _FunctionLowering:
         body = kernel_body(kernel)
         if U.str_attr(kernel, "kind") == "rows":
             lower_rows(self.em, body[:-1], self.views, self._view, (body[-1].operands[0], out))
+            return
+        if U.str_attr(kernel, "kind") == "attention":
+            lower_attention(self.em, body[:-1], self.views, self._batched_view,
+                            (body[-1].operands[0], out))
             return
         views = dict(self.views)
         compute = []

@@ -57,10 +57,17 @@ class _Layout:
 
 def lower_rows(em: Emitter, body: list[ir.Operation], views: dict,
                view_of: Callable[[ir.Operation, HbmView], HbmView],
-               output: tuple[ir.Value, HbmView]) -> None:
+               output: tuple[ir.Value, HbmView],
+               produce: Callable[[ir.Value, HbmView], Tile | None] | None = None,
+               consume: Callable[[Tile, HbmView], None] | None = None) -> None:
     """`body`: the kernel's ops (without trn.yield); `views`: HbmViews of the values defined
     above the kernel; `view_of(op, source)`: the view a view op makes of an HBM view;
-    `output`: (yielded value, destination view)."""
+    `output`: (yielded value, destination view).
+
+    A kernel that computes the rows' inputs or uses the result on chip (an attention kernel)
+    passes `produce(value, view)`, which returns the tile of a row leaf for the rows `view`
+    covers (or None: load it), and `consume(tile, view)`, which takes each result tile in
+    place of its store to `view`."""
     reduces = [op for op in body if op.name == "trn.reduce"]
     if not reduces:
         raise CompileError("a row-wise kernel needs a reduction", body[-1].location)
@@ -140,6 +147,31 @@ def lower_rows(em: Emitter, body: list[ir.Operation], views: dict,
                     producer not in accumulated:
                 accumulated[producer] = op
     folded = {op for op in biased.values()} | set(accumulated.values())
+    # y = x * c (c > 0) read only by max(y) and by f(y - m) (softmax's scaling): the max is
+    # taken of x and scaled, and f reads x with the scale folded into its own (ACT applies
+    # scale, then bias, each rounded to fp32, as the separate multiply and subtraction did;
+    # rounding is monotonic, so max(fl(c x)) = fl(c max(x))). One pass over the row fewer.
+    scaled = {}                       # y -> (x, c)
+    alias_of = {}
+    for alias, source in aliases.items():
+        alias_of.setdefault(source, []).append(alias)
+    for op in compute:
+        y = op.results[0]
+        if op.name != "trn.tensor_scalar" or U.str_attr(op, "op") != "mul" or \
+                ir.BoolAttr(op.attributes["reverse"]).value or not is_row(y) or \
+                not U.float_attr(op, "scalar") > 0.0 or y in (yielded, output[0]) or \
+                storage.get(y, U.element_type(y)) != ir.F32Type.get():
+            continue
+        names = [y] + alias_of.get(y, [])
+        readers = [u for v in names for u in users.get(v, []) if u.results[0] not in aliases]
+        if readers and all(
+                (r.name == "trn.reduce" and U.str_attr(r, "op") == "max") or
+                (r in {sub: act for act, sub in biased.items()} and r.operands[0] in names
+                 and U.float_attr({sub: act for act, sub in biased.items()}[r], "scale") == 1.0)
+                for r in readers):
+            scaled[y] = (op.operands[0], U.float_attr(op, "scalar"))
+            folded.add(op)
+    scaled_names = {a: y for y in scaled for a in [y] + alias_of.get(y, [])}
 
     for outer in itertools.product(*(range(math.prod(kept[d] for d in group))
                                      for group in layout.loops)):
@@ -149,8 +181,10 @@ def lower_rows(em: Emitter, body: list[ir.Operation], views: dict,
             tiles: dict = {v: t.rows(pn) for v, t in resident.items()}
             for v in leaves:
                 if v not in tiles:
-                    tiles[v] = load_leaf(em, _tile_view(leaf_views[v], layout, kept_rank, index,
-                                                        p0, pn, row=is_row(v)))
+                    view = _tile_view(leaf_views[v], layout, kept_rank, index, p0, pn,
+                                      row=is_row(v))
+                    tile = produce(v, view) if produce is not None else None
+                    tiles[v] = tile if tile is not None else load_leaf(em, view)
 
             def operand(v: ir.Value) -> Tile:
                 v = per_row_alias.get(v, v)
@@ -162,7 +196,8 @@ def lower_rows(em: Emitter, body: list[ir.Operation], views: dict,
             for op in compute:
                 result = op.results[0]
                 if result in aliases:
-                    tiles[result] = tiles[aliases[result]]
+                    if aliases[result] in tiles:        # (not when its producer folded away)
+                        tiles[result] = tiles[aliases[result]]
                     continue
                 if op in folded:
                     continue
@@ -173,6 +208,12 @@ def lower_rows(em: Emitter, body: list[ir.Operation], views: dict,
                     bias = None
                     if op not in biased:
                         source = operand(op.operands[0])
+                    elif biased[op].operands[0] in scaled_names:
+                        sub = biased[op]
+                        x, scale = scaled[scaled_names[sub.operands[0]]]
+                        source = operand(x)
+                        bias = em.alloc("sbuf", pn, 1, ir.F32Type.get())
+                        em.tensor_scalar(bias, tiles[broadcast_of[sub.operands[1]]], "mul", -1.0)
                     else:
                         sub = biased[op]
                         source = operand(sub.operands[0])
@@ -194,6 +235,11 @@ def lower_rows(em: Emitter, body: list[ir.Operation], views: dict,
                     em.activation(dst, operand(op.operands[0]), "identity",
                                   U.float_attr(op, "scalar"))
                     work["act"] += free
+                elif op.name == "trn.reduce" and op.operands[0] in scaled_names:
+                    x, factor = scaled[scaled_names[op.operands[0]]]
+                    unscaled = em.alloc("sbuf", pn, 1, ir.F32Type.get())
+                    em.tensor_reduce(unscaled, operand(x), "max")
+                    em.tensor_scalar(dst, unscaled, "mul", factor)
                 elif op.name == "trn.reduce":
                     em.tensor_reduce(dst, tiles[op.operands[0]], U.str_attr(op, "op"))
                 elif op.name == "trn.tensor_tensor" and \
@@ -218,7 +264,10 @@ def lower_rows(em: Emitter, body: list[ir.Operation], views: dict,
                 tile = cast
             target = _tile_view(out_view, layout, kept_rank, index, p0, pn,
                                 row=is_row(output[0]))
-            em.store(target, 0, list(range(1, target.rank)), tile)
+            if consume is not None:
+                consume(tile, target)
+            else:
+                em.store(target, 0, list(range(1, target.rank)), tile)
 
 
 def _spread(em: Emitter, per_row: Tile, row_elements: int) -> Tile:

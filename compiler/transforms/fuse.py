@@ -15,7 +15,12 @@ Groups formed:
   value may have several users inside the group (GELU's backward reads its input three
   times), cut so that only its last value is used outside; possibly followed by one
   reduction and a chain after it (exp -> sum -> reciprocal), so the reduced input never
-  reaches HBM.
+  reaches HBM;
+- attention (kind "attention"), formed last from three kernels: a matmul whose result (the
+  scores, after its epilogue) only a row-wise kernel reads, and the matmul that reads the
+  row-wise result (the probabilities) as its left operand. The kernel computes scores, row
+  statistics and probabilities for 128 query rows at a time on chip and multiplies them by
+  the values there: scores and probabilities never reach HBM.
 View ops (transpose, broadcast, reshape) and constant sources (fill, iota) that feed a group
 from outside are copied into the kernel: its lowering folds views into access patterns and
 generates sources on chip instead of reading them from HBM.
@@ -43,10 +48,11 @@ from torchneuron.target import get_target
 class Fuse(Pass):
     NAME = "trn-fuse"
     SUMMARY = ("Group trn ops into fused kernels (row-wise reductions, matmul + epilogue, "
-               "elementwise chains)")
+               "elementwise chains, attention)")
     matmul_epilogue: bool = True
     elementwise: bool = True
     rows: bool = True
+    attention: bool = True
     keep_roundings: bool = False
     target: str = ""
 
@@ -62,6 +68,9 @@ class Fuse(Pass):
                 kernel = outline(group)
                 if not self.keep_roundings:
                     elide_intermediate_roundings(kernel)
+            if self.attention and self.rows and self.matmul_epilogue:
+                for triple in attention_triples(func, get_target(self.target or None)):
+                    merge_kernels(triple, "attention")
 
     def groups(self, func: ir.Operation) -> list[list[ir.Operation]]:
         taken: set = set()
@@ -373,6 +382,109 @@ def _grow_row_group(func: ir.Operation, seed: ir.Operation,
     while ordered[-1].name in VIEW_OPS:     # a kernel's result is computed, not a view
         ordered.pop()
     return ordered
+
+
+def attention_triples(func: ir.Operation, target) -> list[tuple]:
+    """(scores, rows, output) kernel triples that form an attention kernel: `scores` a matmul
+    kernel [.., Sq, Sk] whose only reader is `rows`, a row-wise kernel over rows of Sk; the
+    rows kernel's only reader is `output`, a matmul kernel whose left operand is the rows
+    result through reshapes of its batch dims, [.., Sq, Sk] x [.., Sk, Dv]. The lowering
+    takes 128 query rows of one batch at a time (Sq a multiple of 128, or one batch of at most
+    128 rows), values Dv <= one moving tile, and epilogues of one operand (roundings,
+    scalings)."""
+    triples = []
+    for rows in U.body_ops(func):
+        if rows.name != "trn.kernel" or U.str_attr(rows, "kind") != "rows":
+            continue
+        uses = list(rows.results[0].uses)
+        if len(uses) != 1:
+            continue
+        output = _operation(_owner(uses[0]).parent)
+        if output.name != "trn.kernel" or U.str_attr(output, "kind") != "matmul":
+            continue
+        producers = {U.defining_op(v) for op in kernel_ops(rows) for v in op.operands}
+        scores = [k for k in producers if k is not None and k.name == "trn.kernel"
+                  and U.str_attr(k, "kind") == "matmul" and k.parent == rows.parent]
+        if len(scores) != 1 or len(list(scores[0].results[0].uses)) != 1:
+            continue
+        if _attention_shapes(scores[0], rows, output, target):
+            triples.append((scores[0], rows, output))
+    return triples
+
+
+def kernel_ops(kernel: ir.Operation) -> list[ir.Operation]:
+    return [op.operation for op in kernel.regions[0].blocks[0].operations]
+
+
+def _unary_epilogue(body: list[ir.Operation], matmul: ir.Operation) -> bool:
+    """Every op after the matmul is elementwise on the previous one alone (or a constant)."""
+    current = matmul.results[0]
+    for op in body[body.index(matmul) + 1:-1]:
+        if op.name not in ELEMENTWISE_OPS or list(op.operands) != [current]:
+            return False
+        current = op.results[0]
+    return body[-1].operands[0] == current
+
+
+def _attention_shapes(scores: ir.Operation, rows: ir.Operation, output: ir.Operation,
+                      target) -> bool:
+    s_body, o_body = kernel_ops(scores), kernel_ops(output)
+    s_mm = [op for op in s_body if op.name == "trn.matmul"]
+    o_mm = [op for op in o_body if op.name == "trn.matmul"]
+    if len(s_mm) != 1 or len(o_mm) != 1:
+        return False
+    if not _unary_epilogue(s_body, s_mm[0]) or not _unary_epilogue(o_body, o_mm[0]):
+        return False
+    scores_shape = U.shape(s_mm[0].results[0])
+    out_lhs, values = o_mm[0].operands
+    if len(scores_shape) < 2 or U.shape(out_lhs)[-2:] != scores_shape[-2:] or \
+            U.shape(values)[-2] != scores_shape[-1] or \
+            U.shape(values)[-1] > target.matmul_max_moving:
+        return False
+    # The left operand is the rows result, reshaped only.
+    value = out_lhs
+    while U.defining_op(value) is not None and _operation(U.defining_op(value).parent) == output:
+        producer = U.defining_op(value)
+        if producer.name != "trn.reshape":
+            return False
+        value = producer.operands[0]
+    if value != rows.results[0]:
+        return False
+    reduces = [op for op in kernel_ops(rows) if op.name == "trn.reduce"]
+    space = _row_space(reduces[0]) if reduces else None
+    if space is None or space.row_elements != scores_shape[-1]:
+        return False
+    sq = scores_shape[-2]
+    batch = 1
+    for n in scores_shape[:-2]:
+        batch *= n
+    return sq % target.pe_cols == 0 or (batch == 1 and sq <= target.pe_cols)
+
+
+def merge_kernels(kernels: tuple, kind: str) -> ir.Operation:
+    """One kernel of `kind` computing `kernels` (in block order, each read only by the next):
+    their bodies one after another, each reading its predecessor's yielded value."""
+    last = kernels[-1]
+    with ir.InsertionPoint(last), last.location:
+        merged = build_kernel(kind, last.results[0].type)
+    mapping: dict = {}
+    with ir.InsertionPoint(merged.regions[0].blocks[0]):
+        for kernel in kernels:
+            body = kernel_ops(kernel)
+            for op in body[:-1]:
+                clone = U.clone_with_operands(op, [mapping.get(v, v) for v in op.operands])
+                for old, new in zip(op.results, clone.results):
+                    mapping[old] = new
+            mapping[kernel.results[0]] = mapping[body[-1].operands[0]]
+        build_yield(mapping[last.results[0]], loc=last.location)
+    last.results[0].replace_all_uses_with(merged.results[0])
+    for kernel in reversed(kernels):
+        kernel.erase()
+    return merged
+
+
+def _operation(op) -> ir.Operation:
+    return op.operation if isinstance(op, ir.OpView) else op
 
 
 def _owner(use) -> ir.Operation:

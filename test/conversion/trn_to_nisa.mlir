@@ -414,15 +414,17 @@ func.func @bias_grad(%g: tensor<256x600xbf16>) -> tensor<600xf32> {
 
 // -----
 
-// Tests that a row-wise softmax hands the scalar engine what it does in one pass: the scaling
-// (ACT has no more work than DVE yet), exp(x - max) as one activation whose per-partition bias
-// is -max, with the row sum accumulated by that activation; DVE reduces the max, negates it on
-// the [P, 1] column and divides.
+// Tests that a row-wise softmax hands the scalar engine what it does in one pass: exp of the
+// scaled row minus its max as one activation (scale 0.125, per-partition bias -max), with the
+// row sum accumulated by that activation. The scaling is no pass of its own: DVE reduces the
+// max of the unscaled row and scales the [P, 1] column (max(c x) = c max(x) for c > 0), negates
+// it, and divides at the end.
 // CHECK-LABEL: func.func @softmax
-// CHECK: "nisa.activation"({{.*}}func = "identity"{{.*}}scale = 1.250000e-01
+// CHECK-NOT: func = "identity"
 // CHECK: "nisa.tensor_reduce"({{.*}}op = "max"
+// CHECK: "nisa.tensor_scalar"({{.*}}imm0 = 1.250000e-01 : f32{{.*}}op0 = "mul"
 // CHECK: "nisa.tensor_scalar"({{.*}}imm0 = -1.000000e+00 : f32{{.*}}op0 = "mul"
-// CHECK: "nisa.activation"(%{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}) {{{.*}}func = "exp"{{.*}}operandSegmentSizes = array<i32: 1, 1, 1, 0, 1>
+// CHECK: "nisa.activation"(%{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}) {{{.*}}func = "exp"{{.*}}operandSegmentSizes = array<i32: 1, 1, 1, 0, 1>{{.*}}scale = 1.250000e-01
 // CHECK-NOT: "nisa.tensor_reduce"({{.*}}op = "add"
 // CHECK: "nisa.tensor_scalar"({{.*}}op0 = "div"
 func.func @softmax(%x: tensor<128x96xf32>) -> tensor<128x96xf32> {
@@ -438,4 +440,43 @@ func.func @softmax(%x: tensor<128x96xf32>) -> tensor<128x96xf32> {
     "trn.yield"(%r) : (tensor<128x96xf32>) -> ()
   }) {kind = "rows"} : () -> tensor<128x96xf32>
   return %k : tensor<128x96xf32>
+}
+
+// -----
+
+// Tests the lowering of an attention kernel: per batch index and block of 128 query rows, the
+// scores matmul accumulates in PSUM and is evacuated into one SBUF row tile (rounded to bf16),
+// the softmax runs on that tile, each 128-column block of the probabilities is transposed on
+// PE to be the stationary operand against the values' rows, and only the result is stored.
+// Nothing is stored to a scratch buffer in between.
+// CHECK-LABEL: func.func @attention
+// CHECK-NOT: memory = "hbm"
+// CHECK: "nisa.matmul"
+// CHECK: "nisa.tensor_copy"
+// CHECK: "nisa.tensor_reduce"({{.*}}op = "max"
+// CHECK: "nisa.activation"({{.*}}func = "exp"
+// CHECK: "nisa.tensor_scalar"({{.*}}op0 = "div"
+// CHECK: "nisa.transpose"
+// CHECK: "nisa.matmul"
+// CHECK: "nisa.dma"(%arg3,
+// CHECK-NOT: memory = "hbm"
+// CHECK: return
+func.func @attention(%q: tensor<2x128x32xbf16>, %kt: tensor<2x32x128xbf16>, %v: tensor<2x128x32xbf16>) -> tensor<2x128x32xbf16> {
+  %k = "trn.kernel"() ({
+    %s = "trn.matmul"(%q, %kt) : (tensor<2x128x32xbf16>, tensor<2x32x128xbf16>) -> tensor<2x128x128xf32>
+    %sb = "trn.convert"(%s) : (tensor<2x128x128xf32>) -> tensor<2x128x128xbf16>
+    %x = "trn.tensor_scalar"(%sb) {op = "mul", reverse = false, scalar = 1.250000e-01 : f32} : (tensor<2x128x128xbf16>) -> tensor<2x128x128xf32>
+    %m = "trn.reduce"(%x) {op = "max", dimensions = array<i64: 2>} : (tensor<2x128x128xf32>) -> tensor<2x128xf32>
+    %mb = "trn.broadcast"(%m) {dimensions = array<i64: 2>} : (tensor<2x128xf32>) -> tensor<2x128x128xf32>
+    %d = "trn.tensor_tensor"(%x, %mb) {op = "sub"} : (tensor<2x128x128xf32>, tensor<2x128x128xf32>) -> tensor<2x128x128xf32>
+    %e = "trn.activation"(%d) {bias = 0.000000e+00 : f32, func = "exp", scale = 1.000000e+00 : f32} : (tensor<2x128x128xf32>) -> tensor<2x128x128xf32>
+    %z = "trn.reduce"(%e) {op = "add", dimensions = array<i64: 2>} : (tensor<2x128x128xf32>) -> tensor<2x128xf32>
+    %zb = "trn.broadcast"(%z) {dimensions = array<i64: 2>} : (tensor<2x128xf32>) -> tensor<2x128x128xf32>
+    %p = "trn.tensor_tensor"(%e, %zb) {op = "div"} : (tensor<2x128x128xf32>, tensor<2x128x128xf32>) -> tensor<2x128x128xf32>
+    %pb = "trn.convert"(%p) : (tensor<2x128x128xf32>) -> tensor<2x128x128xbf16>
+    %o = "trn.matmul"(%pb, %v) : (tensor<2x128x128xbf16>, tensor<2x128x32xbf16>) -> tensor<2x128x32xf32>
+    %ob = "trn.convert"(%o) : (tensor<2x128x32xf32>) -> tensor<2x128x32xbf16>
+    "trn.yield"(%ob) : (tensor<2x128x32xbf16>) -> ()
+  }) {kind = "attention"} : () -> tensor<2x128x32xbf16>
+  return %k : tensor<2x128x32xbf16>
 }

@@ -2,6 +2,7 @@
 // RUN: neuron-opt --split-input-file --trn-fuse="matmul-epilogue=false elementwise=false" %s | FileCheck %s --check-prefix=OFF
 // RUN: neuron-opt --split-input-file --trn-fuse="keep-roundings=true" %s | FileCheck %s --check-prefix=KEEP
 // RUN: neuron-opt --split-input-file --trn-fuse="rows=false" %s | FileCheck %s --check-prefix=NOROWS
+// RUN: neuron-opt --split-input-file --trn-fuse="attention=false" %s | FileCheck %s --check-prefix=NOATTN
 // RUN: not neuron-opt --trn-fuse %S/Inputs/fuse-invalid.mlir 2>&1 | FileCheck %s --check-prefix=ERR
 
 // Tests that a matmul, its bias add and activation become one kernel, and that the views
@@ -185,6 +186,42 @@ func.func @long_rows(%x: tensor<4x65536xf32>) -> tensor<4x65536xf32> {
   %mb = "trn.broadcast"(%m) {dimensions = array<i64: 1>} : (tensor<4xf32>) -> tensor<4x65536xf32>
   %d = "trn.tensor_tensor"(%x, %mb) {op = "sub"} : (tensor<4x65536xf32>, tensor<4x65536xf32>) -> tensor<4x65536xf32>
   return %d : tensor<4x65536xf32>
+}
+
+// -----
+
+// Tests that scores -> softmax -> @ values become one attention kernel: the scores matmul,
+// the row-wise body and the values matmul in order, each reading the one before it on chip;
+// with attention=false they stay three kernels (matmul, rows, matmul).
+// CHECK-LABEL: func.func @attention
+// CHECK: "trn.kernel"() ({
+// CHECK-NEXT: "trn.matmul"(%arg0, %arg1)
+// CHECK: "trn.reduce"({{.*}}op = "max"
+// CHECK: "trn.activation"({{.*}}func = "exp"
+// CHECK: %[[P:.*]] = "trn.convert"
+// CHECK-NEXT: "trn.matmul"(%[[P]], %arg2)
+// CHECK: }) {kind = "attention"}
+// CHECK-NOT: "trn.kernel"
+// NOATTN-LABEL: func.func @attention
+// NOATTN: kind = "matmul"
+// NOATTN: kind = "rows"
+// NOATTN: kind = "matmul"
+// NOATTN-NOT: kind = "attention"
+func.func @attention(%q: tensor<2x128x32xbf16>, %kt: tensor<2x32x128xbf16>, %v: tensor<2x128x32xbf16>) -> tensor<2x128x32xbf16> {
+  %s = "trn.matmul"(%q, %kt) : (tensor<2x128x32xbf16>, tensor<2x32x128xbf16>) -> tensor<2x128x128xf32>
+  %sb = "trn.convert"(%s) : (tensor<2x128x128xf32>) -> tensor<2x128x128xbf16>
+  %x = "trn.tensor_scalar"(%sb) {op = "mul", reverse = false, scalar = 1.250000e-01 : f32} : (tensor<2x128x128xbf16>) -> tensor<2x128x128xf32>
+  %m = "trn.reduce"(%x) {op = "max", dimensions = array<i64: 2>} : (tensor<2x128x128xf32>) -> tensor<2x128xf32>
+  %mb = "trn.broadcast"(%m) {dimensions = array<i64: 2>} : (tensor<2x128xf32>) -> tensor<2x128x128xf32>
+  %d = "trn.tensor_tensor"(%x, %mb) {op = "sub"} : (tensor<2x128x128xf32>, tensor<2x128x128xf32>) -> tensor<2x128x128xf32>
+  %e = "trn.activation"(%d) {bias = 0.000000e+00 : f32, func = "exp", scale = 1.000000e+00 : f32} : (tensor<2x128x128xf32>) -> tensor<2x128x128xf32>
+  %z = "trn.reduce"(%e) {op = "add", dimensions = array<i64: 2>} : (tensor<2x128x128xf32>) -> tensor<2x128xf32>
+  %zb = "trn.broadcast"(%z) {dimensions = array<i64: 2>} : (tensor<2x128xf32>) -> tensor<2x128x128xf32>
+  %p = "trn.tensor_tensor"(%e, %zb) {op = "div"} : (tensor<2x128x128xf32>, tensor<2x128x128xf32>) -> tensor<2x128x128xf32>
+  %pb = "trn.convert"(%p) : (tensor<2x128x128xf32>) -> tensor<2x128x128xbf16>
+  %o = "trn.matmul"(%pb, %v) : (tensor<2x128x128xbf16>, tensor<2x128x32xbf16>) -> tensor<2x128x32xf32>
+  %ob = "trn.convert"(%o) : (tensor<2x128x32xf32>) -> tensor<2x128x32xbf16>
+  return %ob : tensor<2x128x32xbf16>
 }
 
 // ERR: fuse-invalid.mlir:3:8: error: 'trn.tensor_tensor' op operand #1 shape [4] differs from result shape [8]

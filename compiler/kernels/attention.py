@@ -1,0 +1,186 @@
+"""Tiled lowering of an attention kernel (kind "attention", formed by trn-fuse from a scores
+matmul, a row-wise kernel over the scores, and the matmul of its result with the values).
+
+For each batch index and each block of up to 128 query rows, all on chip:
+1. scores [rows, Sk] = Q[rows, D] @ K^T[D, Sk]: PE into PSUM banks of one moving tile each,
+   K-tiles of D accumulated; Q^T and K^T are staged as the matmul kernel stages operands
+   (transposed on PE when stored row-major), once per batch index;
+2. the scores epilogue (a rounding, a scaling) while evacuating PSUM into one SBUF row tile;
+3. the row-wise body (softmax and whatever the row kernel holds: masks, scalings) on that
+   tile, exactly as a row-wise kernel computes it (kernels/rows.py), with the row tile as its
+   input instead of a load;
+4. out [rows, Dv] = P[rows, Sk] @ V[Sk, Dv]: the contraction over Sk needs Sk on partitions,
+   so each 128-column block of P is transposed on PE and used as the stationary operand
+   against V's rows, accumulating in one PSUM tile;
+5. the output epilogue while evacuating PSUM, and one store.
+Scores and probabilities never reach HBM; every rounding the three kernels spell out (scores
+and probabilities to bf16, say) happens where it did.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Callable
+
+from torch_mlir import ir
+
+from torchneuron.compiler import ir_utils as U
+from torchneuron.compiler.errors import CompileError
+from torchneuron.compiler.kernels.emitter import Emitter, Tile
+from torchneuron.compiler.kernels.epilogue import Epilogue
+from torchneuron.compiler.kernels.matmul import _Staged, matmul_element_type
+from torchneuron.compiler.kernels.rows import lower_rows
+from torchneuron.compiler.kernels.tile_ops import SOURCE_OPS, VIEW_OPS
+from torchneuron.compiler.kernels.transfers import store_tile
+from torchneuron.compiler.kernels.views import HbmView, source_view
+
+
+def lower_attention(em: Emitter, body: list[ir.Operation], views: dict,
+                    view_of: Callable[[ir.Operation, HbmView], HbmView],
+                    output: tuple[ir.Value, HbmView]) -> None:
+    """`body`: the kernel's ops without trn.yield; `views`: HbmViews of values defined above
+    the kernel; `view_of(op, source)`: the view a view op makes (batch dims a reshape cannot
+    merge stay unmerged: operands are indexed by a flat batch index); `output`: (yielded
+    value, destination view)."""
+    matmuls = [op for op in body if op.name == "trn.matmul"]
+    if len(matmuls) != 2:
+        raise CompileError("an attention kernel holds two matmuls", body[-1].location)
+    first, second = matmuls
+    position = {op: i for i, op in enumerate(body)}
+
+    # The scores: the first matmul and the rounding right after it, done while evacuating
+    # PSUM (any other op after it is computed with the row-wise part).
+    chain1, scores = [], first.results[0]
+    for op in body[position[first] + 1:position[second]]:
+        if op.name in VIEW_OPS + SOURCE_OPS:
+            continue
+        if op.name == "trn.convert" and list(op.operands) == [scores]:
+            chain1.append(op)
+            scores = op.results[0]
+        break
+    # The probabilities: the value the second matmul's left operand reshapes.
+    probs = second.operands[0]
+    while U.defining_op(probs) in position and U.defining_op(probs).name == "trn.reshape":
+        probs = U.defining_op(probs).operands[0]
+    # The row-wise part: what the probabilities depend on after the scores' chain.
+    start = position[chain1[-1]] + 1 if chain1 else position[first] + 1
+    needed, rows_body = {probs}, []
+    for op in reversed(body[start:position[second]]):
+        if any(r in needed for r in op.results):
+            rows_body.append(op)
+            needed.update(op.operands)
+    rows_body.reverse()
+    rows_set = set(rows_body)
+    chain2 = body[position[second] + 1:]
+
+    # Views of the operands (Q, K^T, V, epilogue operands): everything outside the row part.
+    views = dict(views)
+    for op in body:
+        if op in rows_set or op.name not in VIEW_OPS + SOURCE_OPS:
+            continue
+        if op.name in SOURCE_OPS:
+            views[op.results[0]] = source_view(op)
+        elif op.operands[0] in views:
+            views[op.results[0]] = view_of(op, views[op.operands[0]])
+    q_view, kt_view = views.get(first.operands[0]), views.get(first.operands[1])
+    v_view = views.get(second.operands[1])
+    if q_view is None or kt_view is None or v_view is None:
+        raise CompileError("attention operands must come from HBM", first.location)
+
+    sq, sk = U.shape(first.results[0])[-2:]
+    dv = U.shape(second.results[0])[-1]
+    batch_shape = U.shape(first.results[0])[:-2]
+    etype1 = matmul_element_type(q_view.element_type, kt_view.element_type)
+    probs_type = U.element_type(probs)
+    etype2 = matmul_element_type(probs_type, v_view.element_type)
+    scores_type = U.element_type(scores)
+    yielded, out_view = output
+    tk, tf = em.target.pe_rows, em.target.matmul_max_moving
+
+    def pick(view: HbmView, b: int) -> HbmView:
+        """The 2-D operand of flat batch index `b` (a view's leading dims are its batch)."""
+        for dim, size in reversed(list(enumerate(view.shape[:-2]))):
+            b, i = divmod(b, size)
+            view = view.select(dim, i) if size > 1 else view.select(dim, 0)
+        return view
+
+    staged: dict = {}
+
+    def operands_of(b: int) -> tuple[_Staged, _Staged, _Staged]:
+        if b not in staged:
+            for old in staged.values():
+                for s in old:
+                    s.release()
+            staged.clear()
+            staged[b] = (_Staged(em, pick(q_view, b).transpose([1, 0]), etype1),
+                         _Staged(em, pick(kt_view, b), etype1),
+                         _Staged(em, pick(v_view, b), etype2))
+        return staged[b]
+
+    rows_of_batch = sq
+
+    def locate(view: HbmView) -> tuple[int, int, int]:
+        """(batch, first query row, rows) of a row tile's view of the scores/probabilities."""
+        row0 = view.offset // sk
+        b, q0 = divmod(row0, rows_of_batch)
+        qn = view.shape[0]
+        if q0 + qn > sq:
+            raise CompileError("an attention row tile spans two batch indices",
+                               first.location)
+        return b, q0, qn
+
+    d = U.shape(first.operands[0])[-1]
+    k_tiles = [(k0, min(tk, d - k0)) for k0 in range(0, d, tk)]
+    epilogue2 = Epilogue(em, chain2, views, second.results[0], {yielded})
+    scores_leaves = {scores}
+    for op in rows_body:
+        if op.name in VIEW_OPS and op.operands[0] in scores_leaves:
+            scores_leaves.add(op.results[0])
+
+    def produce(value: ir.Value, view: HbmView) -> Tile | None:
+        if value not in scores_leaves:
+            return None
+        b, q0, qn = locate(view)
+        q_t, k_t, _ = operands_of(b)
+        tile = em.alloc("sbuf", qn, sk, scores_type)
+        for f0 in range(0, sk, tf):
+            fn = min(tf, sk - f0)
+            acc = em.alloc("psum", qn, fn, ir.F32Type.get())
+            for k0, kn in k_tiles:
+                em.matmul(acc, q_t.tile(k0, kn, q0, qn), k_t.tile(k0, kn, f0, fn),
+                          accumulate=k0 > 0)
+            em.copy(tile.columns(f0, fn), acc)         # rounds to the scores' type
+
+        return tile
+
+    def consume(probs_tile: Tile, view: HbmView) -> None:
+        b, q0, qn = locate(view)
+        _, _, v_t = operands_of(b)
+        acc = em.alloc("psum", qn, dv, ir.F32Type.get())
+        for k0 in range(0, sk, tk):
+            kn = min(tk, sk - k0)
+            turned = em.alloc("psum", kn, qn, ir.F32Type.get())
+            em.transpose(turned, probs_tile.columns(k0, kn))
+            stationary = em.alloc("sbuf", kn, qn, etype2)
+            em.copy(stationary, turned)
+            em.matmul(acc, stationary, v_t.tile(k0, kn, 0, dv), accumulate=k0 > 0)
+        results = epilogue2.run(acc, (q0, qn), lambda v, b=b: pick(v, b).slice(0, q0, qn))
+        tile = results[yielded]
+        target = pick(out_view, b).slice(0, q0, qn)
+        if tile.memory != "sbuf" or tile.element_type != target.element_type:
+            staged_out = em.alloc("sbuf", qn, dv, target.element_type)
+            em.copy(staged_out, tile)
+            tile = staged_out
+        store_tile(em, target, tile)
+
+    rows_views = dict(views)
+    rows_views[scores] = HbmView.abstract(tuple(U.shape(scores)))
+    rows_views[scores] = HbmView(None, 0, rows_views[scores].shape, rows_views[scores].strides,
+                                 element_type_hint=scores_type)
+    probs_view = HbmView.abstract(tuple(U.shape(probs)))
+    probs_view = HbmView(None, 0, probs_view.shape, probs_view.strides,
+                         element_type_hint=probs_type)
+    if math.prod(batch_shape) * sq != math.prod(U.shape(probs)[:-1]):
+        raise CompileError("an attention kernel's row part must keep the scores' rows",
+                           first.location)
+    lower_rows(em, rows_body, rows_views, view_of, (probs, probs_view), produce, consume)

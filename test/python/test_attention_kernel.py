@@ -1,0 +1,76 @@
+"""The attention kernel (trn-fuse attention, compiler/kernels/attention.py): scores, softmax
+and the product with the values computed on chip, 128 query rows at a time."""
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from torchneuron import backend  # noqa: E402
+
+
+class PackedAttention(torch.nn.Module):
+    """BERT-style: heads split out of one q/k/v projection, scaled scores, optional causal
+    mask, softmax, @ values, heads merged."""
+
+    def __init__(self, d: int, heads: int, causal: bool):
+        super().__init__()
+        self.heads, self.causal = heads, causal
+        self.qkv = torch.nn.Linear(d, 3 * d)
+
+    def forward(self, x):
+        b, s, d = x.shape
+        q, k, v = self.qkv(x).view(b, s, 3, self.heads, d // self.heads).permute(2, 0, 3, 1, 4)
+        scores = (q @ k.transpose(-1, -2)) * (d // self.heads) ** -0.5
+        if self.causal:
+            mask = torch.ones(s, s, dtype=torch.bool).triu(1)
+            scores = scores.masked_fill(mask, float("-inf"))
+        return (scores.softmax(-1) @ v).transpose(1, 2).reshape(b, s, d)
+
+
+def _run(model, x, tmp_path, monkeypatch, **options):
+    dump = tmp_path / ("on" if options.get("fuse_attention", True) else "off")
+    monkeypatch.setenv("TORCHNEURON_DUMP_DIR", str(dump))
+    with torch.no_grad():
+        out = torch.compile(model, backend="neuron", options=options)(x)
+    graph = backend.compiled_graphs()[-1]
+    trn = next(dump.glob("*.trn.mlir")).read_text()
+    return out, graph.last_profile, trn
+
+
+@pytest.mark.parametrize("dtype,causal,seq", [(torch.float32, False, 128),
+                                              (torch.bfloat16, False, 256),
+                                              (torch.bfloat16, True, 128)])
+def test_attention_on_chip_matches_eager_and_the_unfused_kernels(dtype, causal, seq, tmp_path,
+                                                                 monkeypatch):
+    torch.manual_seed(0)
+    model = PackedAttention(64, 2, causal).to(dtype).eval()
+    x = torch.randn(2, seq, 64).to(dtype)
+    with torch.no_grad():
+        expected = model(x)
+    fused, fused_profile, fused_trn = _run(model, x, tmp_path, monkeypatch)
+    torch._dynamo.reset()
+    unfused, unfused_profile, unfused_trn = _run(model, x, tmp_path, monkeypatch,
+                                                 fuse_attention=False)
+    assert 'kind = "attention"' in fused_trn
+    assert 'kind = "attention"' not in unfused_trn
+    tolerance = dict(atol=2e-2, rtol=2e-2) if dtype == torch.bfloat16 else {}
+    torch.testing.assert_close(fused, expected, **tolerance)
+    # The same roundings in the same places: the unfused kernels' result, up to the order
+    # in which PE sums one instruction's products.
+    torch.testing.assert_close(fused, unfused, atol=1e-6 if dtype == torch.float32 else 8e-3,
+                               rtol=1e-5 if dtype == torch.float32 else 8e-3)
+    # Scores and probabilities no longer cross HBM (4 bytes each, twice each way unfused).
+    rows = 2 * 2 * seq * seq
+    assert unfused_profile.dma_bytes - fused_profile.dma_bytes >= rows * dtype.itemsize * 3
+
+
+def test_short_sequences_of_many_heads_keep_separate_kernels(tmp_path, monkeypatch):
+    """64 query rows per head: a 128-row tile would span two heads, so no attention kernel;
+    the result is still right."""
+    torch.manual_seed(0)
+    model = PackedAttention(64, 2, causal=False).eval()
+    x = torch.randn(2, 64, 64)
+    out, _, trn = _run(model, x, tmp_path, monkeypatch)
+    assert 'kind = "attention"' not in trn
+    with torch.no_grad():
+        torch.testing.assert_close(out, model(x))
