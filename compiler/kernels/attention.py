@@ -30,10 +30,9 @@ from torchneuron.compiler.kernels.emitter import Emitter, Tile
 from torchneuron.compiler.kernels.epilogue import Epilogue
 from torchneuron.compiler.kernels.matmul import _Staged, matmul_element_type
 from torchneuron.compiler.kernels.rows import lower_rows
-from torchneuron.compiler.kernels.tile_ops import SOURCE_OPS, VIEW_OPS
+from torchneuron.compiler.kernels.tile_ops import SOURCE_OPS, UNARY_OPS, VIEW_OPS
 from torchneuron.compiler.kernels.transfers import store_tile
 from torchneuron.compiler.kernels.views import HbmView, source_view
-
 
 def lower_attention(em: Emitter, body: list[ir.Operation], views: dict,
                     view_of: Callable[[ir.Operation, HbmView], HbmView],
@@ -48,15 +47,23 @@ def lower_attention(em: Emitter, body: list[ir.Operation], views: dict,
     first, second = matmuls
     position = {op: i for i, op in enumerate(body)}
 
-    # The scores: the first matmul and the rounding right after it, done while evacuating
-    # PSUM (any other op after it is computed with the row-wise part).
+    # The scores: the first matmul and the unary ops right after it over its own shape,
+    # done while evacuating PSUM. Where the row-wise part works on that same shape, only
+    # roundings are taken (its own lowering folds a scaling into the softmax).
+    reduces = [op for op in body if op.name == "trn.reduce"]
+    row_shape = U.shape(reduces[0].operands[0]) if reduces else None
+    same_shape = row_shape == U.shape(first.results[0])
     chain1, scores = [], first.results[0]
     for op in body[position[first] + 1:position[second]]:
         if op.name in VIEW_OPS + SOURCE_OPS:
             continue
-        if op.name == "trn.convert" and list(op.operands) == [scores]:
+        if op.name in UNARY_OPS and list(op.operands) == [scores] and \
+                U.shape(op.results[0]) == U.shape(scores) and \
+                (op.name == "trn.convert" or not same_shape) and \
+                len(list(scores.uses)) == 1:
             chain1.append(op)
             scores = op.results[0]
+            continue
         break
     # The probabilities: the value the second matmul's left operand reshapes.
     probs = second.operands[0]
@@ -131,6 +138,7 @@ def lower_attention(em: Emitter, body: list[ir.Operation], views: dict,
 
     d = U.shape(first.operands[0])[-1]
     k_tiles = [(k0, min(tk, d - k0)) for k0 in range(0, d, tk)]
+    epilogue1 = Epilogue(em, chain1, views, first.results[0], {scores})
     epilogue2 = Epilogue(em, chain2, views, second.results[0], {yielded})
     scores_leaves = {scores}
     for op in rows_body:
@@ -142,14 +150,22 @@ def lower_attention(em: Emitter, body: list[ir.Operation], views: dict,
             return None
         b, q0, qn = locate(view)
         q_t, k_t, _ = operands_of(b)
-        tile = em.alloc("sbuf", qn, sk, scores_type)
+        tile = None
         for f0 in range(0, sk, tf):
             fn = min(tf, sk - f0)
             acc = em.alloc("psum", qn, fn, ir.F32Type.get())
             for k0, kn in k_tiles:
                 em.matmul(acc, q_t.tile(k0, kn, q0, qn), k_t.tile(k0, kn, f0, fn),
                           accumulate=k0 > 0)
-            em.copy(tile.columns(f0, fn), acc)         # rounds to the scores' type
+            part = acc
+            if chain1:
+                part = epilogue1.run(acc, (q0, qn), lambda v, b=b, f0=f0, fn=fn:
+                                     pick(v, b).slice(0, q0, qn).slice(1, f0, fn))[scores]
+                if fn == sk and part.memory == "sbuf" and part.element_type == scores_type:
+                    return part                        # the whole row in one evacuation
+            if tile is None:
+                tile = em.alloc("sbuf", qn, sk, scores_type)
+            em.copy(tile.columns(f0, fn), part)        # rounds to the scores' type
 
         return tile
 

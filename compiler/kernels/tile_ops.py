@@ -13,6 +13,8 @@ ELEMENTWISE_OPS = ("trn.activation", "trn.tensor_tensor", "trn.tensor_scalar", "
 # Ops that make a tensor from nothing: generated on chip wherever they are used.
 SOURCE_OPS = ("trn.fill", "trn.iota")
 VIEW_OPS = ("trn.transpose", "trn.broadcast", "trn.reshape", "trn.view")
+# Elementwise ops of one tensor operand.
+UNARY_OPS = ("trn.activation", "trn.tensor_scalar", "trn.convert")
 # Ops a kernel is built around: at most one per kernel, followed by elementwise ops.
 ROOT_OPS = ("trn.matmul", "trn.conv", "trn.pool", "trn.reduce")
 COMMUTATIVE = ("add", "mul", "max", "min", "eq", "ne", "and", "or", "xor")

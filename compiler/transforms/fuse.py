@@ -37,7 +37,9 @@ import dataclasses
 from torch_mlir import ir
 
 from torchneuron.compiler import ir_utils as U
-from torchneuron.compiler.kernels.tile_ops import ELEMENTWISE_OPS, SOURCE_OPS, VIEW_OPS
+from torchneuron.compiler.kernels.tile_ops import (
+    ELEMENTWISE_OPS, SOURCE_OPS, UNARY_OPS, VIEW_OPS,
+)
 from torchneuron.compiler.passes import Pass, register
 from torchneuron.dialects.trn import build_kernel, build_yield
 from torchneuron.target import get_target
@@ -58,6 +60,8 @@ class Fuse(Pass):
 
     def run(self, module: ir.Operation) -> None:
         for func in U.functions(module):
+            if self.matmul_epilogue or self.elementwise:
+                sink_reshapes(func)
             if self.rows:
                 budget = get_target(self.target or None).sbuf_partition_bytes // ROW_BUDGET_SHARE
                 for group in row_groups(func, budget):
@@ -124,6 +128,51 @@ class Fuse(Pass):
                 return chain
             chain.append(user)
             current = user
+
+
+def sink_reshapes(func: ir.Operation) -> None:
+    """f(reshape(x)) -> reshape(f(x)) for a unary elementwise f that is the reshape's only
+    user (elementwise ops do not care about shape): a producer's result then meets the ops
+    that consume it in its own shape, so they join its epilogue (Linear -> view -> GELU)."""
+    changed = True
+    while changed:
+        changed = False
+        for reshape in U.body_ops(func):
+            if reshape.name != "trn.reshape":
+                continue
+            uses = list(reshape.results[0].uses)
+            if len(uses) != 1:
+                continue
+            user = _owner(uses[0])
+            if user.name not in UNARY_OPS or len(user.operands) != 1 or \
+                    user.parent != reshape.parent:
+                continue
+            source = reshape.operands[0]
+            producer = U.defining_op(source)
+            if producer is None or producer.name in VIEW_OPS or _feeds_reduction(user):
+                continue        # only where the source is computed, and rows stay rows
+            with ir.InsertionPoint(user), user.location:
+                moved = U.create(user.name, [U.tensor_type(U.shape(source),
+                                                           U.element_type(user.results[0]))],
+                                 [source], U.attributes_of(user))
+                back = U.create("trn.reshape", [user.results[0].type], [moved.results[0]], {})
+            user.results[0].replace_all_uses_with(back.results[0])
+            user.erase()
+            reshape.erase()
+            changed = True
+            break
+
+
+def _feeds_reduction(op: ir.Operation) -> bool:
+    """Whether `op`'s result, through a chain of unary elementwise ops, is reduced: then the
+    chain is the start of a row-wise group, which wants it in the reduction's shape."""
+    while True:
+        users = [_owner(u) for u in op.results[0].uses]
+        if any(u.name == "trn.reduce" for u in users):
+            return True
+        if len(users) != 1 or users[0].name not in UNARY_OPS:
+            return False
+        op = users[0]
 
 
 def _elementwise_dag(seed: ir.Operation, taken: set) -> list[ir.Operation]:

@@ -74,3 +74,30 @@ def test_short_sequences_of_many_heads_keep_separate_kernels(tmp_path, monkeypat
     assert 'kind = "attention"' not in trn
     with torch.no_grad():
         torch.testing.assert_close(out, model(x))
+
+
+class FlatHeadsAttention(torch.nn.Module):
+    """Scores scaled over flattened (batch x heads) before being viewed per head: the scaling
+    is part of the scores matmul's epilogue, applied while evacuating PSUM."""
+
+    def forward(self, q, k, v):
+        b, h, s, d = q.shape
+        scores = torch.bmm(q.reshape(b * h, s, d), k.reshape(b * h, s, d).transpose(1, 2))
+        probs = (scores * d ** -0.5).view(b, h, s, s).softmax(-1)
+        return probs.reshape(b * h, s, s) @ v.reshape(b * h, s, d)
+
+
+def test_a_scaling_before_the_per_head_view_runs_in_the_scores_evacuation(tmp_path,
+                                                                          monkeypatch):
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(2, 2, 128, 32) for _ in range(3))
+    model = FlatHeadsAttention()
+    dump = tmp_path / "dump"
+    monkeypatch.setenv("TORCHNEURON_DUMP_DIR", str(dump))
+    out = torch.compile(model, backend="neuron")(q, k, v)
+    trn = next(dump.glob("*.trn.mlir")).read_text()
+    kernel = trn[trn.index('"trn.kernel"'):trn.index('kind = "attention"')]
+    matmul = kernel.index('"trn.matmul"')
+    assert kernel.index('"trn.tensor_scalar"') > matmul
+    assert kernel.index('"trn.tensor_scalar"') < kernel.index('"trn.reshape"', matmul)
+    torch.testing.assert_close(out, model(q, k, v))

@@ -224,4 +224,36 @@ func.func @attention(%q: tensor<2x128x32xbf16>, %kt: tensor<2x32x128xbf16>, %v: 
   return %ob : tensor<2x128x32xbf16>
 }
 
+// -----
+
+// Tests that a reshape between a matmul and a unary elementwise op sinks below the op, so the
+// op joins the matmul's epilogue (Linear -> view -> GELU), while a reshape whose unary chain
+// is reduced stays where it is (the rows keep the reduction's shape).
+// CHECK-LABEL: func.func @linear_view_gelu
+// CHECK: "trn.kernel"() ({
+// CHECK-NEXT: "trn.matmul"
+// CHECK-NEXT: "trn.activation"({{.*}}func = "gelu"
+// CHECK: }) {kind = "matmul"}
+// CHECK-NEXT: "trn.reshape"
+// CHECK-NEXT: return
+// CHECK-LABEL: func.func @view_scaled_then_reduced
+// CHECK: %[[MM:.*]] = "trn.kernel"() ({
+// CHECK-NEXT: "trn.matmul"
+// CHECK-NEXT: "trn.yield"
+// CHECK: "trn.reshape"(%[[MM]])
+// CHECK-NEXT: "trn.tensor_scalar"
+func.func @linear_view_gelu(%x: tensor<64x32xf32>, %w: tensor<32x96xf32>) -> tensor<2x32x96xf32> {
+  %y = "trn.matmul"(%x, %w) : (tensor<64x32xf32>, tensor<32x96xf32>) -> tensor<64x96xf32>
+  %v = "trn.reshape"(%y) : (tensor<64x96xf32>) -> tensor<2x32x96xf32>
+  %g = "trn.activation"(%v) {bias = 0.000000e+00 : f32, func = "gelu", scale = 1.000000e+00 : f32} : (tensor<2x32x96xf32>) -> tensor<2x32x96xf32>
+  return %g : tensor<2x32x96xf32>
+}
+func.func @view_scaled_then_reduced(%x: tensor<64x32xf32>, %w: tensor<32x96xf32>) -> tensor<2x32xf32> {
+  %y = "trn.matmul"(%x, %w) : (tensor<64x32xf32>, tensor<32x96xf32>) -> tensor<64x96xf32>
+  %v = "trn.reshape"(%y) : (tensor<64x96xf32>) -> tensor<2x32x96xf32>
+  %s = "trn.tensor_scalar"(%v) {op = "mul", reverse = false, scalar = 1.250000e-01 : f32} : (tensor<2x32x96xf32>) -> tensor<2x32x96xf32>
+  %m = "trn.reduce"(%s) {op = "max", dimensions = array<i64: 2>} : (tensor<2x32x96xf32>) -> tensor<2x32xf32>
+  return %m : tensor<2x32xf32>
+}
+
 // ERR: fuse-invalid.mlir:3:8: error: 'trn.tensor_tensor' op operand #1 shape [4] differs from result shape [8]
