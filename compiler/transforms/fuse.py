@@ -61,7 +61,7 @@ class Fuse(Pass):
     def run(self, module: ir.Operation) -> None:
         for func in U.functions(module):
             if self.matmul_epilogue or self.elementwise:
-                sink_reshapes(func)
+                sink_views(func)
             if self.rows:
                 budget = get_target(self.target or None).sbuf_partition_bytes // ROW_BUDGET_SHARE
                 for group in row_groups(func, budget):
@@ -130,35 +130,41 @@ class Fuse(Pass):
             current = user
 
 
-def sink_reshapes(func: ir.Operation) -> None:
-    """f(reshape(x)) -> reshape(f(x)) for a unary elementwise f that is the reshape's only
-    user (elementwise ops do not care about shape): a producer's result then meets the ops
-    that consume it in its own shape, so they join its epilogue (Linear -> view -> GELU)."""
+def sink_views(func: ir.Operation) -> None:
+    """f(view(x)) -> view(f(x)) for a unary elementwise f that is the only user of a reshape
+    or broadcast (elementwise ops do not care about shape):
+    - after a reshape of a computed value, f then meets the value in its producer's shape and
+      joins its epilogue (Linear -> view -> GELU);
+    - before a broadcast, f runs over the source instead of the broadcast result (a
+      per-channel scale converted to fp32 once, not once per pixel), and the broadcast stays
+      a view that consumers fold into their access patterns.
+    A view whose unary chain is reduced stays (the rows keep the reduction's shape)."""
     changed = True
     while changed:
         changed = False
-        for reshape in U.body_ops(func):
-            if reshape.name != "trn.reshape":
+        for view in U.body_ops(func):
+            if view.name not in ("trn.reshape", "trn.broadcast"):
                 continue
-            uses = list(reshape.results[0].uses)
+            uses = list(view.results[0].uses)
             if len(uses) != 1:
                 continue
             user = _owner(uses[0])
             if user.name not in UNARY_OPS or len(user.operands) != 1 or \
-                    user.parent != reshape.parent:
+                    user.parent != view.parent or _feeds_reduction(user):
                 continue
-            source = reshape.operands[0]
+            source = view.operands[0]
             producer = U.defining_op(source)
-            if producer is None or producer.name in VIEW_OPS or _feeds_reduction(user):
-                continue        # only where the source is computed, and rows stay rows
+            if view.name == "trn.reshape" and (producer is None or producer.name in VIEW_OPS):
+                continue        # a reshape only moves where its source is computed
             with ir.InsertionPoint(user), user.location:
                 moved = U.create(user.name, [U.tensor_type(U.shape(source),
                                                            U.element_type(user.results[0]))],
                                  [source], U.attributes_of(user))
-                back = U.create("trn.reshape", [user.results[0].type], [moved.results[0]], {})
+                back = U.create(view.name, [user.results[0].type], [moved.results[0]],
+                                U.attributes_of(view))
             user.results[0].replace_all_uses_with(back.results[0])
             user.erase()
-            reshape.erase()
+            view.erase()
             changed = True
             break
 

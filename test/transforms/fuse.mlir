@@ -228,7 +228,8 @@ func.func @attention(%q: tensor<2x128x32xbf16>, %kt: tensor<2x32x128xbf16>, %v: 
 
 // Tests that a reshape between a matmul and a unary elementwise op sinks below the op, so the
 // op joins the matmul's epilogue (Linear -> view -> GELU), while a reshape whose unary chain
-// is reduced stays where it is (the rows keep the reduction's shape).
+// is reduced stays where it is (the rows keep the reduction's shape); and that a convert of a
+// broadcast per-channel vector converts the vector, then broadcasts it.
 // CHECK-LABEL: func.func @linear_view_gelu
 // CHECK: "trn.kernel"() ({
 // CHECK-NEXT: "trn.matmul"
@@ -242,6 +243,10 @@ func.func @attention(%q: tensor<2x128x32xbf16>, %kt: tensor<2x32x128xbf16>, %v: 
 // CHECK-NEXT: "trn.yield"
 // CHECK: "trn.reshape"(%[[MM]])
 // CHECK-NEXT: "trn.tensor_scalar"
+// CHECK-LABEL: func.func @convert_of_broadcast
+// CHECK: "trn.convert"(%arg1) {{.*}} -> tensor<8xf32>
+// CHECK: "trn.broadcast"
+// CHECK-SAME: -> tensor<2x8x16xf32>
 func.func @linear_view_gelu(%x: tensor<64x32xf32>, %w: tensor<32x96xf32>) -> tensor<2x32x96xf32> {
   %y = "trn.matmul"(%x, %w) : (tensor<64x32xf32>, tensor<32x96xf32>) -> tensor<64x96xf32>
   %v = "trn.reshape"(%y) : (tensor<64x96xf32>) -> tensor<2x32x96xf32>
@@ -254,6 +259,12 @@ func.func @view_scaled_then_reduced(%x: tensor<64x32xf32>, %w: tensor<32x96xf32>
   %s = "trn.tensor_scalar"(%v) {op = "mul", reverse = false, scalar = 1.250000e-01 : f32} : (tensor<2x32x96xf32>) -> tensor<2x32x96xf32>
   %m = "trn.reduce"(%s) {op = "max", dimensions = array<i64: 2>} : (tensor<2x32x96xf32>) -> tensor<2x32xf32>
   return %m : tensor<2x32xf32>
+}
+func.func @convert_of_broadcast(%x: tensor<2x8x16xf32>, %scale: tensor<8xbf16>) -> tensor<2x8x16xf32> {
+  %b = "trn.broadcast"(%scale) {dimensions = array<i64: 0, 2>} : (tensor<8xbf16>) -> tensor<2x8x16xbf16>
+  %c = "trn.convert"(%b) : (tensor<2x8x16xbf16>) -> tensor<2x8x16xf32>
+  %y = "trn.tensor_tensor"(%x, %c) {op = "mul"} : (tensor<2x8x16xf32>, tensor<2x8x16xf32>) -> tensor<2x8x16xf32>
+  return %y : tensor<2x8x16xf32>
 }
 
 // ERR: fuse-invalid.mlir:3:8: error: 'trn.tensor_tensor' op operand #1 shape [4] differs from result shape [8]
