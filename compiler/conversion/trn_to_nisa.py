@@ -19,7 +19,7 @@ from torchneuron.compiler import ir_utils as U
 from torchneuron.compiler.errors import CompileError, UnsupportedOpError
 from torchneuron.compiler.kernels.attention import lower_attention
 from torchneuron.compiler.kernels.elementwise import lower_elementwise
-from torchneuron.compiler.kernels.conv import lower_conv, lower_pool
+from torchneuron.compiler.kernels.conv import Padding, lower_conv, lower_pool
 from torchneuron.compiler.kernels.emitter import Emitter
 from torchneuron.compiler.kernels.gather import lower_gather
 from torchneuron.compiler.kernels.matmul import lower_matmul
@@ -27,7 +27,9 @@ from torchneuron.compiler.kernels.scan import lower_scan
 from torchneuron.compiler.kernels.reduce import lower_reduce
 from torchneuron.compiler.kernels.rows import lower_rows
 from torchneuron.compiler.kernels.tile_ops import ELEMENTWISE_OPS, ROOT_OPS, SOURCE_OPS, VIEW_OPS
-from torchneuron.compiler.kernels.views import HbmView, apply_view_op, source_view
+from torchneuron.compiler.kernels.views import (
+    HbmView, apply_view_op, row_major_strides, source_view,
+)
 from torchneuron.compiler.passes import Pass, register
 from torchneuron.compiler.transforms.fuse import outline
 from torchneuron.compiler.transforms.tile import annotate, kernel_body
@@ -68,6 +70,8 @@ class _FunctionLowering:
         self.views: dict[ir.Value, HbmView] = {}
         self.storage: dict[ir.Value, _Storage] = {}
         self.in_place: set = set()
+        self.padded: dict[ir.Value, tuple[ir.Value, tuple[int, ...], float]] = {}
+        self.folded: set = set()          # ops the padding they build is folded into
 
     def run(self) -> None:
         old = self.old
@@ -114,8 +118,11 @@ class _FunctionLowering:
                 self.storage[dest] = shared
                 self.in_place.add(op)
 
+        self._find_padded_windows(body)
         with ir.InsertionPoint(block):
             for op in body[:-1]:
+                if op in self.folded:
+                    continue
                 with op.location:
                     self._lower_op(op)
             with ret.location:
@@ -125,6 +132,35 @@ class _FunctionLowering:
                 func_d.ReturnOp([])
         old.erase()
         new.attributes["sym_name"] = U.string(name)
+
+    def _find_padded_windows(self, body: list[ir.Operation]) -> None:
+        """insert_slice(fill(c), x) read only as the input of convolutions and poolings, with
+        the fill read by nothing else, x placed along its spatial dims: the windows' planes
+        are filled with c on chip and x loaded into them (conv.Padding), so neither the fill
+        nor the padded copy is written to HBM."""
+        for op in body:
+            if op.name != "trn.insert_slice":
+                continue
+            dest, source = op.operands
+            fill_kernel = U.defining_op(dest)
+            if fill_kernel is None or fill_kernel.name != "trn.kernel" or \
+                    len(list(dest.uses)) != 1:
+                continue
+            fill_body = kernel_body(fill_kernel)
+            if len(fill_body) != 2 or fill_body[0].name != "trn.fill" or \
+                    fill_body[1].operands[0] != fill_body[0].results[0]:
+                continue
+            offsets = tuple(U.array_attr(op, "offsets"))
+            if any(st != 1 for st in U.array_attr(op, "strides")) or len(offsets) < 3 or \
+                    offsets[:2] != (0, 0) or U.shape(source)[:2] != U.shape(dest)[:2]:
+                continue
+            users = [(_operation(u.owner), u.operand_number) for u in op.results[0].uses]
+            if not users or any(user.name not in ("trn.conv", "trn.pool") or number != 0
+                                for user, number in users):
+                continue
+            value = ir.FloatAttr(fill_body[0].attributes["value"]).value
+            self.padded[op.results[0]] = (source, offsets, value)
+            self.folded.update((op, fill_kernel))
 
     def _buffer(self, value: ir.Value) -> HbmView:
         """The whole-buffer view of a stored value (allocating HBM scratch on first need)."""
@@ -256,7 +292,16 @@ class _FunctionLowering:
         if windows:
             root = windows[0]
             lower = lower_conv if root.name == "trn.conv" else lower_pool
-            lower(self.em, root, [op for op in compute if op != root], views, (yielded, out))
+            padding = None
+            if root.operands[0] in self.padded:
+                source, offsets, value = self.padded[root.operands[0]]
+                padding = Padding(self.views[source], offsets, value)
+                padded_shape = tuple(U.shape(root.operands[0]))
+                views[root.operands[0]] = HbmView(
+                    None, 0, padded_shape, row_major_strides(padded_shape),
+                    element_type_hint=U.element_type(root.operands[0]))
+            lower(self.em, root, [op for op in compute if op != root], views, (yielded, out),
+                  padding)
         elif matmuls:
             chain = [op for op in compute if op != matmuls[0]]
             if unmerged:
@@ -395,3 +440,7 @@ def _hbm_type(t: ir.Type) -> ir.MemRefType:
     tensor = ir.RankedTensorType(t)
     return ir.MemRefType.get(list(tensor.shape), tensor.element_type,
                              memory_space=ir.StringAttr.get("hbm"))
+
+
+def _operation(op) -> ir.Operation:
+    return op.operation if isinstance(op, ir.OpView) else op

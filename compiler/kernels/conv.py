@@ -16,6 +16,7 @@ The results then run through the kernel's epilogue (bias, activation, ...) and a
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 
@@ -41,15 +42,37 @@ def _window(strides_in, out_sizes, starts, kernel_pos, strides, dilations):
     return offset, dims
 
 
-def _load_plane(em: Emitter, view: HbmView, element_type: ir.Type) -> Tile:
-    """Channels [C, spatial...] of one sample into SBUF as [C, prod(spatial)]."""
+@dataclasses.dataclass(frozen=True)
+class Padding:
+    """An input that is `source` placed at `offsets` inside a tensor filled with `value`
+    (a zero or -inf padding): each plane is filled on chip and the source DMA'd into its
+    interior, instead of reading a padded copy from HBM."""
+    source: HbmView
+    offsets: tuple[int, ...]
+    value: float
+
+
+def _load_plane(em: Emitter, view: HbmView, element_type: ir.Type,
+                padding: Padding | None = None, sample: int = 0, c0: int = 0) -> Tile:
+    """Channels [C, spatial...] of one sample into SBUF as [C, prod(spatial)] (with
+    `padding`, `view` is the padded plane and channels c0.. of `sample` come from the
+    padding's source)."""
     free = math.prod(view.shape[1:])
     if free * U.element_bytes(element_type) > em.target.sbuf_partition_bytes // \
             _PLANE_BUDGET_FRACTION:
         raise CompileError(f"an input plane of {free} elements per channel does not fit in "
                            "SBUF (spatial tiling of convolutions is not implemented)")
     tile = em.alloc("sbuf", view.shape[0], free, element_type)
-    em.load(tile, view, 0, list(range(1, view.rank)))
+    if padding is None:
+        em.load(tile, view, 0, list(range(1, view.rank)))
+        return tile
+    em.memset(tile, padding.value)
+    source = padding.source.select(0, sample).slice(0, c0, view.shape[0])
+    plane_strides = row_major_strides(tuple(view.shape[1:]))
+    inner = tile.pattern(sum(o * st for o, st in zip(padding.offsets[2:], plane_strides)),
+                         [(st, n) for st, n in zip(plane_strides, source.shape[1:])])
+    em.dma(tile.buffer, inner.ap(), source.buffer,
+           source.access_pattern(0, list(range(1, source.rank))))
     return tile
 
 
@@ -62,8 +85,9 @@ def _store(em: Emitter, tile: Tile, view: HbmView) -> None:
 
 
 def lower_conv(em: Emitter, conv: ir.Operation, chain: list[ir.Operation], views: dict,
-               output: tuple[ir.Value, HbmView]) -> None:
-    """`chain`: the kernel's epilogue; `output`: the value it yields and where it goes."""
+               output: tuple[ir.Value, HbmView], padding: Padding | None = None) -> None:
+    """`chain`: the kernel's epilogue; `output`: the value it yields and where it goes;
+    `padding`: how the input is padded when it is not in HBM as such."""
     yielded, out = output
     x, w = views[conv.operands[0]], views[conv.operands[1]]
     strides, dilations = U.array_attr(conv, "strides"), U.array_attr(conv, "dilations")
@@ -76,7 +100,7 @@ def lower_conv(em: Emitter, conv: ir.Operation, chain: list[ir.Operation], views
     epilogue = Epilogue(em, chain, views, conv.results[0], {yielded})
     if c_group == 1 and f_group == 1:
         _depthwise(em, x, w, output, in_strides, out_sizes, kernel, strides, dilations,
-                   epilogue)
+                   epilogue, padding)
         return
     inner = math.prod(out_sizes[1:])
     bank = em.target.matmul_max_moving
@@ -111,7 +135,7 @@ def lower_conv(em: Emitter, conv: ir.Operation, chain: list[ir.Operation], views
             for c0 in range(0, c_group, tk):
                 cn = min(tk, c_group - c0)
                 plane_view = x.select(0, b).slice(0, g * c_group + c0, cn)
-                planes[c0] = _load_plane(em, plane_view, etype)
+                planes[c0] = _load_plane(em, plane_view, etype, padding, b, g * c_group + c0)
             for f0 in range(0, f_group, tm):
                 fn = min(tm, f_group - f0)
                 for o0 in range(0, out_sizes[0], rows):
@@ -136,7 +160,8 @@ def lower_conv(em: Emitter, conv: ir.Operation, chain: list[ir.Operation], views
 
 
 def _depthwise(em: Emitter, x: HbmView, w: HbmView, output: tuple[ir.Value, HbmView],
-               in_strides, out_sizes, kernel, strides, dilations, epilogue: Epilogue) -> None:
+               in_strides, out_sizes, kernel, strides, dilations, epilogue: Epilogue,
+               padding: Padding | None) -> None:
     yielded, out = output
     channels = x.shape[1]
     positions = list(itertools.product(*(range(k) for k in kernel)))
@@ -148,7 +173,8 @@ def _depthwise(em: Emitter, x: HbmView, w: HbmView, output: tuple[ir.Value, HbmV
         weights = em.alloc("sbuf", cn, kernel_size, w.element_type)
         em.load(weights, w.slice(0, c0, cn), 0, list(range(1, w.rank)))
         for b in range(x.shape[0]):
-            plane = _load_plane(em, x.select(0, b).slice(0, c0, cn), x.element_type)
+            plane = _load_plane(em, x.select(0, b).slice(0, c0, cn), x.element_type,
+                                padding, b, c0)
             acc = em.alloc("sbuf", cn, free, f32)
             for kk, pos in enumerate(positions):
                 offset, dims = _window(in_strides, out_sizes, [0] * len(out_sizes), pos,
@@ -169,7 +195,7 @@ def _depthwise(em: Emitter, x: HbmView, w: HbmView, output: tuple[ir.Value, HbmV
 
 
 def lower_pool(em: Emitter, pool: ir.Operation, chain: list[ir.Operation], views: dict,
-               output: tuple[ir.Value, HbmView]) -> None:
+               output: tuple[ir.Value, HbmView], padding: Padding | None = None) -> None:
     yielded, out = output
     x = views[pool.operands[0]]
     kind = U.str_attr(pool, "op")
@@ -184,7 +210,8 @@ def lower_pool(em: Emitter, pool: ir.Operation, chain: list[ir.Operation], views
     for c0 in range(0, x.shape[1], em.target.num_partitions):
         cn = min(em.target.num_partitions, x.shape[1] - c0)
         for b in range(x.shape[0]):
-            plane = _load_plane(em, x.select(0, b).slice(0, c0, cn), x.element_type)
+            plane = _load_plane(em, x.select(0, b).slice(0, c0, cn), x.element_type,
+                                padding, b, c0)
             acc = em.alloc("sbuf", cn, free, f32)
             for kk, pos in enumerate(positions):
                 offset, dims = _window(in_strides, out_sizes, [0] * len(out_sizes), pos,

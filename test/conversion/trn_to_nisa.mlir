@@ -217,6 +217,24 @@ func.func @maxpool(%x: tensor<2x3x8x8xf32>) -> tensor<2x3x4x4xf32> {
 
 // -----
 
+// Tests that a padded input (insert_slice into a fill) read only by a pooling is padded on
+// chip: each plane [3, 10 x 10] is set to -inf and the 8 x 8 input DMA'd into its interior
+// (offset 11 = row 1, column 1; rows 10 apart), with no HBM buffer for the padded copy.
+// CHECK-LABEL: func.func @padded_maxpool
+// CHECK-NOT: memory = "hbm"
+// CHECK: "nisa.memset"({{.*}}value = 0xFF800000 : f32}
+// CHECK-NEXT: "nisa.dma"(%{{.*}}, %arg0) {aps = [array<i64: 11, 100, 3, 10, 8, 1, 8>, array<i64: 0, 64, 3, 8, 8, 1, 8>]
+// CHECK-NOT: memory = "hbm"
+// CHECK: return
+func.func @padded_maxpool(%x: tensor<2x3x8x8xf32>) -> tensor<2x3x5x5xf32> {
+  %f = "trn.fill"() {value = 0xFF800000 : f32} : () -> tensor<2x3x10x10xf32>
+  %p = "trn.insert_slice"(%f, %x) {offsets = array<i64: 0, 0, 1, 1>, strides = array<i64: 1, 1, 1, 1>} : (tensor<2x3x10x10xf32>, tensor<2x3x8x8xf32>) -> tensor<2x3x10x10xf32>
+  %m = "trn.pool"(%p) {op = "max", window = array<i64: 2, 2>, strides = array<i64: 2, 2>, dilations = array<i64: 1, 1>} : (tensor<2x3x10x10xf32>) -> tensor<2x3x5x5xf32>
+  return %m : tensor<2x3x5x5xf32>
+}
+
+// -----
+
 // Tests the gather lowering: a [P, 1] slice of the index is loaded, and one indirect DMA
 // brings row index[p] (row_stride 8 elements) of the table to partition p.
 // CHECK-LABEL: func.func @gather

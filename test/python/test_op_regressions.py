@@ -266,3 +266,16 @@ def test_bf16_logcumsumexp_of_large_values_does_not_overflow():
     assert torch.isfinite(got).all()
     torch.testing.assert_close(got.float(), torch.logcumsumexp(x.float(), 1).bfloat16().float(),
                                rtol=1e-2, atol=1e-2)
+
+
+@pytest.mark.parametrize("op", [
+    lambda x, w: torch.nn.functional.conv2d(x, w, padding=1),
+    lambda x, w: torch.nn.functional.conv2d(x, w[:, :1], padding=(2, 1), groups=6),
+    lambda x, w: torch.nn.functional.max_pool2d(x, 3, stride=2, padding=1) * w.sum(),
+])
+def test_padded_windows_padded_on_chip_match_eager(op):
+    """Zero and -inf paddings are written into each plane on chip (conv.Padding); values at
+    the border come from the fill, the interior from the input."""
+    g = torch.Generator().manual_seed(4)
+    x, w = torch.randn(2, 6, 9, 11, generator=g) - 1.0, torch.randn(6, 6, 3, 3, generator=g)
+    torch.testing.assert_close(_native(op, x, w), op(x, w), rtol=1e-4, atol=1e-4)
