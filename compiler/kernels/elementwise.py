@@ -149,6 +149,14 @@ def _tiling_layout(shape: tuple[int, ...], strides: list[tuple[int, ...]]):
         parts = _partition_split(n)
         dims = [parts, n // parts]
         sts = [[s[0] * (n // parts), s[0]] for s in sts]
+    elif dims[-2] < 128:
+        # Few rows (a broadcast operand kept e.g. 12 heads from merging with the rest): the
+        # innermost extent, split over partitions, keeps more lanes busy; the rows loop.
+        n = dims[-1]
+        parts = _partition_split(n)
+        if parts > dims[-2]:
+            dims = dims[:-1] + [parts, n // parts]
+            sts = [s[:-1] + [s[-1] * (n // parts), s[-1]] for s in sts]
     return tuple(dims), [tuple(s) for s in sts]
 
 

@@ -217,6 +217,24 @@ func.func @maxpool(%x: tensor<2x3x8x8xf32>) -> tensor<2x3x4x4xf32> {
 
 // -----
 
+// Tests that an elementwise kernel whose broadcast operand keeps the outer dim (12 heads) from
+// merging with the rest still fills the partitions: the merged inner extent 64 x 256 is split
+// as 128 partitions x 128 elements, and the heads loop (tiles [128, 128], not [12, 16384]).
+// CHECK-LABEL: func.func @heads_plus_mask
+// CHECK: "nisa.alloc"() {memory = "sbuf"} : () -> memref<128x128xf32, "sbuf">
+// CHECK: "nisa.tensor_tensor"({{.*}}aps = [array<i64: 0, 128, 128, 1, 128>
+// CHECK-NOT: memref<12x{{[0-9]+}}xf32, "sbuf">
+func.func @heads_plus_mask(%x: tensor<12x64x256xf32>, %m: tensor<64x256xf32>) -> tensor<12x64x256xf32> {
+  %k = "trn.kernel"() ({
+    %b = "trn.broadcast"(%m) {dimensions = array<i64: 0>} : (tensor<64x256xf32>) -> tensor<12x64x256xf32>
+    %y = "trn.tensor_tensor"(%x, %b) {op = "add"} : (tensor<12x64x256xf32>, tensor<12x64x256xf32>) -> tensor<12x64x256xf32>
+    "trn.yield"(%y) : (tensor<12x64x256xf32>) -> ()
+  }) {kind = "elementwise", free_tile = 512 : i64} : () -> tensor<12x64x256xf32>
+  return %k : tensor<12x64x256xf32>
+}
+
+// -----
+
 // Tests that a padded input (insert_slice into a fill) read only by a pooling is padded on
 // chip: each plane [3, 10 x 10] is set to -inf and the 8 x 8 input DMA'd into its interior
 // (offset 11 = row 1, column 1; rows 10 apart), with no HBM buffer for the padded copy.
