@@ -15,6 +15,7 @@ producer of that stream too. An instruction that needs more waits than one recor
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 
 from torch_mlir import ir
@@ -232,21 +233,28 @@ def _covers(outer, inner) -> bool:
 
 def _take_over(occupied: list[tuple[int, int, ir.Value]], start: int, end: int,
                buffer: ir.Value) -> list[ir.Value]:
-    """Record `buffer` as the occupant of [start, end); return the buffers it displaces."""
-    displaced = []
-    kept = []
-    for s, e, other in occupied:
-        if s < end and start < e:
-            displaced.append(other)
-            if s < start:
-                kept.append((s, start, other))
-            if end < e:
-                kept.append((end, e, other))
-        else:
-            kept.append((s, e, other))
-    kept.append((start, end, buffer))
-    occupied[:] = kept
+    """Record `buffer` as the occupant of [start, end); return the buffers it displaces.
+    `occupied` is kept sorted by start, its ranges disjoint, so the displaced ones are found
+    by bisection (a function holds tens of thousands of tiles)."""
+    i = bisect.bisect_right(occupied, start, key=_range_start) - 1
+    if i < 0 or occupied[i][1] <= start:
+        i += 1
+    j = i
+    while j < len(occupied) and occupied[j][0] < end:
+        j += 1
+    displaced = [other for _, _, other in occupied[i:j]]
+    replacement = []
+    if i < j and occupied[i][0] < start:
+        replacement.append((occupied[i][0], start, occupied[i][2]))
+    replacement.append((start, end, buffer))
+    if i < j and end < occupied[j - 1][1]:
+        replacement.append((end, occupied[j - 1][1], occupied[j - 1][2]))
+    occupied[i:j] = replacement
     return displaced
+
+
+def _range_start(occupant: tuple[int, int, ir.Value]) -> int:
+    return occupant[0]
 
 
 def _target_of(func: ir.Operation):
