@@ -245,8 +245,10 @@ def _dma_indirect(ins, m: Machine, dst: Access, src: Access, index: Access) -> N
 
 def op_matmul(ins, m: Machine) -> None:
     dst, st, mv = ins.ops[0], ins.ops[1], ins.ops[2]
-    stationary = m.read_f32(ins, st)                     # [K, M]
-    moving = m.read_f32(ins, mv)                         # [K, N]
+    # Contiguous copies: an operand's rows lie a partition apart in SBUF, an access pattern
+    # the BLAS would otherwise gather element by element while packing.
+    stationary = np.ascontiguousarray(m.read_f32(ins, st))     # [K, M]
+    moving = np.ascontiguousarray(m.read_f32(ins, mv))         # [K, N]
     product = np.matmul(stationary.T, moving)            # fp32 [M, N]
     if ins.flags & isa.FLAG_ACCUMULATE:
         product = m.read_f32(ins, dst) + product
@@ -255,7 +257,9 @@ def op_matmul(ins, m: Machine) -> None:
 
 def op_transpose(ins, m: Machine) -> None:
     dst, src = ins.ops[0], ins.ops[1]
-    values = m.read(ins, src).reshape(src.partitions, src.free_size)
+    # Rows gathered into one contiguous block first: reading a column of SBUF directly
+    # touches one cache line (and page) per partition for every element.
+    values = np.ascontiguousarray(m.read(ins, src)).reshape(src.partitions, src.free_size)
     m.write(dst, values.T)
 
 
