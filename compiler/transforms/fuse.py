@@ -60,6 +60,7 @@ class Fuse(Pass):
 
     def run(self, module: ir.Operation) -> None:
         for func in U.functions(module):
+            narrow_matmul_operands(func)
             if self.matmul_epilogue or self.elementwise:
                 sink_views(func)
             if self.rows:
@@ -167,6 +168,58 @@ def sink_views(func: ir.Operation) -> None:
             view.erase()
             changed = True
             break
+
+
+_NARROW_FLOATS = ("bf16", "f16")
+
+
+def narrow_matmul_operands(func: ir.Operation) -> None:
+    """A matmul of two operands widened from the same 16-bit float type to fp32 (through
+    views) takes the 16-bit values instead: PE converts its inputs to fp32 exactly and
+    accumulates in fp32 either way, so the result is the same, at the 16-bit rate and with
+    half the bytes (scaled_dot_product_attention's math form widens its inputs)."""
+    for matmul in U.body_ops(func):
+        if matmul.name != "trn.matmul":
+            continue
+        sources = [_widened_source(v) for v in matmul.operands]
+        if any(s is None for s in sources) or \
+                str(U.element_type(sources[0][0])) != str(U.element_type(sources[1][0])):
+            continue
+        old = list(matmul.operands)
+        with ir.InsertionPoint(matmul), matmul.location:
+            for index, (narrow, views) in enumerate(sources):
+                value = narrow
+                for view in views:
+                    value = U.create(view.name, [U.tensor_type(U.shape(view.results[0]),
+                                                               U.element_type(narrow))],
+                                     [value], U.attributes_of(view)).results[0]
+                matmul.operands[index] = value
+        for value in old:           # the widening chains, where nothing else reads them
+            producer = U.defining_op(value)
+            while producer is not None and not list(producer.results[0].uses):
+                source = producer.operands[0]
+                producer.erase()
+                producer = U.defining_op(source)
+
+
+def _widened_source(value: ir.Value):
+    """(16-bit float value, view ops from it to `value`) when `value` is a 16-bit float
+    converted to fp32 and then only viewed, else None."""
+    views = []
+    while True:
+        producer = U.defining_op(value)
+        if producer is None:
+            return None
+        if producer.name in ("trn.reshape", "trn.transpose", "trn.broadcast", "trn.view"):
+            views.append(producer)
+            value = producer.operands[0]
+            continue
+        if producer.name != "trn.convert" or str(U.element_type(value)) != "f32":
+            return None
+        source = producer.operands[0]
+        if str(U.element_type(source)) not in _NARROW_FLOATS:
+            return None
+        return source, list(reversed(views))
 
 
 def _feeds_reduction(op: ir.Operation) -> bool:

@@ -627,17 +627,42 @@ def _memory_format(t: torch.Tensor):
 
 def sdpa_math(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
               enable_gqa=False):
-    """scaled_dot_product_attention as PyTorch's math reference (matmul, scale, mask,
-    softmax, matmul), so that AOTAutograd differentiates those ops instead of calling the
-    fused flash-attention CPU backward (no torch-mlir lowering). A boolean mask becomes the
-    additive 0 / -inf mask first, as scaled_dot_product_attention itself does before choosing
-    a kernel (the math kernel reads a bool mask differently)."""
+    """scaled_dot_product_attention in its math form (matmul, scale, mask, softmax, matmul),
+    so that AOTAutograd differentiates those ops instead of calling the fused flash-attention
+    CPU backward (no torch-mlir lowering). A boolean mask becomes the additive 0 / -inf mask
+    first, as scaled_dot_product_attention itself does before choosing a kernel.
+
+    Without dropout it is written out here rather than as `_scaled_dot_product_attention_math`,
+    with that kernel's numerics (fp16/bf16 inputs computed in fp32, the result rounded once;
+    a row with nothing to attend to gives zeros) but in the shape the compiler fuses: the
+    scores' row maximum serves both the softmax and the test for an all -inf row (the math
+    kernel compares every score with -inf and reduces that over the row), and the matmuls
+    read the inputs' fp32 conversions, which PE takes as the bf16 values themselves."""
     if attn_mask is not None and attn_mask.dtype == torch.bool:
         attn_mask = torch.zeros_like(attn_mask, dtype=query.dtype).masked_fill(
             attn_mask.logical_not(), float("-inf"))
-    return aten._scaled_dot_product_attention_math.default(
-        query, key, value, attn_mask, dropout_p, is_causal, None, scale=scale,
-        enable_gqa=enable_gqa)[0]
+    if dropout_p != 0.0:
+        return aten._scaled_dot_product_attention_math.default(
+            query, key, value, attn_mask, dropout_p, is_causal, None, scale=scale,
+            enable_gqa=enable_gqa)[0]
+    if enable_gqa:
+        key = key.repeat_interleave(query.size(-3) // key.size(-3), -3)
+        value = value.repeat_interleave(query.size(-3) // value.size(-3), -3)
+    wide = torch.float32 if query.dtype in (torch.float16, torch.bfloat16) else query.dtype
+    q, k, v = query.to(wide), key.to(wide), value.to(wide)
+    factor = 1.0 / math.sqrt(query.size(-1)) if scale is None else scale
+    scores = torch.matmul(q, k.transpose(-2, -1)) * factor
+    if is_causal:
+        length, source = query.size(-2), key.size(-2)
+        causal = torch.ones(length, source, dtype=torch.bool, device=query.device).tril()
+        scores = scores.masked_fill(causal.logical_not(), float("-inf"))
+    if attn_mask is not None:
+        scores = scores + attn_mask.to(wide)
+    top = scores.amax(-1, keepdim=True)
+    exp = torch.exp(scores - top)
+    probs = exp / exp.sum(-1, keepdim=True)
+    probs = torch.where(top == float("-inf"), torch.zeros_like(probs), probs)
+    return torch.matmul(probs, v).to(query.dtype)
 
 
 _SDPA_TARGETS = (torch._C._nn.scaled_dot_product_attention,

@@ -267,4 +267,21 @@ func.func @convert_of_broadcast(%x: tensor<2x8x16xf32>, %scale: tensor<8xbf16>) 
   return %y : tensor<2x8x16xf32>
 }
 
+// -----
+
+// Tests that a matmul of bf16 values widened to fp32 (then viewed) reads the bf16 values
+// through the same views: PE widens its inputs exactly and accumulates in fp32 either way.
+// The widening converts, read by nothing else, go away.
+// CHECK-LABEL: func.func @widened
+// CHECK-NOT: "trn.convert"
+// CHECK: "trn.transpose"(%arg1) {{.*}} -> tensor<2x8x16xbf16>
+// CHECK-NEXT: "trn.matmul"(%arg0, %{{.*}}) : (tensor<2x16x8xbf16>, tensor<2x8x16xbf16>) -> tensor<2x16x16xf32>
+func.func @widened(%q: tensor<2x16x8xbf16>, %k: tensor<2x16x8xbf16>) -> tensor<2x16x16xf32> {
+  %qf = "trn.convert"(%q) : (tensor<2x16x8xbf16>) -> tensor<2x16x8xf32>
+  %kf = "trn.convert"(%k) : (tensor<2x16x8xbf16>) -> tensor<2x16x8xf32>
+  %kt = "trn.transpose"(%kf) {permutation = array<i64: 0, 2, 1>} : (tensor<2x16x8xf32>) -> tensor<2x8x16xf32>
+  %s = "trn.matmul"(%qf, %kt) : (tensor<2x16x8xf32>, tensor<2x8x16xf32>) -> tensor<2x16x16xf32>
+  return %s : tensor<2x16x16xf32>
+}
+
 // ERR: fuse-invalid.mlir:3:8: error: 'trn.tensor_tensor' op operand #1 shape [4] differs from result shape [8]
