@@ -126,6 +126,11 @@ def constant_scalar(value: ir.Value) -> float | int | None:
     return None
 
 
+def operation(op) -> ir.Operation:
+    """`op` as an ir.Operation (the bindings hand out OpViews for ops of known dialects)."""
+    return op.operation if isinstance(op, ir.OpView) else op
+
+
 def defining_op(value: ir.Value) -> ir.Operation | None:
     owner = value.owner
     if isinstance(owner, ir.OpView):

@@ -154,7 +154,7 @@ class _FunctionLowering:
             if any(st != 1 for st in U.array_attr(op, "strides")) or len(offsets) < 3 or \
                     offsets[:2] != (0, 0) or U.shape(source)[:2] != U.shape(dest)[:2]:
                 continue
-            users = [(_operation(u.owner), u.operand_number) for u in op.results[0].uses]
+            users = [(U.operation(u.owner), u.operand_number) for u in op.results[0].uses]
             if not users or any(user.name not in ("trn.conv", "trn.pool") or number != 0
                                 for user, number in users):
                 continue
@@ -440,7 +440,3 @@ def _hbm_type(t: ir.Type) -> ir.MemRefType:
     tensor = ir.RankedTensorType(t)
     return ir.MemRefType.get(list(tensor.shape), tensor.element_type,
                              memory_space=ir.StringAttr.get("hbm"))
-
-
-def _operation(op) -> ir.Operation:
-    return op.operation if isinstance(op, ir.OpView) else op

@@ -19,6 +19,7 @@ and probabilities to bf16, say) happens where it did.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Callable
 
@@ -108,7 +109,7 @@ def lower_attention(em: Emitter, body: list[ir.Operation], views: dict,
         """The 2-D operand of flat batch index `b` (a view's leading dims are its batch)."""
         for dim, size in reversed(list(enumerate(view.shape[:-2]))):
             b, i = divmod(b, size)
-            view = view.select(dim, i) if size > 1 else view.select(dim, 0)
+            view = view.select(dim, i)
         return view
 
     staged: dict = {}
@@ -124,12 +125,10 @@ def lower_attention(em: Emitter, body: list[ir.Operation], views: dict,
                          _Staged(em, pick(v_view, b), etype2))
         return staged[b]
 
-    rows_of_batch = sq
-
     def locate(view: HbmView) -> tuple[int, int, int]:
         """(batch, first query row, rows) of a row tile's view of the scores/probabilities."""
         row0 = view.offset // sk
-        b, q0 = divmod(row0, rows_of_batch)
+        b, q0 = divmod(row0, sq)
         qn = view.shape[0]
         if q0 + qn > sq:
             raise CompileError("an attention row tile spans two batch indices",
@@ -189,13 +188,13 @@ def lower_attention(em: Emitter, body: list[ir.Operation], views: dict,
             tile = staged_out
         store_tile(em, target, tile)
 
+    # The scores and probabilities never get a buffer: storage-less row-major views of them
+    # tell the row-wise lowering their layout, and `locate` their rows.
     rows_views = dict(views)
-    rows_views[scores] = HbmView.abstract(tuple(U.shape(scores)))
-    rows_views[scores] = HbmView(None, 0, rows_views[scores].shape, rows_views[scores].strides,
-                                 element_type_hint=scores_type)
-    probs_view = HbmView.abstract(tuple(U.shape(probs)))
-    probs_view = HbmView(None, 0, probs_view.shape, probs_view.strides,
-                         element_type_hint=probs_type)
+    rows_views[scores] = dataclasses.replace(HbmView.abstract(tuple(U.shape(scores))),
+                                             element_type_hint=scores_type)
+    probs_view = dataclasses.replace(HbmView.abstract(tuple(U.shape(probs))),
+                                     element_type_hint=probs_type)
     if math.prod(batch_shape) * sq != math.prod(U.shape(probs)[:-1]):
         raise CompileError("an attention kernel's row part must keep the scores' rows",
                            first.location)

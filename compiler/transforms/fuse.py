@@ -41,6 +41,7 @@ from torchneuron.compiler.kernels.tile_ops import (
     ELEMENTWISE_OPS, SOURCE_OPS, UNARY_OPS, VIEW_OPS,
 )
 from torchneuron.compiler.passes import Pass, register
+from torchneuron.compiler.transforms.tile import kernel_body
 from torchneuron.dialects.trn import build_kernel, build_yield
 from torchneuron.target import get_target
 
@@ -507,10 +508,10 @@ def attention_triples(func: ir.Operation, target) -> list[tuple]:
         uses = list(rows.results[0].uses)
         if len(uses) != 1:
             continue
-        output = _operation(_owner(uses[0]).parent)
+        output = U.operation(_owner(uses[0]).parent)
         if output.name != "trn.kernel" or U.str_attr(output, "kind") != "matmul":
             continue
-        producers = {U.defining_op(v) for op in kernel_ops(rows) for v in op.operands}
+        producers = {U.defining_op(v) for op in kernel_body(rows) for v in op.operands}
         scores = [k for k in producers if k is not None and k.name == "trn.kernel"
                   and U.str_attr(k, "kind") == "matmul" and k.parent == rows.parent]
         if len(scores) != 1 or len(list(scores[0].results[0].uses)) != 1:
@@ -518,10 +519,6 @@ def attention_triples(func: ir.Operation, target) -> list[tuple]:
         if _attention_shapes(scores[0], rows, output, target):
             triples.append((scores[0], rows, output))
     return triples
-
-
-def kernel_ops(kernel: ir.Operation) -> list[ir.Operation]:
-    return [op.operation for op in kernel.regions[0].blocks[0].operations]
 
 
 def _unary_epilogue(body: list[ir.Operation], matmul: ir.Operation) -> bool:
@@ -536,7 +533,7 @@ def _unary_epilogue(body: list[ir.Operation], matmul: ir.Operation) -> bool:
 
 def _attention_shapes(scores: ir.Operation, rows: ir.Operation, output: ir.Operation,
                       target) -> bool:
-    s_body, o_body = kernel_ops(scores), kernel_ops(output)
+    s_body, o_body = kernel_body(scores), kernel_body(output)
     s_mm = [op for op in s_body if op.name == "trn.matmul"]
     o_mm = [op for op in o_body if op.name == "trn.matmul"]
     if len(s_mm) != 1 or len(o_mm) != 1:
@@ -551,14 +548,14 @@ def _attention_shapes(scores: ir.Operation, rows: ir.Operation, output: ir.Opera
         return False
     # The left operand is the rows result, reshaped only.
     value = out_lhs
-    while U.defining_op(value) is not None and _operation(U.defining_op(value).parent) == output:
+    while U.defining_op(value) is not None and U.operation(U.defining_op(value).parent) == output:
         producer = U.defining_op(value)
         if producer.name != "trn.reshape":
             return False
         value = producer.operands[0]
     if value != rows.results[0]:
         return False
-    reduces = [op for op in kernel_ops(rows) if op.name == "trn.reduce"]
+    reduces = [op for op in kernel_body(rows) if op.name == "trn.reduce"]
     space = _row_space(reduces[0]) if reduces else None
     if space is None or space.row_elements != scores_shape[-1]:
         return False
@@ -578,7 +575,7 @@ def merge_kernels(kernels: tuple, kind: str) -> ir.Operation:
     mapping: dict = {}
     with ir.InsertionPoint(merged.regions[0].blocks[0]):
         for kernel in kernels:
-            body = kernel_ops(kernel)
+            body = kernel_body(kernel)
             for op in body[:-1]:
                 clone = U.clone_with_operands(op, [mapping.get(v, v) for v in op.operands])
                 for old, new in zip(op.results, clone.results):
@@ -589,10 +586,6 @@ def merge_kernels(kernels: tuple, kind: str) -> ir.Operation:
     for kernel in reversed(kernels):
         kernel.erase()
     return merged
-
-
-def _operation(op) -> ir.Operation:
-    return op.operation if isinstance(op, ir.OpView) else op
 
 
 def _owner(use) -> ir.Operation:

@@ -215,6 +215,42 @@ class NeffBuilder:
         return container.write_neff(self.build())
 
 
+def gather_program(rows: int, width: int, count: int) -> NeffBuilder:
+    """out[i] = table[ids[i]]: ids [count, 1] (i32) loaded on queue 0, rows of the f32 table
+    [rows, width] gathered by one indirect DMA, stored from queue 2."""
+    b = NeffBuilder("gather")
+    table = b.input("table", (rows, width))
+    ids = b.input("ids", (count, 1), "i32")
+    out = b.output("out", (count, width))
+    loaded, gathered = b.semaphore(), b.semaphore()
+    index = sbuf(count, [1], "i32")
+    data = sbuf(count, [width], offset=64)
+    b.dma(index, b.view(ids), queue=0, signal=loaded, loc="load ids")
+    b.dma_indirect(data, hbm(table, count, [width], partition_stride=width), index, queue=1,
+                   waits=[(loaded, 1)], signal=gathered, loc="gather")
+    b.dma(b.view(out), data, queue=2, waits=[(gathered, 1)])
+    return b
+
+
+def scatter_program() -> NeffBuilder:
+    """out [6, 4] zeroed, then row ids[i] (ids [3, 1], i32) set to src[i] (src [3, 4]) by one
+    indirect DMA into HBM."""
+    b = NeffBuilder("scatter")
+    src = b.input("src", (3, 4))
+    ids = b.input("ids", (3, 1), "i32")
+    out = b.output("out", (6, 4))
+    s = b.semaphore()
+    zero = sbuf(6, [4], offset=256)
+    b.memset(zero, 0.0, signal=s)
+    b.dma(b.view(out), zero, queue=3, waits=[(s, 1)], signal=s)
+    index, data = sbuf(3, [1], "i32"), sbuf(3, [4], offset=64)
+    b.dma(index, b.view(ids), queue=0, signal=s)
+    b.dma(data, b.view(src), queue=1, signal=s)
+    b.dma_indirect(hbm(out, 3, [4], partition_stride=4), data, index, queue=3,
+                   waits=[(s, 4)])
+    return b
+
+
 def execute(program, inputs, target=None):
     """Load `program` (a NeffBuilder, Neff or NEFF bytes) and run it on a simulated device."""
     from torchneuron.runtime import Device, load

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from neff_builder import NeffBuilder, hbm, sbuf
+from neff_builder import NeffBuilder, gather_program, sbuf, scatter_program
 from torchneuron import backend
 from torchneuron.runtime import Device, OutOfBoundsError, Program, UninitializedReadError, load
 from torchneuron.sim.replay import Replay
@@ -100,25 +100,8 @@ def test_a_program_that_failed_a_check_is_checked_again_on_every_run():
     assert program.prepared().replay is None
 
 
-def _scatter_program():
-    b = NeffBuilder("scatter")
-    src = b.input("src", (3, 4))
-    ids = b.input("ids", (3, 1), "i32")
-    out = b.output("out", (6, 4))
-    s = b.semaphore()
-    zero = sbuf(6, [4], offset=256)
-    b.memset(zero, 0.0, signal=s)
-    b.dma(b.view(out), zero, queue=3, waits=[(s, 1)], signal=s)
-    index, data = sbuf(3, [1], "i32"), sbuf(3, [4], offset=64)
-    b.dma(index, b.view(ids), queue=0, signal=s)
-    b.dma(data, b.view(src), queue=1, signal=s)
-    b.dma_indirect(hbm(out, 3, [4], partition_stride=4), data, index, queue=3,
-                   waits=[(s, 4)])
-    return load(b.to_bytes())
-
-
 def test_indirect_writes_to_hbm_keep_every_run_checked():
-    program = _scatter_program()
+    program = load(scatter_program().to_bytes())
     device = Device(program.target)
     values = np.arange(12, dtype=np.float32).reshape(3, 4) + 1
     for ids in ([5, 1, 2], [0, 3, 4]):
@@ -129,22 +112,8 @@ def test_indirect_writes_to_hbm_keep_every_run_checked():
     assert "writes HBM rows chosen by data" in program.prepared().replay
 
 
-def _gather_program():
-    b = NeffBuilder("gather")
-    table = b.input("table", (10, 8))
-    ids = b.input("ids", (5, 1), "i32")
-    out = b.output("out", (5, 8))
-    loaded, gathered = b.semaphore(), b.semaphore()
-    index, data = sbuf(5, [1], "i32"), sbuf(5, [8], offset=64)
-    b.dma(index, b.view(ids), queue=0, signal=loaded)
-    b.dma_indirect(data, hbm(table, 5, [8], partition_stride=8), index, queue=1,
-                   waits=[(loaded, 1)], signal=gathered)
-    b.dma(b.view(out), data, queue=2, waits=[(gathered, 1)])
-    return load(b.to_bytes())
-
-
 def test_a_replayed_gather_still_checks_its_indices():
-    program = _gather_program()
+    program = load(gather_program(10, 8, 5).to_bytes())
     device = Device(program.target)
     table = np.arange(80, dtype=np.float32).reshape(10, 8)
     ids = np.array([[3], [0], [9], [3], [7]], np.int32)
