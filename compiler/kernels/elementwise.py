@@ -67,6 +67,7 @@ def lower_elementwise(em: Emitter, compute: list[ir.Operation], views: dict,
                 tiles: dict[ir.Value, Tile] = {}
                 for v, view in leaf_views.items():
                     tiles[v] = load_leaf(em, at(view, p0, pn, f0, fn))
+                work = {"act": 0, "dve": 0}
                 for op in compute:
                     result = op.results[0]
                     if result in aliases:
@@ -74,7 +75,8 @@ def lower_elementwise(em: Emitter, compute: list[ir.Operation], views: dict,
                         continue
                     dst = em.alloc("sbuf", pn, fn,
                                    storage.get(result, U.element_type(result)))
-                    emit_elementwise(em, op, [tiles[v] for v in op.operands], dst, consts)
+                    emit_elementwise(em, op, [tiles[v] for v in op.operands], dst, consts,
+                                     work)
                     tiles[result] = dst
                 for v, view in out_views:
                     em.store(at(view, p0, pn, f0, fn), 0, [1], tiles[v])

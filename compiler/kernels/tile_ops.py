@@ -60,9 +60,31 @@ def rounding_writes(ops: list[ir.Operation], keep: set) -> tuple[dict, dict]:
 
 
 def emit_elementwise(em: Emitter, op: ir.Operation, operands: list[Tile], dst: Tile,
-                     consts: ConstantVectors) -> None:
-    """Compute trn elementwise `op` of full tiles `operands` into `dst` (same [P, F])."""
+                     consts: ConstantVectors, work: dict | None = None) -> None:
+    """Compute trn elementwise `op` of full tiles `operands` into `dst` (same [P, F]).
+
+    With `work` ({"act": n, "dve": n}, free elements given to each engine so far, updated),
+    a multiply or add by a constant goes to ACT when ACT has had no more work than DVE: an
+    identity activation computes x * scale + bias with the same fp32 roundings (a multiply
+    with no bias operand is the product alone), so the two engines share a kernel's
+    arithmetic."""
     name = op.name
+    if work is not None:
+        engine = "act" if name == "trn.activation" else "dve"
+        if name == "trn.tensor_scalar" and U.str_attr(op, "op") in ("mul", "add") and \
+                not ir.BoolAttr(op.attributes["reverse"]).value and \
+                work["act"] <= work["dve"] and operands[0].partitions == dst.partitions and \
+                isinstance(operands[0].element_type, ir.FloatType) and \
+                isinstance(dst.element_type, ir.FloatType):
+            scalar = U.float_attr(op, "scalar")
+            if U.str_attr(op, "op") == "mul":
+                em.activation(dst, operands[0], "identity", scalar)
+            else:
+                em.activation(dst, operands[0], "identity", 1.0,
+                              consts.get(scalar, dst.partitions))
+            work["act"] += dst.free
+            return
+        work[engine] += dst.free
     if name == "trn.activation":
         bias = U.float_attr(op, "bias")
         bias_tile = consts.get(bias, dst.partitions) if bias != 0.0 else None

@@ -235,6 +235,28 @@ func.func @heads_plus_mask(%x: tensor<12x64x256xf32>, %m: tensor<64x256xf32>) ->
 
 // -----
 
+// Tests that an elementwise kernel shares its arithmetic between ACT and DVE: a multiply or
+// add by a constant becomes an identity activation (scale, or a bias column) while ACT has had
+// no more work than DVE, else it stays a DVE tensor_scalar; tensor_tensor stays on DVE.
+// CHECK-LABEL: func.func @scaled_twice
+// CHECK: "nisa.activation"({{.*}}engine = "act", func = "identity"{{.*}}scale = 5.000000e-01
+// CHECK: "nisa.tensor_tensor"({{.*}}engine = "dve", op = "mul"
+// CHECK: "nisa.activation"({{.*}}engine = "act", func = "identity", operandSegmentSizes = array<i32: 1, 1, 1, 0, 0>
+// CHECK-NOT: "nisa.activation"
+// CHECK: "nisa.tensor_scalar"({{.*}}engine = "dve", imm0 = 3.000000e+00
+func.func @scaled_twice(%x: tensor<128x512xf32>) -> tensor<128x512xf32> {
+  %k = "trn.kernel"() ({
+    %a = "trn.tensor_scalar"(%x) {op = "mul", reverse = false, scalar = 5.000000e-01 : f32} : (tensor<128x512xf32>) -> tensor<128x512xf32>
+    %b = "trn.tensor_tensor"(%a, %x) {op = "mul"} : (tensor<128x512xf32>, tensor<128x512xf32>) -> tensor<128x512xf32>
+    %c = "trn.tensor_scalar"(%b) {op = "add", reverse = false, scalar = 1.000000e+00 : f32} : (tensor<128x512xf32>) -> tensor<128x512xf32>
+    %d = "trn.tensor_scalar"(%c) {op = "mul", reverse = false, scalar = 3.000000e+00 : f32} : (tensor<128x512xf32>) -> tensor<128x512xf32>
+    "trn.yield"(%d) : (tensor<128x512xf32>) -> ()
+  }) {kind = "elementwise", free_tile = 512 : i64} : () -> tensor<128x512xf32>
+  return %k : tensor<128x512xf32>
+}
+
+// -----
+
 // Tests that a padded input (insert_slice into a fill) read only by a pooling is padded on
 // chip: each plane [3, 10 x 10] is set to -inf and the 8 x 8 input DMA'd into its interior
 // (offset 11 = row 1, column 1; rows 10 apart), with no HBM buffer for the padded copy.
