@@ -223,10 +223,7 @@ class _FunctionLowering:
         if view is not None:
             return view
         if _merges_matmul_batch(op):
-            for dim in reversed(range(source.rank - 2)):
-                if source.shape[dim] == 1:
-                    source = source.select(dim, 0)
-            return source
+            return _without_unit_batch_dims(source)
         return self._view(op, source)
 
     def _copy(self, src: HbmView, dst: HbmView) -> None:
@@ -274,10 +271,7 @@ class _FunctionLowering:
                 if _merges_matmul_batch(op) and apply_view_op(op, source) is None:
                     # Batch dims no single stride spans (heads split out of a projection):
                     # the matmul loops over them as they are instead of copying them.
-                    for dim in reversed(range(source.rank - 2)):
-                        if source.shape[dim] == 1:
-                            source = source.select(dim, 0)
-                    views[op.results[0]] = source
+                    views[op.results[0]] = _without_unit_batch_dims(source)
                     unmerged[op.results[0]] = op
                     continue
                 views[op.results[0]] = self._view(op, source)
@@ -347,6 +341,14 @@ class _FunctionLowering:
             source = views[value]
             views[value] = self._view(op, source.reshape(U.shape(op.operands[0])) or source)
         return out
+
+
+def _without_unit_batch_dims(view: HbmView) -> HbmView:
+    """`view` with its batch dims (all but the last two) of size 1 dropped."""
+    for dim in reversed(range(view.rank - 2)):
+        if view.shape[dim] == 1:
+            view = view.select(dim, 0)
+    return view
 
 
 def _merges_matmul_batch(op: ir.Operation) -> bool:

@@ -35,6 +35,7 @@ from torchneuron.compiler.kernels.tile_ops import SOURCE_OPS, UNARY_OPS, VIEW_OP
 from torchneuron.compiler.kernels.transfers import store_tile
 from torchneuron.compiler.kernels.views import HbmView, source_view
 
+
 def lower_attention(em: Emitter, body: list[ir.Operation], views: dict,
                     view_of: Callable[[ir.Operation, HbmView], HbmView],
                     output: tuple[ir.Value, HbmView]) -> None:
@@ -180,13 +181,7 @@ def lower_attention(em: Emitter, body: list[ir.Operation], views: dict,
             em.copy(stationary, turned)
             em.matmul(acc, stationary, v_t.tile(k0, kn, 0, dv), accumulate=k0 > 0)
         results = epilogue2.run(acc, (q0, qn), lambda v, b=b: pick(v, b).slice(0, q0, qn))
-        tile = results[yielded]
-        target = pick(out_view, b).slice(0, q0, qn)
-        if tile.memory != "sbuf" or tile.element_type != target.element_type:
-            staged_out = em.alloc("sbuf", qn, dv, target.element_type)
-            em.copy(staged_out, tile)
-            tile = staged_out
-        store_tile(em, target, tile)
+        store_tile(em, pick(out_view, b).slice(0, q0, qn), results[yielded])
 
     # The scores and probabilities never get a buffer: storage-less row-major views of them
     # tell the row-wise lowering their layout, and `locate` their rows.

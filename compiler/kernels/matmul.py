@@ -167,13 +167,7 @@ def _lower_2d(em: Emitter, matmul, chain, a: HbmView, b: HbmView, views, outputs
             acc, (p0, pn), lambda view, p0=p0, pn=pn, f0=f0, fn=fn:
             orient(view).slice(0, p0, pn).slice(1, f0, fn))
         for value, out in outputs:
-            tile = results[value]
-            out_type = out.element_type
-            if tile.memory != "sbuf" or tile.element_type != out_type:
-                staged = em.alloc("sbuf", pn, fn, out_type)
-                em.copy(staged, tile)
-                tile = staged
-            store_tile(em, orient(out).slice(0, p0, pn).slice(1, f0, fn), tile)
+            store_tile(em, orient(out).slice(0, p0, pn).slice(1, f0, fn), results[value])
 
     # The resident operand's tiles (a block of them, with every K-tile) stay on chip while
     # the other operand's tiles stream past them, one column of K-tiles at a time.

@@ -211,7 +211,7 @@ def _widened_source(value: ir.Value):
         producer = U.defining_op(value)
         if producer is None:
             return None
-        if producer.name in ("trn.reshape", "trn.transpose", "trn.broadcast", "trn.view"):
+        if producer.name in VIEW_OPS:
             views.append(producer)
             value = producer.operands[0]
             continue
