@@ -35,6 +35,9 @@ class CompileOptions:
     fuse_elementwise: bool = True
     fuse_rows: bool = True            # trn-fuse rows: softmax/norm-style groups in one kernel
     fuse_attention: bool = True       # trn-fuse attention: scores -> softmax -> @ values on chip
+    # trn-fuse epilogue-producers: an elementwise kernel only a matmul's epilogue reads is
+    # computed in that epilogue
+    fuse_epilogue_producers: bool = True
     layout_assignment: bool = True    # trn-layout: matmul results stored as consumers read them
     # neuron-tune's database, read by trn-tile (default: TORCHNEURON_TUNING_DB when set; taken
     # at construction so that the persistent compile cache keys on it).
@@ -72,7 +75,9 @@ def stages(options: CompileOptions) -> list[Stage]:
     fuse = (f"trn-fuse{{matmul-epilogue={str(options.fuse_matmul_epilogue).lower()} "
             f"elementwise={str(options.fuse_elementwise).lower()} "
             f"rows={str(options.fuse_rows).lower()} "
-            f"attention={str(options.fuse_attention).lower()} target={target}}}")
+            f"attention={str(options.fuse_attention).lower()} "
+            f"epilogue-producers={str(options.fuse_epilogue_producers).lower()} "
+            f"target={target}}}")
     layout = "trn-layout," if options.layout_assignment else ""
     db = f" tuning-db={options.tuning_db_path}" if options.tuning_db_path else ""
     return [

@@ -12,7 +12,7 @@ from torchneuron.compiler import ir_utils as U
 from torchneuron.compiler.errors import CompileError
 from torchneuron.compiler.kernels.emitter import Emitter, Tile
 from torchneuron.compiler.kernels.tile_ops import (
-    ConstantVectors, emit_elementwise, rounding_writes,
+    ConstantVectors, emit_elementwise, rounding_writes, widening_aliases,
 )
 from torchneuron.compiler.kernels.views import HbmView
 
@@ -53,6 +53,7 @@ def lower_elementwise(em: Emitter, compute: list[ir.Operation], views: dict,
     tf = min(free, free_tile)
     consts = ConstantVectors(em)
     storage, aliases = rounding_writes(compute, {v for v, _ in outputs})
+    aliases.update(widening_aliases(compute, {v for v, _ in outputs}))
 
     for outer in itertools.product(*(range(n) for n in shape2[:-2])):
         def at(view: HbmView, p0: int, pn: int, f0: int, fn: int) -> HbmView:
@@ -67,7 +68,6 @@ def lower_elementwise(em: Emitter, compute: list[ir.Operation], views: dict,
                 tiles: dict[ir.Value, Tile] = {}
                 for v, view in leaf_views.items():
                     tiles[v] = load_leaf(em, at(view, p0, pn, f0, fn))
-                work = {"act": 0, "dve": 0}
                 for op in compute:
                     result = op.results[0]
                     if result in aliases:
@@ -76,7 +76,7 @@ def lower_elementwise(em: Emitter, compute: list[ir.Operation], views: dict,
                     dst = em.alloc("sbuf", pn, fn,
                                    storage.get(result, U.element_type(result)))
                     emit_elementwise(em, op, [tiles[v] for v in op.operands], dst, consts,
-                                     work)
+                                     share=True)
                     tiles[result] = dst
                 for v, view in out_views:
                     em.store(at(view, p0, pn, f0, fn), 0, [1], tiles[v])

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
-import itertools
+import math
 
 from torch_mlir import ir
 
@@ -92,11 +92,21 @@ class TilePattern:
         return ap
 
 
+def tensor_tensor_cycles(dst: Tile, lhs: Tile, rhs: Tile, op: str) -> int:
+    """Cycles per partition of a DVE tensor_tensor (TARGET.md): one per element when an input
+    is in PSUM, or every operand is bf16 in SBUF and the op is add, sub or mul; else two."""
+    fast = "psum" in (lhs.memory, rhs.memory) or (
+        op in ("add", "sub", "mul") and
+        all(t.memory == "sbuf" and str(t.element_type) == "bf16" for t in (dst, lhs, rhs)))
+    return dst.free if fast else 2 * dst.free
+
+
 class Emitter:
     """Emits nisa ops at the current MLIR insertion point. Each DMA goes to the queue with the
     least transfer time queued so far (bytes plus per-run overhead, as the cost model
-    charges); copies alternate between DVE and ACT, so independent work spreads over the
-    machine."""
+    charges); a copy goes to whichever of DVE and ACT has had less work so far
+    (`engine_work`, in the cost model's cycles per partition), so independent work spreads
+    over the machine."""
 
     def __init__(self, target: Target):
         self.target = target
@@ -106,7 +116,7 @@ class Emitter:
         loads = max(1, target.dma_queues * 3 // 4)
         self._load_queues = range(loads)
         self._store_queues = range(loads, target.dma_queues) or self._load_queues
-        self._copy_engines = itertools.cycle(("dve", "act"))
+        self.engine_work = {"act": 0, "dve": 0}
 
     def _next_queue(self, buffer: ir.Value, ap: list[int], store: bool) -> int:
         """The queue of its kind (load or store) with the least transfer time queued."""
@@ -132,7 +142,13 @@ class Emitter:
     # -- instructions ------------------------------------------------------------------------
 
     def _instr(self, name: str, engine: str, operands: list[tuple[ir.Value, list[int]]],
-               segments: list[int] | None = None, **attrs) -> ir.Operation:
+               segments: list[int] | None = None, cycles: int | None = None,
+               **attrs) -> ir.Operation:
+        """`cycles`: the engine's work in cycles per partition, for `engine_work` (default:
+        one per element of the destination's free pattern)."""
+        if engine in self.engine_work:
+            self.engine_work[engine] += cycles if cycles is not None else \
+                math.prod(operands[0][1][4::2])
         attributes = {
             "engine": U.string(engine),
             "aps": ir.ArrayAttr.get([U.i64_array(ap) for _, ap in operands]),
@@ -205,7 +221,7 @@ class Emitter:
                       engine: str = "dve") -> None:
         self._instr("nisa.tensor_tensor", engine,
                     [(dst.buffer, dst.ap()), (lhs.buffer, lhs.ap()), (rhs.buffer, rhs.ap())],
-                    op=U.string(op))
+                    cycles=tensor_tensor_cycles(dst, lhs, rhs, op), op=U.string(op))
 
     def tensor_scalar(self, dst: Tile, src: Tile, op0: str,
                       operand0: float | Tile | TilePattern, reverse0: bool = False,
@@ -227,9 +243,10 @@ class Emitter:
                     reverse1=U.bool_attr(reverse1))
 
     def copy(self, dst: Tile, src: Tile, engine: str | None = None) -> None:
-        """Copy (with dtype conversion), on `engine` or the next of DVE/ACT."""
-        self._instr("nisa.tensor_copy", engine or next(self._copy_engines),
-                    [(dst.buffer, dst.ap()), (src.buffer, src.ap())])
+        """Copy (with dtype conversion), on `engine` or the less loaded of DVE and ACT."""
+        if engine is None:
+            engine = "dve" if self.engine_work["dve"] <= self.engine_work["act"] else "act"
+        self._instr("nisa.tensor_copy", engine, [(dst.buffer, dst.ap()), (src.buffer, src.ap())])
 
     def memset(self, dst: Tile, value: float, engine: str = "pool") -> None:
         self._instr("nisa.memset", engine, [(dst.buffer, dst.ap())], value=U.f32(value))

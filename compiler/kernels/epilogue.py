@@ -18,7 +18,7 @@ from torchneuron.compiler.errors import CompileError
 from torchneuron.compiler.kernels.elementwise import load_leaf
 from torchneuron.compiler.kernels.emitter import Emitter, Tile
 from torchneuron.compiler.kernels.tile_ops import (
-    COMMUTATIVE, ConstantVectors, emit_elementwise, rounding_writes,
+    COMMUTATIVE, ConstantVectors, emit_elementwise, rounding_writes, widening_aliases,
 )
 from torchneuron.compiler.kernels.transfers import load_tile
 from torchneuron.compiler.kernels.views import HbmView
@@ -33,6 +33,7 @@ class Epilogue:
         """`stored`: the values the kernel writes back to HBM."""
         self.em, self.chain, self.views, self.product = em, chain, views, product
         self.storage, self.aliases = rounding_writes(chain, stored)
+        self.aliases.update(widening_aliases(chain, stored))
         self.consts = ConstantVectors(em)
         self.vectors: dict[tuple, Tile] = {}
 
@@ -46,7 +47,7 @@ class Epilogue:
         for i, op in enumerate(self.chain):
             result = op.results[0]
             if result in self.aliases:
-                tiles[result] = tiles[self.aliases[result]]
+                tiles[result] = self._operand_tile(self.aliases[result], locate, tiles)
                 continue
             etype = self.storage.get(result, U.element_type(result))
             if op.name == "trn.tensor_tensor":
@@ -75,7 +76,7 @@ class Epilogue:
                 staged = em.alloc("sbuf", pn, fn, operands[1].element_type)
                 em.copy(staged, operands[1])
                 operands[1] = staged
-            emit_elementwise(em, op, operands, dst, self.consts)
+            emit_elementwise(em, op, operands, dst, self.consts, share=True)
             tiles[result] = dst
         return tiles
 

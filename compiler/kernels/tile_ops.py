@@ -6,7 +6,7 @@ from torch_mlir import ir
 
 from torchneuron.compiler import ir_utils as U
 from torchneuron.compiler.errors import CompileError
-from torchneuron.compiler.kernels.emitter import Emitter, Tile
+from torchneuron.compiler.kernels.emitter import Emitter, Tile, tensor_tensor_cycles
 
 ELEMENTWISE_OPS = ("trn.activation", "trn.tensor_tensor", "trn.tensor_scalar", "trn.select",
                    "trn.convert", "trn.fill", "trn.iota")
@@ -59,32 +59,62 @@ def rounding_writes(ops: list[ir.Operation], keep: set) -> tuple[dict, dict]:
     return storage, aliases
 
 
+def widening_aliases(ops: list[ir.Operation], keep: set) -> dict:
+    """Float widenings of values the kernel loads (bf16 -> fp32 of an input) that cost no
+    instruction: every user is an elementwise op of `ops`, and the engines convert their
+    inputs to fp32 exactly as they read, so the users read the loaded tile itself. Returns
+    {convert result: loaded value}."""
+    inside = {op.results[0] for op in ops}
+    members = set(ops)
+    aliases = {}
+    for op in ops:
+        if op.name != "trn.convert" or op.results[0] in keep:
+            continue
+        source, result = op.operands[0], op.results[0]
+        wide, narrow = U.element_type(result), U.element_type(source)
+        producer = U.defining_op(source)
+        widens = isinstance(wide, ir.FloatType) and isinstance(narrow, ir.FloatType) and \
+            wide.width > narrow.width
+        if not widens or source in inside or (producer is not None and
+                                              producer.name in ROOT_OPS):
+            continue
+        users = [U.operation(u.owner) for u in result.uses]
+        if users and all(u in members and u.name in ELEMENTWISE_OPS for u in users):
+            aliases[result] = source
+    return aliases
+
+
 def emit_elementwise(em: Emitter, op: ir.Operation, operands: list[Tile], dst: Tile,
-                     consts: ConstantVectors, work: dict | None = None) -> None:
+                     consts: ConstantVectors, share: bool = False) -> None:
     """Compute trn elementwise `op` of full tiles `operands` into `dst` (same [P, F]).
 
-    With `work` ({"act": n, "dve": n}, free elements given to each engine so far, updated),
-    a multiply or add by a constant goes to ACT when ACT has had no more work than DVE: an
-    identity activation computes x * scale + bias with the same fp32 roundings (a multiply
-    with no bias operand is the product alone), so the two engines share a kernel's
+    With `share`, a multiply or add by a constant, or a square (x * x), goes to ACT when it
+    would finish no later there than on DVE, given the work each has been given so far
+    (`em.engine_work`): an identity activation computes x * scale + bias with the same fp32
+    roundings (a multiply with no bias operand is the product alone), and the square
+    activation rounds x * x once, as the multiply does; so the two engines share a kernel's
     arithmetic."""
     name = op.name
-    if work is not None:
-        engine = "act" if name == "trn.activation" else "dve"
-        if name == "trn.tensor_scalar" and U.str_attr(op, "op") in ("mul", "add") and \
-                not ir.BoolAttr(op.attributes["reverse"]).value and \
-                work["act"] <= work["dve"] and operands[0].partitions == dst.partitions and \
-                isinstance(operands[0].element_type, ir.FloatType) and \
-                isinstance(dst.element_type, ir.FloatType):
-            scalar = U.float_attr(op, "scalar")
-            if U.str_attr(op, "op") == "mul":
-                em.activation(dst, operands[0], "identity", scalar)
+    if share and operands and operands[0].partitions == dst.partitions and \
+            isinstance(operands[0].element_type, ir.FloatType) and \
+            isinstance(dst.element_type, ir.FloatType):
+        alu = U.str_attr(op, "op") if name in ("trn.tensor_scalar", "trn.tensor_tensor") \
+            else None
+        on_dve = None
+        if name == "trn.tensor_scalar" and alu in ("mul", "add") and \
+                not ir.BoolAttr(op.attributes["reverse"]).value:
+            on_dve = dst.free
+        elif name == "trn.tensor_tensor" and alu == "mul" and operands[0] is operands[1]:
+            on_dve = tensor_tensor_cycles(dst, operands[0], operands[1], alu)
+        if on_dve is not None and em.engine_work["act"] + dst.free <= em.engine_work["dve"] + on_dve:
+            if name == "trn.tensor_tensor":
+                em.activation(dst, operands[0], "square")
+            elif alu == "mul":
+                em.activation(dst, operands[0], "identity", U.float_attr(op, "scalar"))
             else:
                 em.activation(dst, operands[0], "identity", 1.0,
-                              consts.get(scalar, dst.partitions))
-            work["act"] += dst.free
+                              consts.get(U.float_attr(op, "scalar"), dst.partitions))
             return
-        work[engine] += dst.free
     if name == "trn.activation":
         bias = U.float_attr(op, "bias")
         bias_tile = consts.get(bias, dst.partitions) if bias != 0.0 else None

@@ -20,7 +20,11 @@ Groups formed:
   scores, after its epilogue) only a row-wise kernel reads, and the matmul that reads the
   row-wise result (the probabilities) as its left operand. The kernel computes scores, row
   statistics and probabilities for 128 query rows at a time on chip and multiplies them by
-  the values there: scores and probabilities never reach HBM.
+  the values there: scores and probabilities never reach HBM;
+- epilogue producers, merged last: an elementwise kernel over the matmul's result shape that
+  only the matmul kernel's epilogue reads (GELU's derivative, multiplied into the gradient
+  a backward matmul produces) is computed inside that epilogue, tile by tile, so its value
+  never reaches HBM.
 View ops (transpose, broadcast, reshape) and constant sources (fill, iota) that feed a group
 from outside are copied into the kernel: its lowering folds views into access patterns and
 generates sources on chip instead of reading them from HBM.
@@ -56,12 +60,14 @@ class Fuse(Pass):
     elementwise: bool = True
     rows: bool = True
     attention: bool = True
+    epilogue_producers: bool = True
     keep_roundings: bool = False
     target: str = ""
 
     def run(self, module: ir.Operation) -> None:
         for func in U.functions(module):
             narrow_matmul_operands(func)
+            fold_scales_into_activations(func)
             if self.matmul_epilogue or self.elementwise:
                 sink_views(func)
             if self.rows:
@@ -77,6 +83,10 @@ class Fuse(Pass):
             if self.attention and self.rows and self.matmul_epilogue:
                 for triple in attention_triples(func, get_target(self.target or None)):
                     merge_kernels(triple, "attention")
+            if self.epilogue_producers and self.matmul_epilogue and self.elementwise:
+                # One at a time: a merge replaces the matmul kernel another pair may name.
+                while pairs := epilogue_producer_pairs(func):
+                    merge_kernels(pairs[0], "matmul")
 
     def groups(self, func: ir.Operation) -> list[list[ir.Operation]]:
         taken: set = set()
@@ -169,6 +179,24 @@ def sink_views(func: ir.Operation) -> None:
             view.erase()
             changed = True
             break
+
+
+def fold_scales_into_activations(func: ir.Operation) -> None:
+    """activation(x * c) -> activation(x) with scale c, for an fp32 multiply by a constant
+    whose only user is an activation of scale 1: ACT computes func(x * scale + bias) with the
+    product rounded to fp32 first, the multiply's own rounding (GELU's erf(x / sqrt 2), exp(-x^2
+    / 2) in its backward), so one instruction per tile goes."""
+    for act in U.body_ops(func):
+        if act.name != "trn.activation" or U.float_attr(act, "scale") != 1.0:
+            continue
+        mul = U.defining_op(act.operands[0])
+        if mul is None or mul.name != "trn.tensor_scalar" or U.str_attr(mul, "op") != "mul" \
+                or str(U.element_type(mul.results[0])) != "f32" \
+                or len(list(mul.results[0].uses)) != 1:
+            continue
+        act.attributes["scale"] = U.f32(U.float_attr(mul, "scalar"))
+        act.operands[0] = mul.operands[0]
+        mul.erase()
 
 
 _NARROW_FLOATS = ("bf16", "f16")
@@ -313,13 +341,19 @@ def outline(group: list[ir.Operation], kind: str | None = None,
 
 def elide_intermediate_roundings(kernel: ir.Operation) -> None:
     """Bypass float-narrowing trn.converts whose every user is an elementwise op of the
-    kernel: those users read the fp32 value."""
+    kernel: those users read the fp32 value. A convert left converting to its source's own
+    type (a bf16 result widened back to fp32, once its rounding is gone) goes as well."""
     for op in list(kernel.regions[0].blocks[0].operations):
         op = op.operation if isinstance(op, ir.OpView) else op
         if op.name != "trn.convert":
             continue
         source, result = op.operands[0], op.results[0]
         wide, narrow = U.element_type(source), U.element_type(result)
+        if wide == narrow and list(result.uses) and \
+                all(_owner(u).name != "trn.yield" for u in result.uses):
+            result.replace_all_uses_with(source)
+            op.erase()
+            continue
         if not (isinstance(wide, ir.FloatType) and isinstance(narrow, ir.FloatType)
                 and wide.width > narrow.width):
             continue
@@ -519,6 +553,43 @@ def attention_triples(func: ir.Operation, target) -> list[tuple]:
         if _attention_shapes(scores[0], rows, output, target):
             triples.append((scores[0], rows, output))
     return triples
+
+
+# The epilogue computes every value of a merged producer for one output tile at a time; a
+# DAG larger than this would crowd the SBUF share the GEMM plan leaves to its epilogue.
+MAX_MERGED_PRODUCER_OPS = 16
+
+
+def epilogue_producer_pairs(func: ir.Operation) -> list[tuple]:
+    """(producer, matmul) kernel pairs: `producer` an elementwise kernel whose only reader is
+    the matmul kernel, whose elementwise epilogue ops read it directly (not through a view,
+    not as a matmul operand) at the matmul result's shape."""
+    pairs = []
+    for producer in U.body_ops(func):
+        if producer.name != "trn.kernel" or U.str_attr(producer, "kind") != "elementwise":
+            continue
+        uses = list(producer.results[0].uses)
+        if not uses:
+            continue
+        consumer = U.operation(_owner(uses[0]).parent)
+        if consumer.name != "trn.kernel" or U.str_attr(consumer, "kind") != "matmul" \
+                or consumer.parent != producer.parent:
+            continue
+        body = kernel_body(consumer)
+        matmuls = [op for op in body if op.name == "trn.matmul"]
+        readers = [_owner(u) for u in uses]
+        if len(matmuls) != 1 or any(r.parent != consumer for r in readers):
+            continue
+        after = set(body[body.index(matmuls[0]) + 1:])
+        if not all(r in after and r.name in ELEMENTWISE_OPS for r in readers):
+            continue
+        if U.shape(producer.results[0]) != U.shape(matmuls[0].results[0]):
+            continue
+        computed = [op for op in kernel_body(producer) if op.name in ELEMENTWISE_OPS]
+        if len(computed) > MAX_MERGED_PRODUCER_OPS:
+            continue
+        pairs.append((producer, consumer))
+    return pairs
 
 
 def _unary_epilogue(body: list[ir.Operation], matmul: ir.Operation) -> bool:

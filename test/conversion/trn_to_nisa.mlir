@@ -236,21 +236,29 @@ func.func @heads_plus_mask(%x: tensor<12x64x256xf32>, %m: tensor<64x256xf32>) ->
 // -----
 
 // Tests that an elementwise kernel shares its arithmetic between ACT and DVE: a multiply or
-// add by a constant becomes an identity activation (scale, or a bias column) while ACT has had
-// no more work than DVE, else it stays a DVE tensor_scalar; tensor_tensor stays on DVE.
+// add by a constant becomes an identity activation (scale, or a bias column), and a square
+// x * x the square activation, when ACT would finish it no later than DVE given the cycles
+// each has been given (a fp32 tensor_tensor in SBUF costs DVE two per element); else it stays
+// on DVE. Here: 0.5 to ACT (512 vs 512), the product on DVE (1024), + 1 and * 3 to ACT
+// (1024 and 1536 against 1536), * 2 to DVE (2048 > 1536), the square to ACT (2048 vs 2560).
 // CHECK-LABEL: func.func @scaled_twice
 // CHECK: "nisa.activation"({{.*}}engine = "act", func = "identity"{{.*}}scale = 5.000000e-01
 // CHECK: "nisa.tensor_tensor"({{.*}}engine = "dve", op = "mul"
 // CHECK: "nisa.activation"({{.*}}engine = "act", func = "identity", operandSegmentSizes = array<i32: 1, 1, 1, 0, 0>
-// CHECK-NOT: "nisa.activation"
-// CHECK: "nisa.tensor_scalar"({{.*}}engine = "dve", imm0 = 3.000000e+00
+// CHECK: "nisa.activation"({{.*}}engine = "act", func = "identity"{{.*}}scale = 3.000000e+00
+// CHECK-NOT: "nisa.activation"({{.*}}func = "identity"
+// CHECK: "nisa.tensor_scalar"({{.*}}engine = "dve", imm0 = 2.000000e+00
+// CHECK: "nisa.activation"({{.*}}engine = "act", func = "square"
+// CHECK-NOT: "nisa.tensor_tensor"
 func.func @scaled_twice(%x: tensor<128x512xf32>) -> tensor<128x512xf32> {
   %k = "trn.kernel"() ({
     %a = "trn.tensor_scalar"(%x) {op = "mul", reverse = false, scalar = 5.000000e-01 : f32} : (tensor<128x512xf32>) -> tensor<128x512xf32>
     %b = "trn.tensor_tensor"(%a, %x) {op = "mul"} : (tensor<128x512xf32>, tensor<128x512xf32>) -> tensor<128x512xf32>
     %c = "trn.tensor_scalar"(%b) {op = "add", reverse = false, scalar = 1.000000e+00 : f32} : (tensor<128x512xf32>) -> tensor<128x512xf32>
     %d = "trn.tensor_scalar"(%c) {op = "mul", reverse = false, scalar = 3.000000e+00 : f32} : (tensor<128x512xf32>) -> tensor<128x512xf32>
-    "trn.yield"(%d) : (tensor<128x512xf32>) -> ()
+    %e = "trn.tensor_scalar"(%d) {op = "mul", reverse = false, scalar = 2.000000e+00 : f32} : (tensor<128x512xf32>) -> tensor<128x512xf32>
+    %f = "trn.tensor_tensor"(%e, %e) {op = "mul"} : (tensor<128x512xf32>, tensor<128x512xf32>) -> tensor<128x512xf32>
+    "trn.yield"(%f) : (tensor<128x512xf32>) -> ()
   }) {kind = "elementwise", free_tile = 512 : i64} : () -> tensor<128x512xf32>
   return %k : tensor<128x512xf32>
 }
@@ -537,4 +545,34 @@ func.func @attention(%q: tensor<2x128x32xbf16>, %kt: tensor<2x32x128xbf16>, %v: 
     "trn.yield"(%ob) : (tensor<2x128x32xbf16>) -> ()
   }) {kind = "attention"} : () -> tensor<2x128x32xbf16>
   return %k : tensor<2x128x32xbf16>
+}
+
+// -----
+
+// Tests a matmul kernel whose epilogue computes a merged producer (GELU's derivative at a bf16
+// input, multiplied into the product): the bf16 input is read by ACT and DVE as loaded (the
+// engines widen exactly as they read: no copy), x * x is ACT's square (ACT would finish it
+// first: a fp32 tensor_tensor costs DVE two cycles per element), and the product is
+// multiplied straight out of PSUM.
+// CHECK-LABEL: func.func @epilogue_producer
+// CHECK: "nisa.matmul"
+// CHECK: "nisa.dma"(%[[X:[0-9]+]], %arg2)
+// CHECK-NOT: "nisa.tensor_copy"
+// CHECK: "nisa.activation"(%{{.*}}, %[[X]]) {{.*}}func = "erf"{{.*}}scale = 0.707106769
+// CHECK: "nisa.activation"(%{{.*}}, %[[X]]) {{.*}}func = "square"
+// CHECK: "nisa.tensor_tensor"({{.*}}engine = "dve", op = "add"
+// CHECK: "nisa.tensor_tensor"({{.*}}engine = "dve", op = "mul"{{.*}} : (memref<128x256xbf16, "sbuf">, memref<128x256xf32, "psum">, memref<128x256xf32, "sbuf">)
+func.func @epilogue_producer(%w: tensor<256x128xbf16>, %dy: tensor<128x128xbf16>, %x: tensor<128x256xbf16>) -> tensor<128x256xbf16> {
+  %k = "trn.kernel"() ({
+    %c = "trn.convert"(%x) : (tensor<128x256xbf16>) -> tensor<128x256xf32>
+    %e = "trn.activation"(%c) {bias = 0.0 : f32, func = "erf", scale = 0.707106769 : f32} : (tensor<128x256xf32>) -> tensor<128x256xf32>
+    %sq = "trn.tensor_tensor"(%c, %c) {op = "mul"} : (tensor<128x256xf32>, tensor<128x256xf32>) -> tensor<128x256xf32>
+    %d = "trn.tensor_tensor"(%e, %sq) {op = "add"} : (tensor<128x256xf32>, tensor<128x256xf32>) -> tensor<128x256xf32>
+    %t = "trn.transpose"(%w) {permutation = array<i64: 1, 0>} : (tensor<256x128xbf16>) -> tensor<128x256xbf16>
+    %mm = "trn.matmul"(%dy, %t) : (tensor<128x128xbf16>, tensor<128x256xbf16>) -> tensor<128x256xf32>
+    %g = "trn.tensor_tensor"(%mm, %d) {op = "mul"} : (tensor<128x256xf32>, tensor<128x256xf32>) -> tensor<128x256xf32>
+    %r = "trn.convert"(%g) : (tensor<128x256xf32>) -> tensor<128x256xbf16>
+    "trn.yield"(%r) : (tensor<128x256xbf16>) -> ()
+  }) {kind = "matmul", orientation = "mn"} : () -> tensor<128x256xbf16>
+  return %k : tensor<128x256xbf16>
 }

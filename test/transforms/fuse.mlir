@@ -3,6 +3,7 @@
 // RUN: neuron-opt --split-input-file --trn-fuse="keep-roundings=true" %s | FileCheck %s --check-prefix=KEEP
 // RUN: neuron-opt --split-input-file --trn-fuse="rows=false" %s | FileCheck %s --check-prefix=NOROWS
 // RUN: neuron-opt --split-input-file --trn-fuse="attention=false" %s | FileCheck %s --check-prefix=NOATTN
+// RUN: neuron-opt --split-input-file --trn-fuse="epilogue-producers=false" %s | FileCheck %s --check-prefix=NOPROD
 // RUN: not neuron-opt --trn-fuse %S/Inputs/fuse-invalid.mlir 2>&1 | FileCheck %s --check-prefix=ERR
 
 // Tests that a matmul, its bias add and activation become one kernel, and that the views
@@ -282,6 +283,45 @@ func.func @widened(%q: tensor<2x16x8xbf16>, %k: tensor<2x16x8xbf16>) -> tensor<2
   %kt = "trn.transpose"(%kf) {permutation = array<i64: 0, 2, 1>} : (tensor<2x16x8xf32>) -> tensor<2x8x16xf32>
   %s = "trn.matmul"(%qf, %kt) : (tensor<2x16x8xf32>, tensor<2x8x16xf32>) -> tensor<2x16x16xf32>
   return %s : tensor<2x16x16xf32>
+}
+
+
+// -----
+
+// Tests that an elementwise kernel read only by a matmul's epilogue (GELU's derivative at the
+// pre-activation, multiplied into the gradient dY @ W) is merged into the matmul kernel, its
+// ops first; that a multiply by a constant feeding an activation of scale 1 becomes that
+// activation's scale; and that the bf16 -> fp32 -> (rounding elided) chain leaves no convert
+// to the value's own type. Off, the two kernels stay apart.
+// CHECK-LABEL: func.func @gelu_backward
+// CHECK: "trn.kernel"() ({
+// CHECK-NEXT: %[[X:.*]] = "trn.convert"(%arg2) : (tensor<128x256xbf16>) -> tensor<128x256xf32>
+// CHECK-NEXT: "trn.activation"(%[[X]]) {{.*}}func = "erf", scale = 0.707106769
+// CHECK-NEXT: "trn.tensor_tensor"(%[[X]], %[[X]]) {op = "mul"}
+// CHECK-NEXT: %[[D:.*]] = "trn.tensor_tensor"
+// CHECK-NEXT: "trn.transpose"(%arg0)
+// CHECK-NEXT: %[[MM:.*]] = "trn.matmul"
+// CHECK-NEXT: %[[G:.*]] = "trn.tensor_tensor"(%[[MM]], %[[D]]) {op = "mul"}
+// CHECK-NEXT: %[[R:.*]] = "trn.convert"(%[[G]]) : (tensor<128x256xf32>) -> tensor<128x256xbf16>
+// CHECK-NEXT: "trn.yield"(%[[R]])
+// CHECK-NEXT: }) {kind = "matmul"}
+// CHECK-NOT: "trn.kernel"
+// NOPROD-LABEL: func.func @gelu_backward
+// NOPROD-DAG: kind = "matmul"
+// NOPROD-DAG: kind = "elementwise"
+func.func @gelu_backward(%w: tensor<256x128xbf16>, %dy: tensor<128x128xbf16>, %x: tensor<128x256xbf16>) -> tensor<128x256xbf16> {
+  %t = "trn.transpose"(%w) {permutation = array<i64: 1, 0>} : (tensor<256x128xbf16>) -> tensor<128x256xbf16>
+  %mm = "trn.matmul"(%dy, %t) : (tensor<128x128xbf16>, tensor<128x256xbf16>) -> tensor<128x256xf32>
+  %mmb = "trn.convert"(%mm) : (tensor<128x256xf32>) -> tensor<128x256xbf16>
+  %mmf = "trn.convert"(%mmb) : (tensor<128x256xbf16>) -> tensor<128x256xf32>
+  %c = "trn.convert"(%x) : (tensor<128x256xbf16>) -> tensor<128x256xf32>
+  %m = "trn.tensor_scalar"(%c) {op = "mul", reverse = false, scalar = 0.707106769 : f32} : (tensor<128x256xf32>) -> tensor<128x256xf32>
+  %e = "trn.activation"(%m) {bias = 0.0 : f32, func = "erf", scale = 1.0 : f32} : (tensor<128x256xf32>) -> tensor<128x256xf32>
+  %sq = "trn.tensor_tensor"(%c, %c) {op = "mul"} : (tensor<128x256xf32>, tensor<128x256xf32>) -> tensor<128x256xf32>
+  %d = "trn.tensor_tensor"(%e, %sq) {op = "add"} : (tensor<128x256xf32>, tensor<128x256xf32>) -> tensor<128x256xf32>
+  %g = "trn.tensor_tensor"(%mmf, %d) {op = "mul"} : (tensor<128x256xf32>, tensor<128x256xf32>) -> tensor<128x256xf32>
+  %r = "trn.convert"(%g) : (tensor<128x256xf32>) -> tensor<128x256xbf16>
+  return %r : tensor<128x256xbf16>
 }
 
 // ERR: fuse-invalid.mlir:3:8: error: 'trn.tensor_tensor' op operand #1 shape [4] differs from result shape [8]
