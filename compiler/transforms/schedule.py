@@ -278,10 +278,14 @@ def _apply_order(func: ir.Operation, ops: list[ir.Operation],
 
 def list_schedule(instructions: list[ir.Operation], preds: list[list[int]], target) -> list[int]:
     """An order of the instructions that keeps every engine busy, by list scheduling with the
-    cost model: repeatedly start, on the engine or DMA queue where it can start soonest, the
-    ready instruction (all of whose predecessors are placed) that is ready first. Each DMA
-    also gets the queue where it would finish first (queues issue in order and overlap the
-    fixed latency with earlier transfers, as the simulator does)."""
+    cost model: repeatedly take the engine or DMA queue that can start an instruction soonest
+    and start there, among the instructions whose predecessors are all placed and finished by
+    then, the one with the longest chain of dependent work still behind it (its upward rank:
+    its cost plus the largest rank of its successors; ties in program order). Ranks put
+    the work that holds up the most on the critical path first, where the order in which
+    instructions became ready would let a concurrent kernel's loads delay the one the next
+    kernel waits for. Each DMA also gets the queue where it would finish first (queues issue
+    in order and overlap the fixed latency with earlier transfers, as the simulator does)."""
     import heapq
 
     from torchneuron import cost_model
@@ -294,12 +298,18 @@ def list_schedule(instructions: list[ir.Operation], preds: list[list[int]], targ
     for i, ps in enumerate(preds):
         for p in ps:
             succs[p].append(i)
+    rank = [0.0] * n
+    for i in range(n - 1, -1, -1):      # successors come later in program order
+        rank[i] = costs[i] + max((rank[s] for s in succs[i]), default=0.0)
     ready_at = [0.0] * n
     finish = [0.0] * n
-    heaps: dict[str, list[tuple[float, int]]] = {}
+    # Per engine: instructions whose predecessors are placed, by ready time, and those of
+    # them already taken into account as ready by the engine's next start, by rank.
+    pending: dict[str, list[tuple[float, int]]] = {}
+    available: dict[str, list[tuple[float, int]]] = {}
     for i in range(n):
         if indegree[i] == 0:
-            heapq.heappush(heaps.setdefault(engines[i], []), (0.0, i))
+            heapq.heappush(pending.setdefault(engines[i], []), (0.0, i))
     engine_free: dict[str, float] = {}
     queues = target.dma_queues
     issue = [0.0] * queues
@@ -317,27 +327,36 @@ def list_schedule(instructions: list[ir.Operation], preds: list[list[int]], targ
                 best = (start_issue, end, q)
         return best
 
+    def earliest_start(engine: str) -> float:
+        """When the engine can next start something that is or becomes ready."""
+        # (What is available became ready by an earlier start.)
+        ready = 0.0 if available.get(engine) else pending[engine][0][0]
+        if engine == "dma":
+            return max(ready, min(issue))
+        return max(ready, engine_free.get(engine, 0.0))
+
     while len(order) < n:
         best = None
-        for engine, heap in heaps.items():
-            if not heap:
+        for engine in set(pending) | set(available):
+            if not pending.get(engine) and not available.get(engine):
                 continue
-            ready, i = heap[0]
-            if engine == "dma":
-                start = dma_plan(ready, costs[i])[0]
-            else:
-                start = max(ready, engine_free.get(engine, 0.0))
-            if best is None or (start, i) < (best[0], best[2]):
-                best = (start, engine, i)
-        start, engine, i = best
-        heapq.heappop(heaps[engine])
+            start = earliest_start(engine)
+            if best is None or start < best[0]:
+                best = (start, engine)
+        start, engine = best
+        heap = pending.setdefault(engine, [])
+        ranked = available.setdefault(engine, [])
+        while heap and heap[0][0] <= start:
+            _, i = heapq.heappop(heap)
+            heapq.heappush(ranked, (-rank[i], i))
+        _, i = heapq.heappop(ranked)
         if engine == "dma":
             start, end, q = dma_plan(ready_at[i], costs[i])
             issue[q] = start
             transfer_end[q] = end
             chosen_queue[i] = q
         else:
-            end = start + costs[i]
+            end = max(start, ready_at[i]) + costs[i]
             engine_free[engine] = end
         finish[i] = end
         order.append(i)
@@ -345,7 +364,7 @@ def list_schedule(instructions: list[ir.Operation], preds: list[list[int]], targ
             ready_at[s] = max(ready_at[s], end)
             indegree[s] -= 1
             if indegree[s] == 0:
-                heapq.heappush(heaps.setdefault(engines[s], []), (ready_at[s], s))
+                heapq.heappush(pending.setdefault(engines[s], []), (ready_at[s], s))
     for i, q in chosen_queue.items():
         instructions[i].attributes["queue"] = U.i64(q)
     return order
