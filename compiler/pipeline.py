@@ -39,6 +39,7 @@ class CompileOptions:
     # computed in that epilogue
     fuse_epilogue_producers: bool = True
     layout_assignment: bool = True    # trn-layout: matmul results stored as consumers read them
+    kernel_order: bool = True         # trn-order: kernels on the longest chain of work first
     # neuron-tune's database, read by trn-tile (default: TORCHNEURON_TUNING_DB when set; taken
     # at construction so that the persistent compile cache keys on it).
     tuning_db: str = dataclasses.field(default_factory=lambda: config.TUNING_DB.get() or "")
@@ -79,10 +80,11 @@ def stages(options: CompileOptions) -> list[Stage]:
             f"epilogue-producers={str(options.fuse_epilogue_producers).lower()} "
             f"target={target}}}")
     layout = "trn-layout," if options.layout_assignment else ""
+    order = f"trn-order{{target={target}}}," if options.kernel_order else ""
     db = f" tuning-db={options.tuning_db_path}" if options.tuning_db_path else ""
     return [
         Stage("trn", "recognise engine ops, fuse kernels, choose layouts and tiles",
-              f"convert-linalg-to-trn,{fuse},{layout}trn-tile{{target={target}{db}}}"),
+              f"convert-linalg-to-trn,{fuse},{layout}{order}trn-tile{{target={target}{db}}}"),
         Stage("isa", "tile into instructions, place buffers, synchronise engines",
               f"convert-trn-to-nisa{{target={target}}},trn-plan-memory,trn-schedule"),
     ]

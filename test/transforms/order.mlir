@@ -1,0 +1,59 @@
+// RUN: neuron-opt --split-input-file --trn-order %s | FileCheck %s
+// RUN: not neuron-opt --trn-order %S/Inputs/order-invalid.mlir 2>&1 | FileCheck %s --check-prefix=ERR
+
+// Tests that the kernel at the head of the longer chain moves first: dH (a matmul whose
+// result another matmul reads) before the independent dW2 matmul that stood before it; dW2
+// and dW1 weigh the same and keep their order. The function's results stay as they were.
+// CHECK-LABEL: func.func @backward
+// CHECK: "trn.kernel"() ({
+// CHECK-NEXT: "trn.matmul"(%arg0, %arg2)
+// CHECK: %[[DW2:.*]] = "trn.kernel"() ({
+// CHECK: "trn.matmul"(%{{.*}}, %arg1)
+// CHECK: %[[DW1:.*]] = "trn.kernel"() ({
+// CHECK: "trn.matmul"(%{{.*}}, %arg3)
+// CHECK: return %[[DW2]], %[[DW1]]
+func.func @backward(%dy: tensor<256x128xbf16>, %h: tensor<256x256xbf16>, %w: tensor<128x256xbf16>, %x: tensor<256x128xbf16>) -> (tensor<128x256xbf16>, tensor<256x128xbf16>) {
+  %dw2 = "trn.kernel"() ({
+    %t = "trn.transpose"(%dy) {permutation = array<i64: 1, 0>} : (tensor<256x128xbf16>) -> tensor<128x256xbf16>
+    %m = "trn.matmul"(%t, %h) : (tensor<128x256xbf16>, tensor<256x256xbf16>) -> tensor<128x256xf32>
+    %c = "trn.convert"(%m) : (tensor<128x256xf32>) -> tensor<128x256xbf16>
+    "trn.yield"(%c) : (tensor<128x256xbf16>) -> ()
+  }) {kind = "matmul"} : () -> tensor<128x256xbf16>
+  %dh = "trn.kernel"() ({
+    %m = "trn.matmul"(%dy, %w) : (tensor<256x128xbf16>, tensor<128x256xbf16>) -> tensor<256x256xf32>
+    %c = "trn.convert"(%m) : (tensor<256x256xf32>) -> tensor<256x256xbf16>
+    "trn.yield"(%c) : (tensor<256x256xbf16>) -> ()
+  }) {kind = "matmul"} : () -> tensor<256x256xbf16>
+  %dw1 = "trn.kernel"() ({
+    %t = "trn.transpose"(%dh) {permutation = array<i64: 1, 0>} : (tensor<256x256xbf16>) -> tensor<256x256xbf16>
+    %m = "trn.matmul"(%t, %x) : (tensor<256x256xbf16>, tensor<256x128xbf16>) -> tensor<256x128xf32>
+    %c = "trn.convert"(%m) : (tensor<256x128xf32>) -> tensor<256x128xbf16>
+    "trn.yield"(%c) : (tensor<256x128xbf16>) -> ()
+  }) {kind = "matmul"} : () -> tensor<256x128xbf16>
+  return %dw2, %dw1 : tensor<128x256xbf16>, tensor<256x128xbf16>
+}
+
+// -----
+
+// Tests that a view feeding a kernel from outside stays before it, and that ops of equal
+// weight keep their order.
+// CHECK-LABEL: func.func @views_and_ties
+// CHECK: "trn.reshape"(%arg0)
+// CHECK: "trn.kernel"
+// CHECK: "trn.tensor_scalar"(%{{.*}}) {op = "mul"
+// CHECK: "trn.kernel"
+// CHECK: "trn.tensor_scalar"(%{{.*}}) {op = "add"
+func.func @views_and_ties(%a: tensor<8x16xf32>, %b: tensor<128xf32>) -> (tensor<128xf32>, tensor<128xf32>) {
+  %r = "trn.reshape"(%a) : (tensor<8x16xf32>) -> tensor<128xf32>
+  %k1 = "trn.kernel"() ({
+    %y = "trn.tensor_scalar"(%r) {op = "mul", reverse = false, scalar = 2.0 : f32} : (tensor<128xf32>) -> tensor<128xf32>
+    "trn.yield"(%y) : (tensor<128xf32>) -> ()
+  }) {kind = "elementwise"} : () -> tensor<128xf32>
+  %k2 = "trn.kernel"() ({
+    %y = "trn.tensor_scalar"(%b) {op = "add", reverse = false, scalar = 1.0 : f32} : (tensor<128xf32>) -> tensor<128xf32>
+    "trn.yield"(%y) : (tensor<128xf32>) -> ()
+  }) {kind = "elementwise"} : () -> tensor<128xf32>
+  return %k1, %k2 : tensor<128xf32>, tensor<128xf32>
+}
+
+// ERR: order-invalid.mlir:3:8: error: 'trn.kernel' op yields tensor<8xf32> but the kernel returns tensor<8xbf16>
