@@ -35,3 +35,25 @@ def test_gemm_row_and_written_section(tmp_path):
     text = doc.read_text()
     assert "old" not in text and "gemm_512" in text
     assert text.startswith("# Performance\n\nintro") and text.endswith("## Kept\n")
+
+
+def test_tuned_columns_in_written_table(tmp_path):
+    """--tuned --tune NAME: that workload is tuned by neuron-tune, its tuned time (never
+    slower than the default: the tuner keeps the default where nothing beats it) is in the
+    printed row and in the written table, whose header records the command."""
+    doc = tmp_path / "perf.md"
+    db = tmp_path / "tuning.json"
+    result = subprocess.run(
+        [sys.executable, os.path.join(ROOT, "bench", "perf.py"), "--only", "gemm_512",
+         "--no-inductor", "--tuned", str(db), "--tune", "gemm_512", "--write", str(doc)],
+        capture_output=True, text=True, cwd=ROOT, timeout=900)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    header, row = [line for line in result.stdout.splitlines() if " | " in line][:2]
+    cells = dict(zip(header.split(" | "), row.split(" | ")))
+    tuned, default = float(cells["tuned us"]), float(cells["simulated us"])
+    assert 0 < tuned <= default
+    assert float(cells["tuned / default"]) == pytest.approx(tuned / default, abs=0.002)
+    assert db.exists()
+    text = doc.read_text()
+    assert "| tuned us | tuned eff | tuned / default |" in text
+    assert f"--tuned {db} --tune gemm_512" in text
