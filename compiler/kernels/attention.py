@@ -113,18 +113,36 @@ def lower_attention(em: Emitter, body: list[ir.Operation], views: dict,
             view = view.select(dim, i)
         return view
 
+    d = U.shape(first.operands[0])[-1]
+    # Heads side by side in each token's row (a projection's output viewed per head): Q, K
+    # and V of all heads of a batch index are staged together, loaded in runs of the whole
+    # row instead of one head's d elements (128 B for d = 64 in bf16, which the per-run DMA
+    # cost makes several times dearer); head h is the rows or columns [h*d, (h+1)*d).
+    # Only where a head's rows stay inside one 128-aligned K-tile (as PE transposes and
+    # panels cut them) and all heads' operands take at most a quarter of SBUF.
+    wide = [_merge_heads(q_view, -1), _merge_heads(kt_view, -2), _merge_heads(v_view, -1)]
+    heads = 1
+    if all(w is not None for w in wide) and \
+            q_view.shape[-3] == kt_view.shape[-3] == v_view.shape[-3] and \
+            (tk % d == 0 or d % tk == 0) and \
+            _staged_bytes(q_view.shape[-3], d, dv, sq, sk, etype1, etype2, tk) <= \
+            em.target.sbuf_partition_bytes // 4:
+        heads = q_view.shape[-3]
+        q_view, kt_view, v_view = wide
     staged: dict = {}
 
-    def operands_of(b: int) -> tuple[_Staged, _Staged, _Staged]:
-        if b not in staged:
+    def operands_of(b: int) -> tuple[_Staged, _Staged, _Staged, int]:
+        """Q^T, K^T and V of flat batch index `b`, and the offset of its head in them."""
+        outer, head = divmod(b, heads)
+        if outer not in staged:
             for old in staged.values():
                 for s in old:
                     s.release()
             staged.clear()
-            staged[b] = (_Staged(em, pick(q_view, b).transpose([1, 0]), etype1),
-                         _Staged(em, pick(kt_view, b), etype1),
-                         _Staged(em, pick(v_view, b), etype2))
-        return staged[b]
+            staged[outer] = (_Staged(em, pick(q_view, outer).transpose([1, 0]), etype1),
+                             _Staged(em, pick(kt_view, outer), etype1),
+                             _Staged(em, pick(v_view, outer), etype2))
+        return staged[outer] + (head * (d if heads > 1 else 0),)
 
     def locate(view: HbmView) -> tuple[int, int, int]:
         """(batch, first query row, rows) of a row tile's view of the scores/probabilities."""
@@ -136,7 +154,6 @@ def lower_attention(em: Emitter, body: list[ir.Operation], views: dict,
                                first.location)
         return b, q0, qn
 
-    d = U.shape(first.operands[0])[-1]
     k_tiles = [(k0, min(tk, d - k0)) for k0 in range(0, d, tk)]
     epilogue1 = Epilogue(em, chain1, views, first.results[0], {scores})
     epilogue2 = Epilogue(em, chain2, views, second.results[0], {yielded})
@@ -149,13 +166,13 @@ def lower_attention(em: Emitter, body: list[ir.Operation], views: dict,
         if value not in scores_leaves:
             return None
         b, q0, qn = locate(view)
-        q_t, k_t, _ = operands_of(b)
+        q_t, k_t, _, h0 = operands_of(b)
         tile = None
         for f0 in range(0, sk, tf):
             fn = min(tf, sk - f0)
             acc = em.alloc("psum", qn, fn, ir.F32Type.get())
             for k0, kn in k_tiles:
-                em.matmul(acc, q_t.tile(k0, kn, q0, qn), k_t.tile(k0, kn, f0, fn),
+                em.matmul(acc, q_t.tile(h0 + k0, kn, q0, qn), k_t.tile(h0 + k0, kn, f0, fn),
                           accumulate=k0 > 0)
             part = acc
             if chain1:
@@ -171,7 +188,8 @@ def lower_attention(em: Emitter, body: list[ir.Operation], views: dict,
 
     def consume(probs_tile: Tile, view: HbmView) -> None:
         b, q0, qn = locate(view)
-        _, _, v_t = operands_of(b)
+        _, _, v_t, h0 = operands_of(b)
+        width = v_t.view.shape[1]          # every head's values, loaded as whole rows
         acc = em.alloc("psum", qn, dv, ir.F32Type.get())
         for k0 in range(0, sk, tk):
             kn = min(tk, sk - k0)
@@ -179,7 +197,8 @@ def lower_attention(em: Emitter, body: list[ir.Operation], views: dict,
             em.transpose(turned, probs_tile.columns(k0, kn))
             stationary = em.alloc("sbuf", kn, qn, etype2)
             em.copy(stationary, turned)
-            em.matmul(acc, stationary, v_t.tile(k0, kn, 0, dv), accumulate=k0 > 0)
+            em.matmul(acc, stationary, v_t.tile(k0, kn, 0, width).columns(h0, dv),
+                      accumulate=k0 > 0)
         results = epilogue2.run(acc, (q0, qn), lambda v, b=b: pick(v, b).slice(0, q0, qn))
         store_tile(em, pick(out_view, b).slice(0, q0, qn), results[yielded])
 
@@ -194,3 +213,29 @@ def lower_attention(em: Emitter, body: list[ir.Operation], views: dict,
         raise CompileError("an attention kernel's row part must keep the scores' rows",
                            first.location)
     lower_rows(em, rows_body, rows_views, view_of, (probs, probs_view), produce, consume)
+
+
+def _merge_heads(view: HbmView, axis: int) -> HbmView | None:
+    """`view` [..., H, rows, cols] with its last batch dim H merged into the matrix dim `axis`
+    (-1: cols, -2: rows), when head h's elements follow head h-1's along that dim (an H
+    stride of that dim's size times its stride); None otherwise."""
+    if view.rank < 3:
+        return None
+    h, m = view.rank - 3, view.rank + axis
+    if view.strides[h] != view.shape[m] * view.strides[m]:
+        return None
+    shape, strides = list(view.shape), list(view.strides)
+    shape[m] *= shape[h]
+    del shape[h], strides[h]
+    return dataclasses.replace(view, shape=tuple(shape), strides=tuple(strides))
+
+
+def _staged_bytes(heads: int, d: int, dv: int, sq: int, sk: int, qk_type: ir.Type,
+                  v_type: ir.Type, tk: int) -> int:
+    """Bytes per partition that one batch index's Q^T and K^T (each head's d rows on
+    partitions, with the row panels they are transposed from) and V (all heads' columns per
+    128 keys) take staged."""
+    qk, v = U.element_bytes(qk_type), U.element_bytes(v_type)
+    tiles = lambda n: -(-n // tk)          # noqa: E731
+    return (qk * heads * tiles(d) * (sq + sk) + qk * (tiles(sq) + tiles(sk)) * heads * d
+            + v * tiles(sk) * heads * dv)

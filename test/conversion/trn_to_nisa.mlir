@@ -576,3 +576,42 @@ func.func @epilogue_producer(%w: tensor<256x128xbf16>, %dy: tensor<128x128xbf16>
   }) {kind = "matmul", orientation = "mn"} : () -> tensor<128x256xbf16>
   return %k : tensor<128x256xbf16>
 }
+
+// -----
+
+// Tests that an attention kernel whose heads lie side by side in each token row (a projection
+// viewed per head) loads Q, K and V once for all heads, in whole rows, and gives each head
+// its columns of those tiles: head 1 transposes Q and K from column 32 and multiplies the
+// values from column 32; nothing is loaded per head.
+// CHECK-LABEL: func.func @attention_heads
+// CHECK: "nisa.dma"(%[[Q:[0-9]+]], %arg0) {aps = [array<i64: 0, 64, 128, 1, 64>
+// CHECK: "nisa.dma"(%[[K:[0-9]+]], %arg1) {aps = [array<i64: 0, 64, 128, 1, 64>
+// CHECK: "nisa.dma"(%[[V:[0-9]+]], %arg2) {aps = [array<i64: 0, 64, 128, 1, 64>
+// CHECK: "nisa.transpose"(%{{.*}}, %[[Q]]) {aps = [{{.*}}, array<i64: 32, 64, 128, 1, 32>]
+// CHECK: "nisa.transpose"(%{{.*}}, %[[K]]) {aps = [{{.*}}, array<i64: 32, 64, 128, 1, 32>]
+// CHECK: "nisa.matmul"(%{{.*}}, %{{.*}}, %[[V]]) {{.*}}array<i64: 32, 64, 128, 1, 32>]
+// CHECK-NOT: "nisa.dma"(%{{[0-9]+}}, %arg
+// CHECK: return
+func.func @attention_heads(%q: tensor<128x64xbf16>, %k: tensor<128x64xbf16>, %v: tensor<128x64xbf16>) -> tensor<2x128x32xbf16> {
+  %k0 = "trn.kernel"() ({
+    %qr = "trn.reshape"(%q) : (tensor<128x64xbf16>) -> tensor<128x2x32xbf16>
+    %qh = "trn.transpose"(%qr) {permutation = array<i64: 1, 0, 2>} : (tensor<128x2x32xbf16>) -> tensor<2x128x32xbf16>
+    %kr = "trn.reshape"(%k) : (tensor<128x64xbf16>) -> tensor<128x2x32xbf16>
+    %kh = "trn.transpose"(%kr) {permutation = array<i64: 1, 2, 0>} : (tensor<128x2x32xbf16>) -> tensor<2x32x128xbf16>
+    %vr = "trn.reshape"(%v) : (tensor<128x64xbf16>) -> tensor<128x2x32xbf16>
+    %vh = "trn.transpose"(%vr) {permutation = array<i64: 1, 0, 2>} : (tensor<128x2x32xbf16>) -> tensor<2x128x32xbf16>
+    %s = "trn.matmul"(%qh, %kh) : (tensor<2x128x32xbf16>, tensor<2x32x128xbf16>) -> tensor<2x128x128xf32>
+    %m = "trn.reduce"(%s) {op = "max", dimensions = array<i64: 2>} : (tensor<2x128x128xf32>) -> tensor<2x128xf32>
+    %mb = "trn.broadcast"(%m) {dimensions = array<i64: 2>} : (tensor<2x128xf32>) -> tensor<2x128x128xf32>
+    %d = "trn.tensor_tensor"(%s, %mb) {op = "sub"} : (tensor<2x128x128xf32>, tensor<2x128x128xf32>) -> tensor<2x128x128xf32>
+    %e = "trn.activation"(%d) {bias = 0.000000e+00 : f32, func = "exp", scale = 1.000000e+00 : f32} : (tensor<2x128x128xf32>) -> tensor<2x128x128xf32>
+    %z = "trn.reduce"(%e) {op = "add", dimensions = array<i64: 2>} : (tensor<2x128x128xf32>) -> tensor<2x128xf32>
+    %zb = "trn.broadcast"(%z) {dimensions = array<i64: 2>} : (tensor<2x128xf32>) -> tensor<2x128x128xf32>
+    %p = "trn.tensor_tensor"(%e, %zb) {op = "div"} : (tensor<2x128x128xf32>, tensor<2x128x128xf32>) -> tensor<2x128x128xf32>
+    %pb = "trn.convert"(%p) : (tensor<2x128x128xf32>) -> tensor<2x128x128xbf16>
+    %o = "trn.matmul"(%pb, %vh) : (tensor<2x128x128xbf16>, tensor<2x128x32xbf16>) -> tensor<2x128x32xf32>
+    %ob = "trn.convert"(%o) : (tensor<2x128x32xf32>) -> tensor<2x128x32xbf16>
+    "trn.yield"(%ob) : (tensor<2x128x32xbf16>) -> ()
+  }) {kind = "attention"} : () -> tensor<2x128x32xbf16>
+  return %k0 : tensor<2x128x32xbf16>
+}
