@@ -38,6 +38,7 @@ class CompileOptions:
     # trn-fuse epilogue-producers: an elementwise kernel only a matmul's epilogue reads is
     # computed in that epilogue
     fuse_epilogue_producers: bool = True
+    fuse_mlp: bool = True             # trn-fuse mlp: Linear - activation - Linear in one kernel
     layout_assignment: bool = True    # trn-layout: matmul results stored as consumers read them
     kernel_order: bool = True         # trn-order: kernels on the longest chain of work first
     # neuron-tune's database, read by trn-tile (default: TORCHNEURON_TUNING_DB when set; taken
@@ -78,6 +79,7 @@ def stages(options: CompileOptions) -> list[Stage]:
             f"rows={str(options.fuse_rows).lower()} "
             f"attention={str(options.fuse_attention).lower()} "
             f"epilogue-producers={str(options.fuse_epilogue_producers).lower()} "
+            f"mlp={str(options.fuse_mlp).lower()} "
             f"target={target}}}")
     layout = "trn-layout," if options.layout_assignment else ""
     order = f"trn-order{{target={target}}}," if options.kernel_order else ""

@@ -47,6 +47,7 @@ GRAPH_OPTIONS = {
     "fuse_matmul_epilogue": bool,
     "fuse_elementwise": bool,
     "layout_assignment": bool,
+    "fuse_mlp": bool,
 }
 
 

@@ -23,6 +23,7 @@ from torchneuron.compiler.kernels.conv import Padding, lower_conv, lower_pool
 from torchneuron.compiler.kernels.emitter import Emitter
 from torchneuron.compiler.kernels.gather import lower_gather
 from torchneuron.compiler.kernels.matmul import lower_matmul
+from torchneuron.compiler.kernels.mlp import lower_mlp
 from torchneuron.compiler.kernels.scan import lower_scan
 from torchneuron.compiler.kernels.reduce import lower_reduce
 from torchneuron.compiler.kernels.rows import lower_rows
@@ -277,6 +278,9 @@ class _FunctionLowering:
                 views[op.results[0]] = self._view(op, source)
             else:
                 compute.append(op)
+        if U.str_attr(kernel, "kind") == "mlp":
+            lower_mlp(self.em, compute, views, (yielded, out))
+            return
         matmuls = [op for op in compute if op.name == "trn.matmul"]
         reduces = [op for op in compute if op.name == "trn.reduce"]
         windows = [op for op in compute if op.name in ("trn.conv", "trn.pool")]

@@ -21,10 +21,15 @@ Groups formed:
   row-wise result (the probabilities) as its left operand. The kernel computes scores, row
   statistics and probabilities for 128 query rows at a time on chip and multiplies them by
   the values there: scores and probabilities never reach HBM;
-- epilogue producers, merged last: an elementwise kernel over the matmul's result shape that
-  only the matmul kernel's epilogue reads (GELU's derivative, multiplied into the gradient
-  a backward matmul produces) is computed inside that epilogue, tile by tile, so its value
-  never reaches HBM.
+- epilogue producers: an elementwise kernel over the matmul's result shape that only the
+  matmul kernel's epilogue reads (GELU's derivative, multiplied into the gradient a backward
+  matmul produces) is computed inside that epilogue, tile by tile, so its value never
+  reaches HBM;
+- mlp (kind "mlp"), merged last: a 2-D matmul kernel whose epilogue is per output feature
+  (bias, activation) and whose result only another 2-D matmul kernel reads, as its left
+  operand: Linear - activation - Linear, with both weights resident in SBUF and the hidden
+  activation computed and consumed on chip, 128 hidden units at a time
+  (compiler/kernels/mlp.py).
 View ops (transpose, broadcast, reshape) and constant sources (fill, iota) that feed a group
 from outside are copied into the kernel: its lowering folds views into access patterns and
 generates sources on chip instead of reading them from HBM.
@@ -45,7 +50,8 @@ from torchneuron.compiler.kernels.tile_ops import (
     ELEMENTWISE_OPS, SOURCE_OPS, UNARY_OPS, VIEW_OPS,
 )
 from torchneuron.compiler.passes import Pass, register
-from torchneuron.compiler.transforms.tile import kernel_body
+from torchneuron.compiler.kernels import mlp as mlp_kernel
+from torchneuron.compiler.transforms.tile import kernel_body, layout_of
 from torchneuron.dialects.trn import build_kernel, build_yield
 from torchneuron.target import get_target
 
@@ -61,6 +67,7 @@ class Fuse(Pass):
     rows: bool = True
     attention: bool = True
     epilogue_producers: bool = True
+    mlp: bool = True
     keep_roundings: bool = False
     target: str = ""
 
@@ -87,6 +94,9 @@ class Fuse(Pass):
                 # One at a time: a merge replaces the matmul kernel another pair may name.
                 while pairs := epilogue_producer_pairs(func):
                     merge_kernels(pairs[0], "matmul")
+            if self.mlp and self.matmul_epilogue:
+                for pair in mlp_pairs(func, get_target(self.target or None)):
+                    merge_kernels(pair, "mlp")
 
     def groups(self, func: ir.Operation) -> list[list[ir.Operation]]:
         taken: set = set()
@@ -590,6 +600,75 @@ def epilogue_producer_pairs(func: ir.Operation) -> list[tuple]:
             continue
         pairs.append((producer, consumer))
     return pairs
+
+
+def mlp_pairs(func: ir.Operation, target) -> list[tuple]:
+    """(first, second) matmul kernel pairs that form an mlp kernel (see the module docstring):
+    2-D matmuls, the first kernel read only as the second's matmul's left operand, its
+    epilogue's other operands constant along the token rows, and the resident weights and
+    one token block's output tiles within SBUF's and PSUM's shares."""
+    pairs, taken = [], set()
+    for first in U.body_ops(func):
+        if first.name != "trn.kernel" or U.str_attr(first, "kind") != "matmul" or \
+                first in taken:
+            continue
+        uses = list(first.results[0].uses)
+        if len(uses) != 1:
+            continue
+        user = _owner(uses[0])
+        second = U.operation(user.parent)
+        if user.name != "trn.matmul" or uses[0].operand_number != 0 or \
+                second.name != "trn.kernel" or U.str_attr(second, "kind") != "matmul" or \
+                second.parent != first.parent or second in taken:
+            continue
+        body1, body2 = kernel_body(first), kernel_body(second)
+        mm1 = [op for op in body1 if op.name == "trn.matmul"]
+        mm2 = [op for op in body2 if op.name == "trn.matmul"]
+        if len(mm1) != 1 or len(mm2) != 1 or any(
+                len(U.shape(v)) != 2 for v in (*mm1[0].operands, *mm2[0].operands,
+                                               mm1[0].results[0], mm2[0].results[0])):
+            continue
+        if not _per_feature_epilogue(body1, mm1[0]) or any(
+                op.name not in VIEW_OPS + SOURCE_OPS
+                for body, mm in ((body1, mm1[0]), (body2, mm2[0]))
+                for op in body[:body.index(mm)]):
+            continue        # (no merged epilogue producer computed ahead of either matmul)
+        tokens, features = U.shape(mm1[0].operands[0])
+        hidden, out_features = U.shape(mm2[0].operands[1])
+        itemsize = max(U.element_bytes(U.element_type(v))
+                       for v in (*mm1[0].operands, mm2[0].operands[1]))
+        if mlp_kernel.tokens_per_block(target, tokens, out_features) is None or \
+                mlp_kernel.resident_bytes(target, features, hidden, out_features, itemsize) > \
+                target.sbuf_partition_bytes * MLP_RESIDENT_SHARE:
+            continue
+        pairs.append((first, second))
+        taken.update((first, second))
+    return pairs
+
+
+# The share of SBUF the two resident weights of an mlp kernel may take: the rest holds the
+# token block's operands, the transposes' staging and the epilogues.
+MLP_RESIDENT_SHARE = 0.7
+
+
+def _per_feature_epilogue(body: list[ir.Operation], matmul: ir.Operation) -> bool:
+    """Every operand of the matmul's epilogue other than the chain is constant along the
+    result's rows (a bias over output features), so it is per-partition with the features
+    on partitions."""
+    chain = {matmul.results[0]}
+    for op in body[body.index(matmul) + 1:-1]:
+        if op.name in VIEW_OPS + SOURCE_OPS:
+            continue
+        if op.name not in ELEMENTWISE_OPS:
+            return False
+        for v in op.operands:
+            if v in chain:
+                continue
+            layout = layout_of(v)
+            if layout is None or layout.strides[0] != 0:
+                return False
+        chain.add(op.results[0])
+    return body[-1].operands[0] in chain
 
 
 def _unary_epilogue(body: list[ir.Operation], matmul: ir.Operation) -> bool:

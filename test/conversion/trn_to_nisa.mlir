@@ -615,3 +615,33 @@ func.func @attention_heads(%q: tensor<128x64xbf16>, %k: tensor<128x64xbf16>, %v:
   }) {kind = "attention"} : () -> tensor<2x128x32xbf16>
   return %k0 : tensor<2x128x32xbf16>
 }
+
+// -----
+
+// Tests the lowering of an mlp kernel (Linear - GELU - Linear): per 128 hidden units, the
+// first matmul accumulates [hidden, tokens] in PSUM, ACT evacuates it with the bias on its
+// bias port and GELU into a bf16 SBUF tile, and that tile is the stationary operand of the
+// second matmul; the hidden activation gets no HBM buffer, and each weight row is loaded once.
+// CHECK-LABEL: func.func @mlp
+// CHECK-NOT: memory = "hbm"
+// CHECK: "nisa.activation"(%[[H:[0-9]+]], %{{[0-9]+}}, %{{[0-9]+}}) {{.*}}func = "gelu"{{.*}} : (memref<128x256xbf16, "sbuf">, memref<128x256xf32, "psum">, memref<128x1xf32, "sbuf">)
+// CHECK: "nisa.matmul"(%{{[0-9]+}}, %[[H]], %{{[0-9]+}})
+// CHECK-COUNT-3: "nisa.dma"(%{{[0-9]+}}, %arg1)
+// CHECK-NOT: "nisa.dma"(%{{[0-9]+}}, %arg1)
+// CHECK-NOT: memory = "hbm"
+// CHECK: return
+func.func @mlp(%arg0: tensor<256x128xbf16>, %arg1: tensor<512x128xbf16>, %arg2: tensor<512xbf16>, %arg3: tensor<128x512xbf16>) -> tensor<256x128xbf16> {
+  %0 = "trn.kernel"() ({
+    %1 = "trn.transpose"(%arg1) {permutation = array<i64: 1, 0>} : (tensor<512x128xbf16>) -> tensor<128x512xbf16>
+    %2 = "trn.broadcast"(%arg2) {dimensions = array<i64: 0>} : (tensor<512xbf16>) -> tensor<256x512xbf16>
+    %3 = "trn.matmul"(%arg0, %1) : (tensor<256x128xbf16>, tensor<128x512xbf16>) -> tensor<256x512xf32>
+    %4 = "trn.tensor_tensor"(%3, %2) {op = "add"} : (tensor<256x512xf32>, tensor<256x512xbf16>) -> tensor<256x512xf32>
+    %5 = "trn.activation"(%4) {bias = 0.000000e+00 : f32, func = "gelu", scale = 1.000000e+00 : f32} : (tensor<256x512xf32>) -> tensor<256x512xf32>
+    %6 = "trn.convert"(%5) : (tensor<256x512xf32>) -> tensor<256x512xbf16>
+    %7 = "trn.transpose"(%arg3) {permutation = array<i64: 1, 0>} : (tensor<128x512xbf16>) -> tensor<512x128xbf16>
+    %8 = "trn.matmul"(%6, %7) : (tensor<256x512xbf16>, tensor<512x128xbf16>) -> tensor<256x128xf32>
+    %9 = "trn.convert"(%8) : (tensor<256x128xf32>) -> tensor<256x128xbf16>
+    "trn.yield"(%9) : (tensor<256x128xbf16>) -> ()
+  }) {kind = "mlp"} : () -> tensor<256x128xbf16>
+  return %0 : tensor<256x128xbf16>
+}

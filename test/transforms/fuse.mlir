@@ -4,6 +4,7 @@
 // RUN: neuron-opt --split-input-file --trn-fuse="rows=false" %s | FileCheck %s --check-prefix=NOROWS
 // RUN: neuron-opt --split-input-file --trn-fuse="attention=false" %s | FileCheck %s --check-prefix=NOATTN
 // RUN: neuron-opt --split-input-file --trn-fuse="epilogue-producers=false" %s | FileCheck %s --check-prefix=NOPROD
+// RUN: neuron-opt --split-input-file --trn-fuse="mlp=false" %s | FileCheck %s --check-prefix=NOMLP
 // RUN: not neuron-opt --trn-fuse %S/Inputs/fuse-invalid.mlir 2>&1 | FileCheck %s --check-prefix=ERR
 
 // Tests that a matmul, its bias add and activation become one kernel, and that the views
@@ -322,6 +323,53 @@ func.func @gelu_backward(%w: tensor<256x128xbf16>, %dy: tensor<128x128xbf16>, %x
   %g = "trn.tensor_tensor"(%mmf, %d) {op = "mul"} : (tensor<128x256xf32>, tensor<128x256xf32>) -> tensor<128x256xf32>
   %r = "trn.convert"(%g) : (tensor<128x256xf32>) -> tensor<128x256xbf16>
   return %r : tensor<128x256xbf16>
+}
+
+
+// -----
+
+// Tests that Linear - GELU - Linear becomes one mlp kernel: the first matmul with its bias
+// (constant along the token rows) and activation, then the second matmul reading the hidden
+// activation inside the kernel. Off, the two matmul kernels stay apart.
+// CHECK-LABEL: func.func @mlp
+// CHECK: "trn.kernel"() ({
+// CHECK: "trn.matmul"(%arg0,
+// CHECK: "trn.activation"({{.*}}func = "gelu"
+// CHECK: %[[H:.*]] = "trn.convert"({{.*}}) : (tensor<256x512xf32>) -> tensor<256x512xbf16>
+// CHECK: "trn.matmul"(%[[H]],
+// CHECK: }) {kind = "mlp"}
+// CHECK-NOT: "trn.kernel"
+// NOMLP-LABEL: func.func @mlp
+// NOMLP-COUNT-2: kind = "matmul"
+// NOMLP-NOT: kind = "mlp"
+func.func @mlp(%x: tensor<256x128xbf16>, %w1: tensor<512x128xbf16>, %b1: tensor<512xbf16>, %w2: tensor<128x512xbf16>) -> tensor<256x128xbf16> {
+  %w1t = "trn.transpose"(%w1) {permutation = array<i64: 1, 0>} : (tensor<512x128xbf16>) -> tensor<128x512xbf16>
+  %h = "trn.matmul"(%x, %w1t) : (tensor<256x128xbf16>, tensor<128x512xbf16>) -> tensor<256x512xf32>
+  %bb = "trn.broadcast"(%b1) {dimensions = array<i64: 0>} : (tensor<512xbf16>) -> tensor<256x512xbf16>
+  %hb = "trn.tensor_tensor"(%h, %bb) {op = "add"} : (tensor<256x512xf32>, tensor<256x512xbf16>) -> tensor<256x512xf32>
+  %g = "trn.activation"(%hb) {bias = 0.0 : f32, func = "gelu", scale = 1.0 : f32} : (tensor<256x512xf32>) -> tensor<256x512xf32>
+  %gb = "trn.convert"(%g) : (tensor<256x512xf32>) -> tensor<256x512xbf16>
+  %w2t = "trn.transpose"(%w2) {permutation = array<i64: 1, 0>} : (tensor<128x512xbf16>) -> tensor<512x128xbf16>
+  %y = "trn.matmul"(%gb, %w2t) : (tensor<256x512xbf16>, tensor<512x128xbf16>) -> tensor<256x128xf32>
+  %yb = "trn.convert"(%y) : (tensor<256x128xf32>) -> tensor<256x128xbf16>
+  return %yb : tensor<256x128xbf16>
+}
+
+// -----
+
+// Tests that a first matmul whose epilogue reads a value varying along the token rows (a
+// residual) is not made an mlp kernel: with hidden units on partitions that operand would be
+// read a column at a time.
+// CHECK-LABEL: func.func @mlp_residual_first
+// CHECK-NOT: kind = "mlp"
+// CHECK: return
+func.func @mlp_residual_first(%x: tensor<256x128xbf16>, %w1: tensor<128x512xbf16>, %r: tensor<256x512xbf16>, %w2: tensor<512x128xbf16>) -> tensor<256x128xbf16> {
+  %h = "trn.matmul"(%x, %w1) : (tensor<256x128xbf16>, tensor<128x512xbf16>) -> tensor<256x512xf32>
+  %hr = "trn.tensor_tensor"(%h, %r) {op = "add"} : (tensor<256x512xf32>, tensor<256x512xbf16>) -> tensor<256x512xf32>
+  %hb = "trn.convert"(%hr) : (tensor<256x512xf32>) -> tensor<256x512xbf16>
+  %y = "trn.matmul"(%hb, %w2) : (tensor<256x512xbf16>, tensor<512x128xbf16>) -> tensor<256x128xf32>
+  %yb = "trn.convert"(%y) : (tensor<256x128xf32>) -> tensor<256x128xbf16>
+  return %yb : tensor<256x128xbf16>
 }
 
 // ERR: fuse-invalid.mlir:3:8: error: 'trn.tensor_tensor' op operand #1 shape [4] differs from result shape [8]

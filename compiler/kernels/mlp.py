@@ -1,0 +1,127 @@
+"""The chained-matmul kernel (kind "mlp"): Y = f(X @ A) @ B + epilogue, with the hidden
+activation f(X @ A) [tokens, hidden] never leaving the chip (trn-fuse's `mlp` groups: a
+Linear - activation - Linear block).
+
+Both weight operands stay resident in SBUF (loaded, and transposed on PE where stored
+transposed, once); the tokens go by in blocks of `tokens_per_block` (the PSUM that block's
+output accumulators take). For each block and each 128-row chunk j of the hidden dim:
+- H^T_j [128 hidden, block] = A[:, j]^T X_block^T accumulates over K-tiles of X's features
+  (hidden on partitions, "nm"), and the first epilogue (bias per hidden unit on ACT's bias
+  port, the activation) evacuates it into SBUF, rounded as the graph rounds it;
+- every output tile [128 tokens, <= 512 features] of the block accumulates H^T_j's columns
+  against B's rows j ("mn": K = hidden on partitions).
+After the last chunk, the second epilogue evacuates each output tile and it is stored. The
+PE does the two matmuls' work and transposes of X and, once, of the weights; DMA moves X,
+the weights and Y once.
+"""
+
+from __future__ import annotations
+
+from torch_mlir import ir
+
+from torchneuron.compiler import ir_utils as U
+from torchneuron.compiler.errors import CompileError
+from torchneuron.compiler.kernels.emitter import Emitter
+from torchneuron.compiler.kernels.epilogue import Epilogue
+from torchneuron.compiler.kernels.matmul import _Staged, matmul_element_type
+from torchneuron.compiler.kernels.transfers import store_tile
+from torchneuron.compiler.kernels.views import HbmView
+
+# PSUM kept for the first matmul's accumulators (two, so one evacuates while PE fills the
+# next); the rest holds a token block's output tiles.
+_FIRST_ACCUMULATORS = 2
+
+
+def tokens_per_block(target, tokens: int, features: int) -> int | None:
+    """The largest token block (512, 256 or 128 rows) whose output tiles [128, <= 512] fp32
+    and the first matmul's accumulators fit PSUM; None when not even 128 do. (Room for two
+    blocks' outputs, at 128 rows for MLP forward's 1024 features, measured 10% slower: the
+    first matmul's tiles then run at 128 columns.)"""
+    # (A bank's worth is left for the PE transposes that stage X and the weights.)
+    psum = target.psum_partition_bytes - target.psum_bank_bytes
+    chunks = -(-features // target.matmul_max_moving)
+    for block in (512, 256, 128):
+        block = min(block, -(-tokens // target.pe_cols) * target.pe_cols)
+        outputs = -(-block // target.pe_cols) * chunks * target.matmul_max_moving * 4
+        if outputs + _FIRST_ACCUMULATORS * block * 4 <= psum:
+            return block
+    return None
+
+
+def resident_bytes(target, features: int, hidden: int, out_features: int,
+                   itemsize: int) -> int:
+    """SBUF bytes per partition the two resident weights take: A as K-tiles [128 features,
+    hidden] and B as K-tiles [128 hidden, out features]."""
+    tiles = lambda n: -(-n // target.pe_rows)       # noqa: E731
+    return itemsize * (tiles(features) * hidden + tiles(hidden) * out_features)
+
+
+def lower_mlp(em: Emitter, body: list[ir.Operation], views: dict,
+              output: tuple[ir.Value, HbmView]) -> None:
+    """`body`: the kernel's ops without trn.yield (views already in `views`); `output`:
+    (yielded value, destination view)."""
+    target = em.target
+    compute = [op for op in body if op.name not in ("trn.transpose", "trn.broadcast",
+                                                     "trn.reshape", "trn.view")]
+    matmuls = [op for op in compute if op.name == "trn.matmul"]
+    if len(matmuls) != 2:
+        raise CompileError("an mlp kernel holds two matmuls", body[-1].location)
+    first, second = matmuls
+    hidden_value = second.operands[0]
+    position = {op: i for i, op in enumerate(compute)}
+    chain1 = compute[position[first] + 1:position[second]]
+    chain2 = compute[position[second] + 1:]
+    x, a, b = (views.get(v) for v in (first.operands[0], first.operands[1],
+                                      second.operands[1]))
+    if x is None or a is None or b is None or x.rank != 2:
+        raise CompileError("mlp kernel operands must come from HBM", first.location)
+    yielded, out = output
+    tokens, features = x.shape
+    hidden = a.shape[1]
+    out_features = b.shape[1]
+    etype1 = matmul_element_type(x.element_type, a.element_type)
+    etype2 = matmul_element_type(U.element_type(hidden_value), b.element_type)
+    block = tokens_per_block(target, tokens, out_features)
+    if block is None:
+        raise CompileError("mlp kernel: its output tiles do not fit PSUM", first.location)
+    tp, tf, tk = target.pe_cols, target.matmul_max_moving, target.pe_rows
+
+    x_t = _Staged(em, x.transpose([1, 0]), etype1)            # [features, tokens]
+    a_res = _Staged(em, a, etype1)                            # [features, hidden]
+    b_res = _Staged(em, b, etype2)                            # [hidden, out features]
+    k1 = [(k0, min(tk, features - k0)) for k0 in range(0, features, tk)]
+    j_tiles = [(j0, min(tp, hidden - j0)) for j0 in range(0, hidden, tp)]
+    n_tiles = [(n0, min(tf, out_features - n0)) for n0 in range(0, out_features, tf)]
+    epilogue1 = Epilogue(em, chain1, views, first.results[0], set())
+    epilogue2 = Epilogue(em, chain2, views, second.results[0], {yielded})
+
+    for t0 in range(0, tokens, block):
+        tn = min(block, tokens - t0)
+        rows = [(r0, min(tp, t0 + tn - r0)) for r0 in range(t0, t0 + tn, tp)]
+        accs = {(r0, n0): em.alloc("psum", rn, nn, ir.F32Type.get())
+                for r0, rn in rows for n0, nn in n_tiles}
+        for j0, jn in j_tiles:
+            acc = em.alloc("psum", jn, tn, ir.F32Type.get())
+            for k0, kn in k1:
+                em.matmul(acc, a_res.tile(k0, kn, j0, jn), x_t.tile(k0, kn, t0, tn),
+                          accumulate=k0 > 0)
+            a_res.panels.clear()          # A's tiles stay; the rows they came from go
+            tiles = epilogue1.run(acc, (j0, jn), lambda view, j0=j0, jn=jn, t0=t0, tn=tn:
+                                  view.transpose([1, 0]).slice(0, j0, jn).slice(1, t0, tn))
+            h_t = tiles[hidden_value]                          # [hidden j, tokens]
+            if h_t.memory != "sbuf" or h_t.element_type != etype2:
+                staged = em.alloc("sbuf", jn, tn, etype2)
+                em.copy(staged, h_t)
+                h_t = staged
+            for r0, rn in rows:
+                for n0, nn in n_tiles:
+                    em.matmul(accs[(r0, n0)], h_t.columns(r0 - t0, rn),
+                              b_res.tile(j0, jn, n0, nn), accumulate=j0 > 0)
+            if (j0 + jn) % b_res.panel_k == 0:    # B's row panels hold panel_k hidden units
+                b_res.panels.clear()
+        x_t.release()
+        for (r0, n0), acc in accs.items():
+            rn, nn = acc.partitions, acc.free
+            results = epilogue2.run(acc, (r0, rn), lambda view, r0=r0, rn=rn, n0=n0, nn=nn:
+                                    view.slice(0, r0, rn).slice(1, n0, nn))
+            store_tile(em, out.slice(0, r0, rn).slice(1, n0, nn), results[yielded])

@@ -1,0 +1,73 @@
+"""The mlp kernel (trn-fuse mlp, compiler/kernels/mlp.py): Linear - activation - Linear with
+the hidden activation computed and consumed on chip."""
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from torchneuron import backend  # noqa: E402
+
+
+def _run(model, x, tmp_path, monkeypatch, fuse: bool):
+    dump = tmp_path / ("on" if fuse else "off")
+    monkeypatch.setenv("TORCHNEURON_DUMP_DIR", str(dump))
+    torch._dynamo.reset()
+    with torch.no_grad():
+        out = torch.compile(model, backend="neuron", options={"fuse_mlp": fuse})(x)
+    profile = backend.compiled_graphs()[-1].last_profile
+    trn = next(dump.glob("*.trn.mlir")).read_text()
+    return out, profile, trn
+
+
+@pytest.mark.parametrize("dtype,d,hidden,d_out,tokens,act", [
+    (torch.bfloat16, 256, 1024, 256, 384, torch.nn.GELU()),
+    (torch.float32, 256, 1024, 256, 384, torch.nn.GELU()),
+    (torch.bfloat16, 200, 700, 600, 300, torch.nn.ReLU()),     # ragged tiles everywhere
+    (torch.bfloat16, 128, 256, 1100, 130, torch.nn.ReLU()),    # three output chunks
+])
+def test_mlp_kernel_matches_eager_and_the_unfused_kernels(dtype, d, hidden, d_out, tokens, act,
+                                                          tmp_path, monkeypatch):
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(d, hidden), act,
+                                torch.nn.Linear(hidden, d_out)).to(dtype).eval()
+    x = torch.randn(tokens, d).to(dtype)
+    with torch.no_grad():
+        expected = model(x)
+    fused, fused_profile, fused_trn = _run(model, x, tmp_path, monkeypatch, True)
+    unfused, unfused_profile, unfused_trn = _run(model, x, tmp_path, monkeypatch, False)
+    assert 'kind = "mlp"' in fused_trn
+    assert 'kind = "mlp"' not in unfused_trn
+    tolerance = dict(atol=2e-2, rtol=2e-2) if dtype == torch.bfloat16 else {}
+    torch.testing.assert_close(fused, expected, **tolerance)
+    # The same roundings in the same places as the two matmul kernels: equal up to the order
+    # in which PE sums one instruction's products.
+    torch.testing.assert_close(fused, unfused, atol=1e-6 if dtype == torch.float32 else 8e-3,
+                               rtol=1e-5 if dtype == torch.float32 else 8e-3)
+    # The hidden activation no longer goes to HBM and back: the fused kernel moves little
+    # more than its inputs, weights and output once, the unfused ones the hidden on top.
+    hidden_bytes = tokens * hidden * (2 if dtype == torch.bfloat16 else 4)
+    moved = lambda p: sum(s.dma_bytes for s in p.streams.values())     # noqa: E731
+    assert moved(fused_profile) <= 1.3 * fused_profile.compulsory_bytes
+    assert moved(unfused_profile) >= unfused_profile.compulsory_bytes + 2 * hidden_bytes
+
+
+def test_mlp_kernel_not_formed_when_the_hidden_activation_is_also_an_output(tmp_path,
+                                                                           monkeypatch):
+    """Training saves the hidden activation for the backward: it must reach HBM, so the two
+    matmuls stay separate kernels."""
+    torch.manual_seed(0)
+    fc1, fc2 = torch.nn.Linear(128, 256), torch.nn.Linear(256, 128)
+
+    def f(x):
+        h = torch.relu(fc1(x))
+        return fc2(h), h
+
+    monkeypatch.setenv("TORCHNEURON_DUMP_DIR", str(tmp_path))
+    torch._dynamo.reset()
+    x = torch.randn(256, 128)
+    with torch.no_grad():
+        y, h = torch.compile(f, backend="neuron")(x)
+        ey, eh = f(x)
+    torch.testing.assert_close(y, ey)
+    torch.testing.assert_close(h, eh)
+    assert 'kind = "mlp"' not in next(tmp_path.glob("*.trn.mlir")).read_text()
