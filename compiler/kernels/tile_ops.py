@@ -106,7 +106,8 @@ def emit_elementwise(em: Emitter, op: ir.Operation, operands: list[Tile], dst: T
             on_dve = dst.free
         elif name == "trn.tensor_tensor" and alu == "mul" and operands[0] is operands[1]:
             on_dve = tensor_tensor_cycles(dst, operands[0], operands[1], alu)
-        if on_dve is not None and em.engine_work["act"] + dst.free <= em.engine_work["dve"] + on_dve:
+        work = em.engine_work
+        if on_dve is not None and work["act"] + dst.free <= work["dve"] + on_dve:
             if name == "trn.tensor_tensor":
                 em.activation(dst, operands[0], "square")
             elif alu == "mul":
