@@ -1,0 +1,52 @@
+"""What one simulated instruction costs at least on this CPU: the single numpy call that
+carries out the data movement or arithmetic of the instruction shapes bench/sim_speed.py's
+programs are made of, on warm contiguous operands, against the eager PyTorch time of the
+whole computation. The simulator executes each instruction with at least such a call, so
+these put a floor under its wall time (README, "Simulator speed").
+
+    .venv/bin/python bench/sim_floor.py
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+
+import numpy as np
+from threadpoolctl import threadpool_limits
+
+
+def median_us(fn, repeats: int = 200) -> float:
+    fn()
+    samples = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        samples.append(time.perf_counter() - start)
+    return 1e6 * statistics.median(samples)
+
+
+def main() -> None:
+    rng = np.random.default_rng(0)
+    f32 = np.float32
+    stationary = rng.standard_normal((128, 128)).astype(f32)
+    moving_64 = rng.standard_normal((128, 64)).astype(f32)
+    moving_512 = rng.standard_normal((128, 512)).astype(f32)
+    psum = np.zeros((128, 4096), f32)
+    rows = []
+    for threads in (1, 2):
+        with threadpool_limits(threads, "blas"):
+            rows.append((f"matmul 128x128x64 fp32, BLAS on {threads} thread(s)",
+                         median_us(lambda: stationary.T @ moving_64)))
+            rows.append((f"matmul 128x128x512 fp32, BLAS on {threads} thread(s)",
+                         median_us(lambda: stationary.T @ moving_512, 50)))
+    rows.append(("transpose 128x128 fp32 into a PSUM-strided view",
+                 median_us(lambda: psum[:, :128].__setitem__(Ellipsis, stationary.T))))
+    rows.append(("copy 128x128 fp32 into a PSUM-strided view",
+                 median_us(lambda: psum[:, :128].__setitem__(Ellipsis, stationary))))
+    for name, us in rows:
+        print(f"{name:<52} {us:9.1f} us")
+
+
+if __name__ == "__main__":
+    main()
