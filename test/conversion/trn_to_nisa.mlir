@@ -1,5 +1,6 @@
 // RUN: neuron-opt --split-input-file --convert-trn-to-nisa %s | FileCheck %s
 // RUN: not neuron-opt --convert-trn-to-nisa %S/Inputs/trn_to_nisa-invalid.mlir 2>&1 | FileCheck %s --check-prefix=ERR
+// RUN: not neuron-opt --convert-trn-to-nisa %S/Inputs/trn_to_nisa-invalid-mlp.mlir 2>&1 | FileCheck %s --check-prefix=ERRMLP
 
 // Tests the lowering of a Linear + bias + ReLU kernel computed transposed ("nm"): tensors
 // become HBM buffers and the result an output argument; K = 256 runs as two 128-row K-tiles
@@ -645,3 +646,5 @@ func.func @mlp(%arg0: tensor<256x128xbf16>, %arg1: tensor<512x128xbf16>, %arg2: 
   }) {kind = "mlp"} : () -> tensor<256x128xbf16>
   return %0 : tensor<256x128xbf16>
 }
+
+// ERRMLP: trn_to_nisa-invalid-mlp.mlir:5:10: error: convert-trn-to-nisa: an mlp kernel holds two matmuls
