@@ -117,7 +117,7 @@ class Fuse(Pass):
                     group += self._chain(op, taken, through_reduce=True)
                 else:
                     uses = list(group[-1].results[0].uses)
-                    reduce = _owner(uses[0]) if len(uses) == 1 else None
+                    reduce = U.operation(uses[0].owner) if len(uses) == 1 else None
                     if reduce is not None and reduce.name == "trn.reduce" and \
                             reduce not in taken and reduce.parent == op.parent:
                         group += [reduce] + self._chain(reduce, taken, through_reduce=False)
@@ -139,7 +139,7 @@ class Fuse(Pass):
             uses = list(current.results[0].uses)
             if len(uses) != 1:
                 return chain
-            user = _owner(uses[0])
+            user = U.operation(uses[0].owner)
             if user in taken or user.parent != op.parent:    # e.g. read by a row-wise kernel
                 return chain
             if user.name == "trn.reduce" and through_reduce and user.operands[0] == current:
@@ -170,7 +170,7 @@ def sink_views(func: ir.Operation) -> None:
             uses = list(view.results[0].uses)
             if len(uses) != 1:
                 continue
-            user = _owner(uses[0])
+            user = U.operation(uses[0].owner)
             if user.name not in UNARY_OPS or len(user.operands) != 1 or \
                     user.parent != view.parent or _feeds_reduction(user):
                 continue
@@ -265,7 +265,7 @@ def _feeds_reduction(op: ir.Operation) -> bool:
     """Whether `op`'s result, through a chain of unary elementwise ops, is reduced: then the
     chain is the start of a row-wise group, which wants it in the reduction's shape."""
     while True:
-        users = [_owner(u) for u in op.results[0].uses]
+        users = [U.operation(u.owner) for u in op.results[0].uses]
         if any(u.name == "trn.reduce" for u in users):
             return True
         if len(users) != 1 or users[0].name not in UNARY_OPS:
@@ -298,7 +298,7 @@ def _elementwise_dag(seed: ir.Operation, taken: set) -> list[ir.Operation]:
     while True:
         inside = set(members)
         escaping = [i for i, m in enumerate(members[:-1])
-                    if any(_owner(u) not in inside for u in m.results[0].uses)]
+                    if any(U.operation(u.owner) not in inside for u in m.results[0].uses)]
         if not escaping:
             return members
         members = members[:escaping[0] + 1]
@@ -360,14 +360,14 @@ def elide_intermediate_roundings(kernel: ir.Operation) -> None:
         source, result = op.operands[0], op.results[0]
         wide, narrow = U.element_type(source), U.element_type(result)
         if wide == narrow and list(result.uses) and \
-                all(_owner(u).name != "trn.yield" for u in result.uses):
+                all(U.operation(u.owner).name != "trn.yield" for u in result.uses):
             result.replace_all_uses_with(source)
             op.erase()
             continue
         if not (isinstance(wide, ir.FloatType) and isinstance(narrow, ir.FloatType)
                 and wide.width > narrow.width):
             continue
-        users = [_owner(u) for u in result.uses]
+        users = [U.operation(u.owner) for u in result.uses]
         if users and all(u.name in ELEMENTWISE_OPS for u in users):
             result.replace_all_uses_with(source)
             op.erase()
@@ -377,7 +377,8 @@ def _escaping_closure(members: list[ir.Operation], inside: set) -> set:
     """Members used outside the group, with the members they read (transitively)."""
     member_set = set(members)
     kept: set = set()
-    stack = [op for op in members if any(_owner(u) not in inside for u in op.results[0].uses)]
+    stack = [op for op in members
+             if any(U.operation(u.owner) not in inside for u in op.results[0].uses)]
     while stack:
         op = stack.pop()
         if op in kept:
@@ -515,7 +516,7 @@ def _grow_row_group(func: ir.Operation, seed: ir.Operation,
                 if producer is None or producer in members or producer not in position \
                         or not _row_member(producer, space) or producer.name == "trn.reduce":
                     continue
-                if not all(_owner(u) in members for u in producer.results[0].uses):
+                if not all(U.operation(u.owner) in members for u in producer.results[0].uses):
                     continue
                 leaves = [w for w in producer.operands if space.is_row(w)]
                 trial = row_leaves - {v} | set(leaves)
@@ -552,7 +553,7 @@ def attention_triples(func: ir.Operation, target) -> list[tuple]:
         uses = list(rows.results[0].uses)
         if len(uses) != 1:
             continue
-        output = U.operation(_owner(uses[0]).parent)
+        output = U.operation(U.operation(uses[0].owner).parent)
         if output.name != "trn.kernel" or U.str_attr(output, "kind") != "matmul":
             continue
         producers = {U.defining_op(v) for op in kernel_body(rows) for v in op.operands}
@@ -581,13 +582,13 @@ def epilogue_producer_pairs(func: ir.Operation) -> list[tuple]:
         uses = list(producer.results[0].uses)
         if not uses:
             continue
-        consumer = U.operation(_owner(uses[0]).parent)
+        consumer = U.operation(U.operation(uses[0].owner).parent)
         if consumer.name != "trn.kernel" or U.str_attr(consumer, "kind") != "matmul" \
                 or consumer.parent != producer.parent:
             continue
         body = kernel_body(consumer)
         matmuls = [op for op in body if op.name == "trn.matmul"]
-        readers = [_owner(u) for u in uses]
+        readers = [U.operation(u.owner) for u in uses]
         if len(matmuls) != 1 or any(r.parent != consumer for r in readers):
             continue
         after = set(body[body.index(matmuls[0]) + 1:])
@@ -615,7 +616,7 @@ def mlp_pairs(func: ir.Operation, target) -> list[tuple]:
         uses = list(first.results[0].uses)
         if len(uses) != 1:
             continue
-        user = _owner(uses[0])
+        user = U.operation(uses[0].owner)
         second = U.operation(user.parent)
         if user.name != "trn.matmul" or uses[0].operand_number != 0 or \
                 second.name != "trn.kernel" or U.str_attr(second, "kind") != "matmul" or \
@@ -736,11 +737,6 @@ def merge_kernels(kernels: tuple, kind: str) -> ir.Operation:
     for kernel in reversed(kernels):
         kernel.erase()
     return merged
-
-
-def _owner(use) -> ir.Operation:
-    owner = use.owner
-    return owner.operation if isinstance(owner, ir.OpView) else owner
 
 
 def _kind(ops: list[ir.Operation]) -> str:

@@ -41,11 +41,6 @@ class LayoutPass(Pass):
                     _transpose_result(op)
 
 
-def _owner(use) -> ir.Operation:
-    owner = use.owner
-    return owner.operation if isinstance(owner, ir.OpView) else owner
-
-
 def _wants_transposed_result(kernel: ir.Operation) -> bool:
     body = kernel_body(kernel)
     matmuls = [op for op in body if op.name == "trn.matmul"]
@@ -61,7 +56,7 @@ def _wants_transposed_result(kernel: ir.Operation) -> bool:
     if not uses:
         return False
     for use in uses:
-        user = _owner(use)
+        user = U.operation(use.owner)
         if user.name != "trn.matmul" or use.operand_number != 0 \
                 or user.parent.name != "trn.kernel" or user.parent == kernel:
             return False
@@ -85,7 +80,7 @@ def _transpose_result(kernel: ir.Operation) -> None:
         build_yield(t, loc=old_yield.location)
     old_yield.erase()
     kernel.attributes["orientation"] = U.string("nm")
-    uses = [(_owner(u), u.operand_number) for u in result.uses]
+    uses = [(U.operation(u.owner), u.operand_number) for u in result.uses]
     result.set_type(transposed_type)
     for user, index in uses:
         consumer_block = user.parent.regions[0].blocks[0]
