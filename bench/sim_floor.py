@@ -44,6 +44,22 @@ def main() -> None:
                  median_us(lambda: psum[:, :128].__setitem__(Ellipsis, stationary.T))))
     rows.append(("copy 128x128 fp32 into a PSUM-strided view",
                  median_us(lambda: psum[:, :128].__setitem__(Ellipsis, stationary))))
+    # SBUF -> PSUM transposes with partitions' rows exactly a partition's bytes apart (every
+    # row in the same cache sets) and one cache line further apart (sim/memory.py's
+    # host_row_bytes), as the simulator lays SBUF and PSUM out.
+    for name, pad in (("rows a partition apart", 0), ("rows padded by 64 bytes", 64)):
+        sbuf = np.zeros((128, (192 * 1024 + pad) // 4), f32)
+        psum_rows = np.zeros((128, (16 * 1024 + pad) // 4), f32)
+        tiles = [(sbuf[:, 256 * k:256 * k + 128], psum_rows[:, 128 * k:128 * k + 128])
+                 for k in range(12)]
+        for src, _ in tiles:
+            src[...] = stationary
+
+        def transposes(tiles=tiles):
+            for src, dst in tiles:
+                dst[...] = src.T
+        rows.append((f"transpose 128x128 fp32 SBUF -> PSUM, {name}",
+                     median_us(transposes, 50) / len(tiles)))
     for name, us in rows:
         print(f"{name:<52} {us:9.1f} us")
 

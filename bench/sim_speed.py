@@ -10,7 +10,8 @@ call is the compiled function (inputs to HBM, every instruction executed, output
 After its first call a program's calls are replays of that verified run (sim/replay.py: the
 same instructions in the same order, without the never-written checks the first run settled);
 "checked ms" is one call with every check made, as the first call is. Eager PyTorch runs the
-same module/function on the same inputs. Times are medians.
+same module/function on the same inputs, its calls alternating with the simulator's; times
+are medians, "sim / eager" the median of each pair's ratio (see `side_by_side`).
 """
 
 from __future__ import annotations
@@ -24,13 +25,23 @@ import torch
 from torchneuron import backend
 
 
+def _seconds(fn) -> float:
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
+
+
 def median_seconds(fn, repeats: int) -> float:
-    samples = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        samples.append(time.perf_counter() - start)
-    return statistics.median(samples)
+    return statistics.median(_seconds(fn) for _ in range(repeats))
+
+
+def side_by_side(first, second, repeats: int) -> tuple[float, float, float]:
+    """Median seconds of `first` and of `second`, called alternately, and the median ratio
+    of the pairs. This machine's speed drifts by 2x and more over seconds (a shared host):
+    alternating calls see the same drift, so their ratio holds where separate runs' do not."""
+    pairs = [(_seconds(first), _seconds(second)) for _ in range(repeats)]
+    return (statistics.median(a for a, _ in pairs), statistics.median(b for _, b in pairs),
+            statistics.median(a / b for a, b in pairs))
 
 
 class MLP(torch.nn.Module):
@@ -49,13 +60,13 @@ def workloads(quick: bool):
     torch.manual_seed(0)
     mlp = MLP().eval()
     x = torch.randn(64, 256)
-    yield "demo MLP fp32 (64x256)", mlp, (x,), 20
+    yield "demo MLP fp32 (64x256)", mlp, (x,), 200
     n = 2048
     a = torch.randn(n, n, dtype=torch.bfloat16)
     b = torch.randn(n, n, dtype=torch.bfloat16)
     if not quick:
         yield f"GEMM {n}^3 bf16", (lambda p, q: p @ q), (a, b), 1
-    yield f"GEMM {n}^3 bf16 (eager run in fp32)", (lambda p, q: p @ q), (a, b), 3
+    yield f"GEMM {n}^3 bf16 (eager run in fp32)", (lambda p, q: p @ q), (a, b), 7
 
 
 def main() -> None:
@@ -69,18 +80,17 @@ def main() -> None:
         with torch.no_grad():
             compiled(*inputs)                                   # compile once
             graph = backend.compiled_graphs()[-1]
-            sim = median_seconds(lambda: compiled(*inputs), repeats)
+            eager_inputs = inputs
             if "eager run in fp32" in name:
-                as_f32 = tuple(t.float() for t in inputs)
-                eager = median_seconds(lambda: fn(*as_f32), repeats)
-            else:
-                eager = median_seconds(lambda: fn(*inputs), repeats)
+                eager_inputs = tuple(t.float() for t in inputs)
+            sim, eager, ratio = side_by_side(lambda: compiled(*inputs),
+                                             lambda: fn(*eager_inputs), repeats)
             # The same calls with every check made, as a program's first call is.
             prepared = graph.program.prepared(graph.device.target)
             replay, prepared.replay = prepared.replay, "timed with every check"
             checked = median_seconds(lambda: compiled(*inputs), repeats)
             prepared.replay = replay
-        print(f"{name:<40} {eager * 1e3:10.2f} {sim * 1e3:13.2f} {sim / eager:11.2f}x  "
+        print(f"{name:<40} {eager * 1e3:10.2f} {sim * 1e3:13.2f} {ratio:11.2f}x  "
               f"{checked * 1e3:11.2f} {graph.last_profile.total_us:12.2f}")
 
 

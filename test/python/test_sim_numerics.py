@@ -201,6 +201,22 @@ def test_activation_nan_and_inf_rules():
         assert ulp_errors(got, np.array(want, F32)).max() == 0, (func, got)
 
 
+def test_functions_evaluated_in_fp32_give_the_float64_evaluation_bit_for_bit():
+    # The simulator evaluates these in fp32 for speed; the claim that this is the float64
+    # evaluation rounded once must hold for every input class, NaN payloads included.
+    from torchneuron.sim.semantics import ACTIVATIONS, EXACT_IN_FP32
+
+    x = np.concatenate([SPECIALS, wide(20000), -wide(20000), uniform(2000, -3, 3),
+                        np.array([np.inf, -np.inf, np.nan, 1.8e19, 1.9e19, -2e19], F32)])
+    assert x.dtype == F32
+    for func in EXACT_IN_FP32:
+        with np.errstate(all="ignore"):
+            fast = ACTIVATIONS[func](x)
+            reference = ACTIVATIONS[func](x.astype(F64)).astype(F32)
+        assert fast.dtype == F32, func
+        assert np.array_equal(fast.view(np.uint32), reference.view(np.uint32)), func
+
+
 # -- storage formats: DMA casts and engine output casts -------------------------------------
 
 LOW_PRECISION = {

@@ -1,6 +1,7 @@
 """The memories of the simulated NeuronCore and strided access to them.
 
-SBUF and PSUM are uint8 arrays [num_partitions, partition_bytes]; HBM is one flat uint8 array
+SBUF and PSUM are uint8 arrays [num_partitions, host_row_bytes(partition_bytes)] (each row a
+partition, padded for the host's caches); HBM is one flat uint8 array
 holding every tensor of the program at a base address the runtime chooses (`HbmLayout`). Each
 memory has a parallel "written" mask of the same shape (0x00 = never written, 0xFF = written),
 so a read of never-written bytes is detected without poisoning data.
@@ -86,6 +87,18 @@ def _zeroed(shape: tuple[int, ...]) -> np.ndarray:
     return np.frombuffer(mmap.mmap(-1, size), dtype=np.uint8).reshape(shape)
 
 
+def host_row_bytes(partition_bytes: int) -> int:
+    """Bytes between two partitions' rows in the host array of an on-chip memory.
+
+    A partition holds a power-of-two-ish number of bytes (16 KiB of PSUM, 192 KiB of SBUF),
+    so rows exactly that far apart would all map to the same sets of the host CPU's caches:
+    walking an operand down its partitions (a transpose, a matmul operand, any [128, n] tile)
+    would evict its own lines and run several times slower. One extra cache line per row
+    spreads consecutive partitions over consecutive sets. The padding is never addressed: an
+    operand's bytes are checked to lie inside `partition_bytes` (sim/rules.py)."""
+    return partition_bytes + 64
+
+
 class Store:
     """One memory: its bytes and its written-mask (same shape), both zero to begin with."""
 
@@ -93,6 +106,11 @@ class Store:
         self.kind = kind
         self.data = _zeroed(shape)
         self.written = _zeroed(shape)
+
+    @classmethod
+    def onchip(cls, kind: isa.Memory, partitions: int, partition_bytes: int) -> "Store":
+        """SBUF or PSUM: `partitions` rows of `partition_bytes`, `host_row_bytes` apart."""
+        return cls(kind, (partitions, host_row_bytes(partition_bytes)))
 
     def view(self, a: Access) -> np.ndarray:
         return np.ndarray(a.shape, a.dtype, buffer=self.data, offset=a.offset,

@@ -83,8 +83,8 @@ class Replay:
         if len(self.order) != sum(len(s.instrs) for s in program.streams):
             raise ValueError(f"the profile of {neff.name!r} is not of a complete run")
         self.hbm = Hbm(program.layout, neff.tensors)
-        sbuf = Store(isa.Memory.SBUF, (target.num_partitions, target.sbuf_partition_bytes))
-        psum = Store(isa.Memory.PSUM, (target.num_partitions, target.psum_partition_bytes))
+        sbuf = Store.onchip(isa.Memory.SBUF, target.num_partitions, target.sbuf_partition_bytes)
+        psum = Store.onchip(isa.Memory.PSUM, target.num_partitions, target.psum_partition_bytes)
         stores = {isa.Memory.HBM: self.hbm, isa.Memory.SBUF: sbuf, isa.Memory.PSUM: psum}
         views: dict[int, np.ndarray] = {}
         written_tensors: set[int] = set()

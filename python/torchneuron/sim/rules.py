@@ -43,7 +43,7 @@ import numpy as np
 
 from torchneuron.format import isa
 from torchneuron.sim.errors import OutOfBoundsError
-from torchneuron.sim.memory import NUMPY_DTYPES, Access, HbmLayout
+from torchneuron.sim.memory import NUMPY_DTYPES, Access, HbmLayout, host_row_bytes
 from torchneuron.target import Target
 
 Op = isa.Opcode
@@ -186,9 +186,10 @@ def decode_operand(ins, engine: isa.Engine, slot: int, role: str, fields: tuple,
         if start not in allowed:
             raise ins.error(f"{what} {text}: bad start partition {start} for {count} "
                            f"partitions (allowed: {', '.join(map(str, allowed))})")
+    row_bytes = host_row_bytes(partition_bytes)
     return Access(slot, role, memory, isa_dtype, dtype, shape, free_size,
-                  offset=start * partition_bytes + offset,
-                  strides=(partition_bytes, *(s * isz for s in strides)),
+                  offset=start * row_bytes + offset,
+                  strides=(row_bytes, *(s * isz for s in strides)),
                   tensor=0, p0=start, p1=start + count, b0=b0, b1=b1, text=text)
 
 

@@ -81,7 +81,8 @@ def _take_onchip(program: PreparedProgram) -> tuple[Store, Store]:
         pool = _onchip_pool.get(key)
         stores = pool.pop() if pool else None
     if stores is None:
-        stores = (Store(isa.Memory.SBUF, (key[0], key[1])), Store(isa.Memory.PSUM, (key[0], key[2])))
+        stores = (Store.onchip(isa.Memory.SBUF, key[0], key[1]),
+                  Store.onchip(isa.Memory.PSUM, key[0], key[2]))
     for store in stores:
         store.written[:, :program.onchip_extent[store.kind]] = 0
     return stores
