@@ -89,4 +89,19 @@ SIM_REPLAY: Knob[bool] = Knob(
     "0 checks every execution in full.",
 )
 
-ALL_KNOBS = (DUMP_DIR, TARGET, VERIFY_EACH, CACHE_DIR, TUNING_DB, SIM_REPLAY)
+
+
+def _thread_count(raw: str) -> int:
+    if raw.strip() not in ("1", "2"):
+        raise ValueError("expected 1 or 2")
+    return int(raw)
+
+
+SIM_THREADS: Knob[int] = Knob(
+    "TORCHNEURON_SIM_THREADS", _thread_count, min(2, os.cpu_count() or 1),
+    "Host threads a replay spreads its instructions over (1 or 2, default 2 on a machine "
+    "with two or more cores; see torchneuron/sim/host_threads.py). The results are the "
+    "same bit for bit either way.",
+)
+
+ALL_KNOBS = (DUMP_DIR, TARGET, VERIFY_EACH, CACHE_DIR, TUNING_DB, SIM_REPLAY, SIM_THREADS)

@@ -16,7 +16,10 @@ function (sim/semantics.py, the same functions, so the same numerics) in the ver
 order, outputs out. Its memories are kept from run to run, with the numpy view of every
 operand built once, and carry no written-masks: the verified run showed that no instruction
 reads a byte before this run wrote it, so data left over from an earlier run is never read.
-The profile is the verified run's, since timing does not depend on data.
+The profile is the verified run's, since timing does not depend on data. Where the
+instructions hold enough independent work, a replay runs them on two host threads, each
+instruction after those whose bytes it depends on (sim/host_threads.py): the same bytes
+result, bit for bit.
 
 A program that does not qualify is checked on every run, as is a program whose replay is in
 use by another thread at the time (it runs on fresh memories). `TORCHNEURON_SIM_REPLAY=0`
@@ -29,7 +32,9 @@ import threading
 
 import numpy as np
 
+from torchneuron import config
 from torchneuron.format import isa
+from torchneuron.sim import host_threads
 from torchneuron.sim.memory import NUMPY_DTYPES, Access, Hbm, Store
 from torchneuron.sim.profile import Profile
 from torchneuron.sim.program import PreparedProgram
@@ -97,6 +102,18 @@ class Replay:
                 if a.memory == isa.Memory.HBM and slot in WRITE_SLOTS[ins.opcode]:
                     written_tensors.add(a.tensor)
         self.machine = _ReplayMachine(stores, views)
+        # Spread over two host threads where that pays (sim/host_threads.py).
+        self.runner = None
+        if config.SIM_THREADS.get() > 1:
+            bases = self.hbm.layout.bases
+
+            def tensor_extent(tid: int) -> tuple[int, int]:
+                t = neff.tensors[tid]
+                return bases[tid], bases[tid] + t.num_elements * NUMPY_DTYPES[t.dtype].itemsize
+
+            plan = host_threads.plan(self.order, tensor_extent)
+            if host_threads.worth_two_threads(plan):
+                self.runner = host_threads.TwoThreadRunner(self.order, plan, self.machine)
         self.inputs = [self.hbm.tensor_access(tid) for tid in neff.inputs]
         self.outputs = [(self.hbm.tensor_access(tid), tuple(neff.tensors[tid].shape))
                         for tid in neff.outputs]
@@ -127,8 +144,9 @@ class Replay:
             self._store_constants()
         machine = self.machine
         with blas_single_thread(), np.errstate(all="ignore"):
-            for ins in self.order:
-                ins.semantics(ins, machine)
+            if self.runner is None or not self.runner.try_run():
+                for ins in self.order:
+                    ins.semantics(ins, machine)
         outputs = [hbm.view(access).copy().reshape(shape) if access.shape[0] else
                    np.zeros(shape, access.dtype) for access, shape in self.outputs]
         return outputs, self.profile.copy()
