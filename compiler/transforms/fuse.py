@@ -77,6 +77,7 @@ class Fuse(Pass):
             fold_scales_into_activations(func)
             if self.matmul_epilogue or self.elementwise:
                 sink_views(func)
+            fold_reshape_chains(func)
             if self.rows:
                 budget = get_target(self.target or None).sbuf_partition_bytes // ROW_BUDGET_SHARE
                 for group in row_groups(func, budget):
@@ -189,6 +190,26 @@ def sink_views(func: ir.Operation) -> None:
             view.erase()
             changed = True
             break
+
+
+def fold_reshape_chains(func: ir.Operation) -> None:
+    """reshape(reshape(x)) -> reshape(x), and a reshape to its source's own type -> the
+    source. Linear -> GELU -> Linear over [batch, tokens, features] leaves such a round trip
+    once sink_views moved the GELU into the first matmul's shape (the view to 3-D for the
+    GELU, back to 2-D for the next addmm): without it the second matmul reads a reshape of
+    the first's result, not the result, and the pair does not form an mlp kernel."""
+    for op in U.body_ops(func):
+        if op.name != "trn.reshape":
+            continue
+        producer = U.defining_op(op.operands[0])
+        if producer is not None and producer.name == "trn.reshape":
+            op.operands[0] = producer.operands[0]
+            if not list(producer.results[0].uses):
+                producer.erase()
+        source = op.operands[0]
+        if source.type == op.results[0].type:
+            op.results[0].replace_all_uses_with(source)
+            op.erase()
 
 
 def fold_scales_into_activations(func: ir.Operation) -> None:

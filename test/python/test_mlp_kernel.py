@@ -24,13 +24,15 @@ def _run(model, x, tmp_path, monkeypatch, fuse: bool):
     (torch.float32, 256, 1024, 256, 384, torch.nn.GELU()),
     (torch.bfloat16, 200, 700, 600, 300, torch.nn.ReLU()),     # ragged tiles everywhere
     (torch.bfloat16, 128, 256, 1100, 130, torch.nn.ReLU()),    # three output chunks
+    (torch.bfloat16, 256, 1024, 256, (3, 128), torch.nn.GELU()),  # batched tokens (3-D)
 ])
 def test_mlp_kernel_matches_eager_and_the_unfused_kernels(dtype, d, hidden, d_out, tokens, act,
                                                           tmp_path, monkeypatch):
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(d, hidden), act,
                                 torch.nn.Linear(hidden, d_out)).to(dtype).eval()
-    x = torch.randn(tokens, d).to(dtype)
+    shape = tokens if isinstance(tokens, tuple) else (tokens,)
+    x = torch.randn(*shape, d).to(dtype)
     with torch.no_grad():
         expected = model(x)
     fused, fused_profile, fused_trn = _run(model, x, tmp_path, monkeypatch, True)
@@ -45,7 +47,7 @@ def test_mlp_kernel_matches_eager_and_the_unfused_kernels(dtype, d, hidden, d_ou
                                rtol=1e-5 if dtype == torch.float32 else 8e-3)
     # The hidden activation no longer goes to HBM and back: the fused kernel moves little
     # more than its inputs, weights and output once, the unfused ones the hidden on top.
-    hidden_bytes = tokens * hidden * (2 if dtype == torch.bfloat16 else 4)
+    hidden_bytes = x[..., 0].numel() * hidden * (2 if dtype == torch.bfloat16 else 4)
     moved = lambda p: sum(s.dma_bytes for s in p.streams.values())     # noqa: E731
     assert moved(fused_profile) <= 1.3 * fused_profile.compulsory_bytes
     assert moved(unfused_profile) >= unfused_profile.compulsory_bytes + 2 * hidden_bytes

@@ -357,6 +357,36 @@ func.func @mlp(%x: tensor<256x128xbf16>, %w1: tensor<512x128xbf16>, %b1: tensor<
 
 // -----
 
+// Tests that the mlp kernel also forms over batched tokens ([batch, tokens, features], as
+// Linear - GELU - Linear on a 3-D input traces): the GELU runs on a 3-D view of the first
+// addmm's result, and the second addmm reads a 2-D view of that. Once the GELU moves into the
+// matmul's shape, the two views are a round trip that folds away.
+// CHECK-LABEL: func.func @mlp_batched_tokens
+// CHECK: "trn.kernel"() ({
+// CHECK: "trn.activation"({{.*}}func = "gelu"
+// CHECK: %[[H:.*]] = "trn.convert"({{.*}}) : (tensor<256x512xf32>) -> tensor<256x512xbf16>
+// CHECK-NEXT: "trn.matmul"(%[[H]],
+// CHECK: }) {kind = "mlp"}
+// CHECK-NOT: "trn.kernel"
+// NOMLP-LABEL: func.func @mlp_batched_tokens
+// NOMLP-NOT: kind = "mlp"
+func.func @mlp_batched_tokens(%x: tensor<2x128x128xbf16>, %w1: tensor<128x512xbf16>, %w2: tensor<512x128xbf16>) -> tensor<2x128x128xbf16> {
+  %x2 = "trn.reshape"(%x) : (tensor<2x128x128xbf16>) -> tensor<256x128xbf16>
+  %h = "trn.matmul"(%x2, %w1) : (tensor<256x128xbf16>, tensor<128x512xbf16>) -> tensor<256x512xf32>
+  %hb = "trn.convert"(%h) : (tensor<256x512xf32>) -> tensor<256x512xbf16>
+  %h3 = "trn.reshape"(%hb) : (tensor<256x512xbf16>) -> tensor<2x128x512xbf16>
+  %h3f = "trn.convert"(%h3) : (tensor<2x128x512xbf16>) -> tensor<2x128x512xf32>
+  %g = "trn.activation"(%h3f) {bias = 0.0 : f32, func = "gelu", scale = 1.0 : f32} : (tensor<2x128x512xf32>) -> tensor<2x128x512xf32>
+  %gb = "trn.convert"(%g) : (tensor<2x128x512xf32>) -> tensor<2x128x512xbf16>
+  %g2 = "trn.reshape"(%gb) : (tensor<2x128x512xbf16>) -> tensor<256x512xbf16>
+  %y = "trn.matmul"(%g2, %w2) : (tensor<256x512xbf16>, tensor<512x128xbf16>) -> tensor<256x128xf32>
+  %yb = "trn.convert"(%y) : (tensor<256x128xf32>) -> tensor<256x128xbf16>
+  %y3 = "trn.reshape"(%yb) : (tensor<256x128xbf16>) -> tensor<2x128x128xbf16>
+  return %y3 : tensor<2x128x128xbf16>
+}
+
+// -----
+
 // Tests that a first matmul whose epilogue reads a value varying along the token rows (a
 // residual) is not made an mlp kernel: with hidden units on partitions that operand would be
 // read a column at a time.
