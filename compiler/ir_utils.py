@@ -61,6 +61,14 @@ def element_bytes(t: ir.Type) -> int:
     return max(1, width // 8)
 
 
+def inverse_permutation(permutation: Sequence[int]) -> list[int]:
+    """q with q[permutation[i]] = i: the transpose that undoes `permutation`."""
+    inverse = [0] * len(permutation)
+    for i, p in enumerate(permutation):
+        inverse[p] = i
+    return inverse
+
+
 def i64_array(values: Sequence[int]) -> ir.DenseI64ArrayAttr:
     return ir.DenseI64ArrayAttr.get([int(v) for v in values])
 

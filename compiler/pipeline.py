@@ -40,6 +40,9 @@ class CompileOptions:
     fuse_epilogue_producers: bool = True
     fuse_mlp: bool = True             # trn-fuse mlp: Linear - activation - Linear in one kernel
     layout_assignment: bool = True    # trn-layout: matmul results stored as consumers read them
+    # trn-layout attention-token-major: attention outputs stored as [B, S, H, Dv] where the
+    # output projection reads them so
+    attention_token_major: bool = True
     kernel_order: bool = True         # trn-order: kernels on the longest chain of work first
     # neuron-tune's database, read by trn-tile (default: TORCHNEURON_TUNING_DB when set; taken
     # at construction so that the persistent compile cache keys on it).
@@ -81,7 +84,9 @@ def stages(options: CompileOptions) -> list[Stage]:
             f"epilogue-producers={str(options.fuse_epilogue_producers).lower()} "
             f"mlp={str(options.fuse_mlp).lower()} "
             f"target={target}}}")
-    layout = "trn-layout," if options.layout_assignment else ""
+    layout = (f"trn-layout{{attention-token-major="
+              f"{str(options.attention_token_major).lower()}}}," if options.layout_assignment
+              else "")
     order = f"trn-order{{target={target}}}," if options.kernel_order else ""
     db = f" tuning-db={options.tuning_db_path}" if options.tuning_db_path else ""
     return [

@@ -251,10 +251,8 @@ class _FunctionLowering:
             # The kernel stores its result transposed (trn-layout): the computed value is
             # written through the inverse permutation of the result's buffer.
             yielded = stored_view.operands[0]
-            inverse = [0] * len(U.array_attr(stored_view, "permutation"))
-            for i, p in enumerate(U.array_attr(stored_view, "permutation")):
-                inverse[p] = i
-            out = out.transpose(inverse)
+            out = out.transpose(U.inverse_permutation(U.array_attr(stored_view,
+                                                                   "permutation")))
         unmerged: dict = {}
         for op in body[:-1]:
             if stored_view is not None and op == stored_view:

@@ -15,6 +15,11 @@ For each batch index and each block of up to 128 query rows, all on chip:
 5. the output epilogue while evacuating PSUM, and one store.
 Scores and probabilities never reach HBM; every rounding the three kernels spell out (scores
 and probabilities to bf16, say) happens where it did.
+
+A kernel that trn-layout made token-major yields transpose(reshape(O)) ([B, S, H, Dv]): O is
+written through the inverse of those views, and when heads are staged together each query
+block's outputs of all heads gather in one SBUF tile, stored as whole token rows once the
+last head is done (one run of H * Dv elements per row instead of H runs of Dv).
 """
 
 from __future__ import annotations
@@ -80,7 +85,15 @@ def lower_attention(em: Emitter, body: list[ir.Operation], views: dict,
             needed.update(op.operands)
     rows_body.reverse()
     rows_set = set(rows_body)
-    chain2 = body[position[second] + 1:]
+    yielded, out_view = output
+    token_major = _token_major_views(body, position, yielded)
+    if token_major:
+        # Stored token-major (trn-layout): write O through the inverse permutation. Its
+        # [B, H] batch dims stay unmerged; `pick` indexes them by O's flat batch index.
+        out_view = out_view.transpose(
+            U.inverse_permutation(U.array_attr(token_major[1], "permutation")))
+        yielded = token_major[0].operands[0]
+    chain2 = [op for op in body[position[second] + 1:] if op not in token_major]
 
     # Views of the operands (Q, K^T, V, epilogue operands): everything outside the row part.
     views = dict(views)
@@ -103,7 +116,6 @@ def lower_attention(em: Emitter, body: list[ir.Operation], views: dict,
     probs_type = U.element_type(probs)
     etype2 = matmul_element_type(probs_type, v_view.element_type)
     scores_type = U.element_type(scores)
-    yielded, out_view = output
     tk, tf = em.target.pe_rows, em.target.matmul_max_moving
 
     def pick(view: HbmView, b: int) -> HbmView:
@@ -200,7 +212,24 @@ def lower_attention(em: Emitter, body: list[ir.Operation], views: dict,
             em.matmul(acc, stationary, v_t.tile(k0, kn, 0, width).columns(h0, dv),
                       accumulate=k0 > 0)
         results = epilogue2.run(acc, (q0, qn), lambda v, b=b: pick(v, b).slice(0, q0, qn))
-        store_tile(em, pick(out_view, b).slice(0, q0, qn), results[yielded])
+        if rows_out is None:
+            store_tile(em, pick(out_view, b).slice(0, q0, qn), results[yielded])
+            return
+        outer, head = divmod(b, heads)
+        if (outer, q0) not in rows_tiles:
+            rows_tiles[outer, q0] = [em.alloc("sbuf", qn, heads * dv, out_view.element_type), 0]
+        entry = rows_tiles[outer, q0]
+        em.copy(entry[0].columns(head * dv, dv), results[yielded])
+        entry[1] += 1
+        if entry[1] == heads:
+            store_tile(em, pick(rows_out, outer).slice(0, q0, qn), entry[0])
+            del rows_tiles[outer, q0]
+
+    # All heads' outputs of a query block as whole token rows: where the heads are staged
+    # together and the output holds head h's values right after head h-1's in each row.
+    rows_out, rows_tiles = None, {}
+    if heads > 1 and out_view.rank >= 3 and out_view.shape[-3] == heads:
+        rows_out = _merge_heads(out_view, -1)
 
     # The scores and probabilities never get a buffer: storage-less row-major views of them
     # tell the row-wise lowering their layout, and `locate` their rows.
@@ -213,6 +242,23 @@ def lower_attention(em: Emitter, body: list[ir.Operation], views: dict,
         raise CompileError("an attention kernel's row part must keep the scores' rows",
                            first.location)
     lower_rows(em, rows_body, rows_views, view_of, (probs, probs_view), produce, consume)
+    if rows_tiles:
+        raise CompileError("an attention kernel left query blocks of some heads unstored",
+                           first.location)
+
+
+def _token_major_views(body: list[ir.Operation], position: dict,
+                       yielded: ir.Value) -> tuple[ir.Operation, ir.Operation] | tuple:
+    """(reshape, transpose) when the kernel yields transpose(reshape(O)) of a value O it
+    computes (trn-layout's token-major output); () otherwise."""
+    transpose = U.defining_op(yielded)
+    if transpose is None or transpose not in position or transpose.name != "trn.transpose":
+        return ()
+    reshape = U.defining_op(transpose.operands[0])
+    if reshape is None or reshape not in position or reshape.name != "trn.reshape":
+        raise CompileError("a token-major attention kernel yields transpose(reshape(O))",
+                           transpose.location)
+    return reshape, transpose
 
 
 def _merge_heads(view: HbmView, axis: int) -> HbmView | None:

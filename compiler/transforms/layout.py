@@ -14,6 +14,14 @@ matmuls inside other kernels:
   pattern.
 Graph outputs keep their row-major layout. Kernels whose epilogue reads an operand varying
 along M only (which wants M on partitions) are left alone.
+
+Token-major attention outputs (option `attention-token-major`): an attention kernel's result
+O[B*H, S, Dv] (one row block per head) that is read only as reshape -> [B, H, S, Dv] ->
+transpose to [B, S, H, Dv] (heads side by side in each token's row, as the output projection
+reads it) is stored in that order instead: the kernel yields the transposed view and writes
+each query block of all heads as whole token rows (compiler/kernels/attention.py), and the
+readers take the result as it is. Stored head by head, every token row of O is a 128-byte run
+(Dv = 64 in bf16) that the projection reads back one run per partition row.
 """
 
 from __future__ import annotations
@@ -32,13 +40,74 @@ from torchneuron.dialects.trn import build_yield
 @dataclasses.dataclass
 class LayoutPass(Pass):
     NAME = "trn-layout"
-    SUMMARY = "Store matmul results transposed where their consumers contract over them"
+    SUMMARY = ("Store matmul results transposed where their consumers contract over them, "
+               "attention outputs token-major where their readers want them so")
+    attention_token_major: bool = True
 
     def run(self, module: ir.Operation) -> None:
         for func in U.functions(module):
             for op in U.body_ops(func):
-                if op.name == "trn.kernel" and _wants_transposed_result(op):
+                if op.name != "trn.kernel":
+                    continue
+                if _wants_transposed_result(op):
                     _transpose_result(op)
+                elif self.attention_token_major:
+                    readers = _token_major_readers(op)
+                    if readers:
+                        _store_token_major(op, readers)
+
+
+# [B, H, S, Dv] -> [B, S, H, Dv]: heads side by side in each token's row.
+TOKEN_MAJOR = [0, 2, 1, 3]
+
+
+def _token_major_readers(kernel: ir.Operation) -> list[tuple] | None:
+    """For an attention kernel whose result O[B*H, S, Dv] (or [B, H, S, Dv]) is read only
+    through reshape to [B, H, S, Dv] then transpose TOKEN_MAJOR: the (reshape, transposes)
+    pairs, all of one type; otherwise None."""
+    if U.str_attr(kernel, "kind") != "attention":
+        return None
+    result = kernel.results[0]
+    readers, shapes = [], set()
+    for use in result.uses:
+        reshape = U.operation(use.owner)
+        if reshape.name != "trn.reshape" or len(U.shape(reshape.results[0])) != 4:
+            return None
+        transposes = [U.operation(u.owner) for u in reshape.results[0].uses]
+        if not transposes or any(t.name != "trn.transpose" or
+                                 list(U.array_attr(t, "permutation")) != TOKEN_MAJOR
+                                 for t in transposes):
+            return None
+        shapes.add(tuple(U.shape(reshape.results[0])))
+        readers.append((reshape, transposes))
+    if len(shapes) != 1:
+        return None
+    b, h, s, dv = shapes.pop()
+    if h < 2 or list(U.shape(result)[-2:]) != [s, dv]:
+        return None
+    return readers
+
+
+def _store_token_major(kernel: ir.Operation, readers: list[tuple]) -> None:
+    result = kernel.results[0]
+    etype = U.element_type(result)
+    heads_shape = U.shape(readers[0][0].results[0])
+    b, h, s, dv = heads_shape
+    token_major = U.tensor_type([b, s, h, dv], etype)
+    old_yield = kernel_body(kernel)[-1]
+    with ir.InsertionPoint(old_yield), old_yield.location:
+        split = U.create("trn.reshape", [U.tensor_type(heads_shape, etype)],
+                         [old_yield.operands[0]]).results[0]
+        t = U.create("trn.transpose", [token_major], [split],
+                     {"permutation": U.i64_array(TOKEN_MAJOR)}).results[0]
+        build_yield(t, loc=old_yield.location)
+    old_yield.erase()
+    result.set_type(token_major)
+    for reshape, transposes in readers:
+        for t in transposes:
+            t.results[0].replace_all_uses_with(result)
+            t.erase()
+        reshape.erase()
 
 
 def _wants_transposed_result(kernel: ir.Operation) -> bool:

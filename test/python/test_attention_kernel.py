@@ -101,3 +101,36 @@ def test_a_scaling_before_the_per_head_view_runs_in_the_scores_evacuation(tmp_pa
     assert kernel.index('"trn.tensor_scalar"') > matmul
     assert kernel.index('"trn.tensor_scalar"') < kernel.index('"trn.reshape"', matmul)
     torch.testing.assert_close(out, model(q, k, v))
+
+
+class AttentionThenProjection(PackedAttention):
+    """The output projection after the heads are merged, as an encoder layer has it."""
+
+    def __init__(self, d: int, heads: int):
+        super().__init__(d, heads, causal=False)
+        self.proj = torch.nn.Linear(d, d)
+
+    def forward(self, x):
+        return self.proj(super().forward(x))
+
+
+@pytest.mark.parametrize("model_class", [PackedAttention, AttentionThenProjection])
+def test_token_major_attention_output_gives_the_same_bits_in_fewer_transfers(
+        model_class, tmp_path, monkeypatch):
+    """trn-layout attention-token-major: the attention kernel stores [B, S, H, Dv] as whole
+    token rows; the values are the same, the transfers fewer and larger."""
+    torch.manual_seed(0)
+    model = (model_class(256, 4) if model_class is AttentionThenProjection
+             else model_class(256, 4, False)).to(torch.bfloat16).eval()
+    x = torch.randn(2, 128, 256).to(torch.bfloat16)
+    on, on_profile, on_trn = _run(model, x, tmp_path / "on", monkeypatch)
+    torch._dynamo.reset()
+    off, off_profile, off_trn = _run(model, x, tmp_path / "off", monkeypatch,
+                                     attention_token_major=False)
+    assert 'kind = "attention"} : () -> tensor<2x128x4x64xbf16>' in on_trn
+    assert 'kind = "attention"} : () -> tensor<8x128x64xbf16>' in off_trn
+    torch.testing.assert_close(on, off, atol=0, rtol=0)
+    with torch.no_grad():
+        torch.testing.assert_close(on, model(x), atol=2e-2, rtol=2e-2)
+    transfers = lambda p: sum(1 for e in p.events if e.stream.startswith("q"))  # noqa: E731
+    assert transfers(on_profile) < transfers(off_profile)

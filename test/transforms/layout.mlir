@@ -1,5 +1,6 @@
 // RUN: neuron-opt --split-input-file --trn-layout %s | FileCheck %s
 // RUN: neuron-opt --split-input-file --trn-layout --convert-trn-to-nisa %s | FileCheck %s --check-prefix=ISA
+// RUN: neuron-opt --split-input-file --trn-layout="attention-token-major=false" %s | FileCheck %s --check-prefix=NOTM
 // RUN: not neuron-opt --trn-layout %S/Inputs/layout-invalid.mlir 2>&1 | FileCheck %s --check-prefix=ERR
 
 // Tests that a matmul result read only as the left operand of another matmul is stored
@@ -74,6 +75,87 @@ func.func @row_scaled(%x: tensor<256x64xf32>, %w: tensor<64x128xf32>, %s: tensor
     "trn.yield"(%y) : (tensor<256x32xf32>) -> ()
   }) {kind = "matmul"} : () -> tensor<256x32xf32>
   return %o : tensor<256x32xf32>
+}
+
+// -----
+
+// Tests that an attention kernel whose output is read only as the token-major view the
+// output projection takes ([B, H, S, Dv] -> [B, S, H, Dv]) yields that view: the projection
+// reads the result as it is, the attention kernel stores each query block of both heads as
+// whole 128-element token rows, and the projection loads them back as such. Without it, the
+// output goes out in 64-element runs per head and comes back two partitions at a time.
+// CHECK-LABEL: func.func @attention_token_major
+// CHECK: %[[O:.*]] = "trn.convert"({{.*}}) : (tensor<2x128x64xf32>) -> tensor<2x128x64xbf16>
+// CHECK-NEXT: %[[S:.*]] = "trn.reshape"(%[[O]]) : (tensor<2x128x64xbf16>) -> tensor<1x2x128x64xbf16>
+// CHECK-NEXT: %[[T:.*]] = "trn.transpose"(%[[S]]) {permutation = array<i64: 0, 2, 1, 3>} : (tensor<1x2x128x64xbf16>) -> tensor<1x128x2x64xbf16>
+// CHECK-NEXT: "trn.yield"(%[[T]])
+// CHECK-NEXT: }) {kind = "attention"} : () -> tensor<1x128x2x64xbf16>
+// CHECK-NEXT: "trn.kernel"() ({
+// CHECK-NEXT: "trn.reshape"(%{{.*}}) : (tensor<1x128x2x64xbf16>) -> tensor<128x128xbf16>
+// ISA-LABEL: func.func @attention_token_major
+// ISA-NOT: array<i64: {{[0-9]+}}, 64, 2, 1, 64>
+// ISA: "nisa.dma"({{.*}}) {aps = [array<i64: 0, 128, 128, 1, 128>, array<i64: 0, 128, 128, 1, 128>]{{.*}} : (memref<1x128x2x64xbf16, "hbm">, memref<128x128xbf16, "sbuf">)
+// ISA-NOT: array<i64: {{[0-9]+}}, 64, 2, 1, 64>
+// ISA: "nisa.dma"({{.*}}) {aps = [array<i64: 0, 128, 128, 1, 128>, array<i64: 0, 128, 128, 1, 128>]{{.*}} : (memref<128x128xbf16, "sbuf">, memref<1x128x2x64xbf16, "hbm">)
+// ISA-NOT: array<i64: {{[0-9]+}}, 64, 2, 1, 64>
+// ISA: return
+// NOTM-LABEL: func.func @attention_token_major
+// NOTM: }) {kind = "attention"} : () -> tensor<2x128x64xbf16>
+// NOTM-NEXT: "trn.kernel"() ({
+// NOTM-NEXT: "trn.reshape"(%{{.*}}) : (tensor<2x128x64xbf16>) -> tensor<1x2x128x64xbf16>
+// NOTM-NEXT: "trn.transpose"
+func.func @attention_token_major(%arg0: tensor<1x128x128xbf16>, %arg1: tensor<384x128xbf16>, %arg2: tensor<384xbf16>, %arg3: tensor<128x128xbf16>, %arg4: tensor<128xbf16>) -> tensor<128x128xbf16> {
+  %0 = "trn.kernel"() ({
+    %3 = "trn.reshape"(%arg0) : (tensor<1x128x128xbf16>) -> tensor<128x128xbf16>
+    %4 = "trn.transpose"(%arg1) {permutation = array<i64: 1, 0>} : (tensor<384x128xbf16>) -> tensor<128x384xbf16>
+    %5 = "trn.broadcast"(%arg2) {dimensions = array<i64: 0>} : (tensor<384xbf16>) -> tensor<128x384xbf16>
+    %6 = "trn.matmul"(%3, %4) : (tensor<128x128xbf16>, tensor<128x384xbf16>) -> tensor<128x384xf32>
+    %7 = "trn.tensor_tensor"(%5, %6) {op = "add"} : (tensor<128x384xbf16>, tensor<128x384xf32>) -> tensor<128x384xf32>
+    %8 = "trn.convert"(%7) : (tensor<128x384xf32>) -> tensor<128x384xbf16>
+    "trn.yield"(%8) : (tensor<128x384xbf16>) -> ()
+  }) {kind = "matmul"} : () -> tensor<128x384xbf16>
+  %1 = "trn.kernel"() ({
+    %3 = "trn.reshape"(%0) : (tensor<128x384xbf16>) -> tensor<1x128x3x2x64xbf16>
+    %4 = "trn.transpose"(%3) {permutation = array<i64: 2, 0, 3, 1, 4>} : (tensor<1x128x3x2x64xbf16>) -> tensor<3x1x2x128x64xbf16>
+    %5 = "trn.view"(%4) {indexing_map = affine_map<(d0, d1, d2, d3, d4) -> (d0, d1, d2, d3, d4)>} : (tensor<3x1x2x128x64xbf16>) -> tensor<1x1x2x128x64xbf16>
+    %6 = "trn.reshape"(%5) : (tensor<1x1x2x128x64xbf16>) -> tensor<2x128x64xbf16>
+    %7 = "trn.view"(%4) {indexing_map = affine_map<(d0, d1, d2, d3, d4) -> (d0 + 1, d1, d2, d3, d4)>} : (tensor<3x1x2x128x64xbf16>) -> tensor<1x1x2x128x64xbf16>
+    %8 = "trn.reshape"(%7) : (tensor<1x1x2x128x64xbf16>) -> tensor<1x2x128x64xbf16>
+    %9 = "trn.transpose"(%8) {permutation = array<i64: 0, 1, 3, 2>} : (tensor<1x2x128x64xbf16>) -> tensor<1x2x64x128xbf16>
+    %10 = "trn.reshape"(%9) : (tensor<1x2x64x128xbf16>) -> tensor<2x64x128xbf16>
+    %11 = "trn.matmul"(%6, %10) : (tensor<2x128x64xbf16>, tensor<2x64x128xbf16>) -> tensor<2x128x128xf32>
+    %12 = "trn.convert"(%11) : (tensor<2x128x128xf32>) -> tensor<2x128x128xbf16>
+    %13 = "trn.reshape"(%12) : (tensor<2x128x128xbf16>) -> tensor<1x2x128x128xbf16>
+    %14 = "trn.tensor_scalar"(%13) {op = "mul", reverse = false, scalar = 1.250000e-01 : f32} : (tensor<1x2x128x128xbf16>) -> tensor<1x2x128x128xf32>
+    %15 = "trn.reduce"(%14) {dimensions = array<i64: 3>, op = "max"} : (tensor<1x2x128x128xf32>) -> tensor<1x2x128xf32>
+    %16 = "trn.broadcast"(%15) {dimensions = array<i64: 3>} : (tensor<1x2x128xf32>) -> tensor<1x2x128x128xf32>
+    %17 = "trn.tensor_tensor"(%14, %16) {op = "sub"} : (tensor<1x2x128x128xf32>, tensor<1x2x128x128xf32>) -> tensor<1x2x128x128xf32>
+    %18 = "trn.activation"(%17) {bias = 0.000000e+00 : f32, func = "exp", scale = 1.000000e+00 : f32} : (tensor<1x2x128x128xf32>) -> tensor<1x2x128x128xf32>
+    %19 = "trn.reduce"(%18) {dimensions = array<i64: 3>, op = "add"} : (tensor<1x2x128x128xf32>) -> tensor<1x2x128xf32>
+    %20 = "trn.broadcast"(%19) {dimensions = array<i64: 3>} : (tensor<1x2x128xf32>) -> tensor<1x2x128x128xf32>
+    %21 = "trn.tensor_tensor"(%18, %20) {op = "div"} : (tensor<1x2x128x128xf32>, tensor<1x2x128x128xf32>) -> tensor<1x2x128x128xf32>
+    %22 = "trn.convert"(%21) : (tensor<1x2x128x128xf32>) -> tensor<1x2x128x128xbf16>
+    %23 = "trn.reshape"(%22) : (tensor<1x2x128x128xbf16>) -> tensor<2x128x128xbf16>
+    %24 = "trn.reshape"(%0) : (tensor<128x384xbf16>) -> tensor<1x128x3x2x64xbf16>
+    %25 = "trn.transpose"(%24) {permutation = array<i64: 2, 0, 3, 1, 4>} : (tensor<1x128x3x2x64xbf16>) -> tensor<3x1x2x128x64xbf16>
+    %26 = "trn.view"(%25) {indexing_map = affine_map<(d0, d1, d2, d3, d4) -> (d0 + 2, d1, d2, d3, d4)>} : (tensor<3x1x2x128x64xbf16>) -> tensor<1x1x2x128x64xbf16>
+    %27 = "trn.reshape"(%26) : (tensor<1x1x2x128x64xbf16>) -> tensor<2x128x64xbf16>
+    %28 = "trn.matmul"(%23, %27) : (tensor<2x128x128xbf16>, tensor<2x128x64xbf16>) -> tensor<2x128x64xf32>
+    %29 = "trn.convert"(%28) : (tensor<2x128x64xf32>) -> tensor<2x128x64xbf16>
+    "trn.yield"(%29) : (tensor<2x128x64xbf16>) -> ()
+  }) {kind = "attention"} : () -> tensor<2x128x64xbf16>
+  %2 = "trn.kernel"() ({
+    %3 = "trn.reshape"(%1) : (tensor<2x128x64xbf16>) -> tensor<1x2x128x64xbf16>
+    %4 = "trn.transpose"(%3) {permutation = array<i64: 0, 2, 1, 3>} : (tensor<1x2x128x64xbf16>) -> tensor<1x128x2x64xbf16>
+    %5 = "trn.reshape"(%4) : (tensor<1x128x2x64xbf16>) -> tensor<128x128xbf16>
+    %6 = "trn.transpose"(%arg3) {permutation = array<i64: 1, 0>} : (tensor<128x128xbf16>) -> tensor<128x128xbf16>
+    %7 = "trn.broadcast"(%arg4) {dimensions = array<i64: 0>} : (tensor<128xbf16>) -> tensor<128x128xbf16>
+    %8 = "trn.matmul"(%5, %6) : (tensor<128x128xbf16>, tensor<128x128xbf16>) -> tensor<128x128xf32>
+    %9 = "trn.tensor_tensor"(%7, %8) {op = "add"} : (tensor<128x128xbf16>, tensor<128x128xf32>) -> tensor<128x128xf32>
+    %10 = "trn.convert"(%9) : (tensor<128x128xf32>) -> tensor<128x128xbf16>
+    "trn.yield"(%10) : (tensor<128x128xbf16>) -> ()
+  }) {kind = "matmul"} : () -> tensor<128x128xbf16>
+  return %2 : tensor<128x128xbf16>
 }
 
 // ERR: layout-invalid.mlir:3:8: error: 'trn.transpose' op result shape [4, 8] is not the input shape [4, 8] permuted by [1, 0]
