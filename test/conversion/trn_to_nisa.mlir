@@ -371,6 +371,41 @@ func.func @bf16_chain(%x: tensor<4x16xbf16>) -> tensor<4x16xbf16> {
   return %k : tensor<4x16xbf16>
 }
 
+// -----
+
+// Tests that a splat float constant read only by kernels is generated on chip (a memset, as
+// a trn.fill is) instead of stored in the NEFF and loaded.
+// CHECK-LABEL: func.func @splat_read_by_a_kernel
+// CHECK-NOT: nisa.hbm_constant
+// CHECK: "nisa.memset"({{.*}}value = 5.000000e-01 : f32
+// CHECK: "nisa.tensor_tensor"
+// CHECK: return
+func.func @splat_read_by_a_kernel(%x: tensor<128x64xf32>) -> tensor<128x64xf32> {
+  %half = arith.constant dense<0.5> : tensor<128x64xf32>
+  %y = "trn.kernel"() ({
+    %s = "trn.tensor_tensor"(%x, %half) {op = "add"} : (tensor<128x64xf32>, tensor<128x64xf32>) -> tensor<128x64xf32>
+    "trn.yield"(%s) : (tensor<128x64xf32>) -> ()
+  }) {kind = "elementwise"} : () -> tensor<128x64xf32>
+  return %y : tensor<128x64xf32>
+}
+
+// -----
+
+// Tests that a splat constant the function also returns stays a stored constant (the
+// output is a copy of it).
+// CHECK-LABEL: func.func @splat_returned
+// CHECK: "nisa.hbm_constant"() {value = dense<5.000000e-01> : tensor<128x64xf32>}
+// CHECK-NOT: "nisa.memset"
+// CHECK: return
+func.func @splat_returned(%x: tensor<128x64xf32>) -> (tensor<128x64xf32>, tensor<128x64xf32>) {
+  %half = arith.constant dense<0.5> : tensor<128x64xf32>
+  %y = "trn.kernel"() ({
+    %s = "trn.tensor_tensor"(%x, %half) {op = "add"} : (tensor<128x64xf32>, tensor<128x64xf32>) -> tensor<128x64xf32>
+    "trn.yield"(%s) : (tensor<128x64xf32>) -> ()
+  }) {kind = "elementwise"} : () -> tensor<128x64xf32>
+  return %y, %half : tensor<128x64xf32>, tensor<128x64xf32>
+}
+
 // ERR: trn_to_nisa-invalid.mlir:{{[0-9]+}}:{{[0-9]+}}: error: convert-trn-to-nisa: 'tensor.empty' cannot be lowered to NeuronCore instructions here (expected trn ops; run convert-linalg-to-trn first)
 
 // -----
