@@ -12,9 +12,11 @@ wait for. Each thread runs its instructions in the replay's order, so waits poin
 backwards in that order and cannot deadlock.
 
 Which bytes an operand touches is taken conservatively: on chip, its bounding box in
-blocks of partitions and bytes; in HBM, the byte range its pattern spans, or for an
-indirect DMA's data-chosen rows, the whole tensor. A false dependency costs parallelism,
-never correctness.
+blocks of partitions and bytes; in HBM, a tensor with bytes of its own (an input, output or
+constant) is one block, and scratch tensors, which the compiler lets share bytes, are
+tracked in blocks of the byte range their pattern spans (for an indirect DMA's data-chosen
+rows, the whole tensor). A false dependency costs parallelism, never correctness; blocks
+this coarse keep the planning of a 77,000-instruction GPT-2 program to seconds.
 """
 
 from __future__ import annotations
@@ -28,10 +30,11 @@ import numpy as np
 from torchneuron.format import isa
 from torchneuron.sim.memory import Access
 from torchneuron.sim.rules import WRITE_SLOTS
+from torchneuron.sim.semantics import EXACT_IN_FP32
 
 PARTITION_BLOCK = 32        # partitions per dependency-tracking block
 ONCHIP_GRANULE = 512        # bytes of a partition per block
-HBM_GRANULE = 4096          # bytes of HBM per block
+SCRATCH_GRANULE = 65536     # bytes of HBM scratch per block
 
 # Host-cost estimate (microseconds) that the list scheduling balances: a fixed cost per
 # instruction (the Python around its numpy calls), a matmul's FLOPs at about one core's
@@ -72,16 +75,12 @@ def estimate_us(ins) -> float:
         st, mv = ins.ops[1], ins.ops[2]
         return FIXED_US + 2.0 * st.partitions * st.free_size * mv.free_size / MATMUL_FLOPS_PER_US
     elements = max((a.partitions * a.free_size for a in ins.ops if a is not None), default=0)
-    if op == isa.Opcode.ACTIVATE:
-        from torchneuron.sim.semantics import EXACT_IN_FP32
-        if ins.func not in EXACT_IN_FP32:
-            return FIXED_US + elements / FLOAT64_FUNCTION_ELEMENTS_PER_US
+    if op == isa.Opcode.ACTIVATE and ins.func not in EXACT_IN_FP32:
+        return FIXED_US + elements / FLOAT64_FUNCTION_ELEMENTS_PER_US
     return FIXED_US + elements / ELEMENTS_PER_US
 
 
-def _hbm_extent(a: Access, whole_tensor: tuple[int, int] | None) -> tuple[int, int]:
-    if whole_tensor is not None:
-        return whole_tensor
+def _hbm_extent(a: Access) -> tuple[int, int]:
     lo = hi = a.offset
     for n, st in zip(a.shape, a.strides):
         if st > 0:
@@ -91,18 +90,23 @@ def _hbm_extent(a: Access, whole_tensor: tuple[int, int] | None) -> tuple[int, i
     return lo, hi + a.dtype.itemsize
 
 
-def _blocks(a: Access, whole_tensor: tuple[int, int] | None) -> list[tuple]:
+def _blocks(a: Access, indirect: bool, scratch_extent) -> list[tuple]:
     if a.memory == isa.Memory.HBM:
-        lo, hi = _hbm_extent(a, whole_tensor)
-        return [(a.memory, 0, g) for g in range(lo // HBM_GRANULE, (hi - 1) // HBM_GRANULE + 1)]
+        whole = scratch_extent(a.tensor)
+        if whole is None:
+            return [("tensor", a.tensor)]
+        lo, hi = whole if indirect else _hbm_extent(a)
+        return [("scratch", g)
+                for g in range(lo // SCRATCH_GRANULE, (hi - 1) // SCRATCH_GRANULE + 1)]
     return [(a.memory, pb, g)
             for pb in range(a.p0 // PARTITION_BLOCK, (a.p1 - 1) // PARTITION_BLOCK + 1)
             for g in range(a.b0 // ONCHIP_GRANULE, (a.b1 - 1) // ONCHIP_GRANULE + 1)]
 
 
-def plan(order: list, tensor_extent) -> Plan:
+def plan(order: list, scratch_extent) -> Plan:
     """Two threads' share of `order` (instructions in a valid execution order).
-    `tensor_extent(tid)` is the HBM byte range [lo, hi) of tensor tid."""
+    `scratch_extent(tid)` is the HBM byte range [lo, hi) of tensor tid if it is scratch
+    (may share bytes with other scratch tensors), None for a tensor with bytes of its own."""
     last_writer: dict[tuple, int] = {}
     readers: dict[tuple, list[int]] = {}
     thread_of: list[int] = []
@@ -120,9 +124,7 @@ def plan(order: list, tensor_extent) -> Plan:
         for slot, a in enumerate(ins.ops):
             if a is None:
                 continue
-            whole = (tensor_extent(a.tensor) if indirect and a.memory == isa.Memory.HBM
-                     else None)
-            blocks = _blocks(a, whole)
+            blocks = _blocks(a, indirect, scratch_extent)
             (write_blocks if slot in writes else read_blocks).append(blocks)
         for blocks in read_blocks:
             for b in blocks:

@@ -107,11 +107,13 @@ class Replay:
         if config.SIM_THREADS.get() > 1:
             bases = self.hbm.layout.bases
 
-            def tensor_extent(tid: int) -> tuple[int, int]:
+            def scratch_extent(tid: int) -> tuple[int, int] | None:
                 t = neff.tensors[tid]
+                if t.kind != "scratch":
+                    return None
                 return bases[tid], bases[tid] + t.num_elements * NUMPY_DTYPES[t.dtype].itemsize
 
-            plan = host_threads.plan(self.order, tensor_extent)
+            plan = host_threads.plan(self.order, scratch_extent)
             if host_threads.worth_two_threads(plan):
                 self.runner = host_threads.TwoThreadRunner(self.order, plan, self.machine)
         self.inputs = [self.hbm.tensor_access(tid) for tid in neff.inputs]
