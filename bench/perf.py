@@ -19,7 +19,7 @@ How each column is obtained (per workload, summed over its compiled graphs):
 - efficiency: bound / simulated. DMA x: DMA bytes moved / compulsory bytes.
 - engines: busy share of the simulated time of PE, ACT, DVE and POOL.
 - compile: seconds in the neuron backend for the captured Dynamo graphs (FX to a loaded NEFF,
-  forward and backward); Inductor: seconds in Inductor's compile_fx for the same graphs, with
+  forward and backward, its persistent compile cache off); Inductor: seconds in Inductor's compile_fx for the same graphs, with
   its caches off and backward compiled eagerly (as ours is). Both include AOTAutograd tracing.
 - tuned us / tuned eff (with --tuned [DB]): every compiled graph tuned by neuron-tune into the
   tuning database DB (default: a fresh temporary one), then compiled again reading it and
@@ -399,8 +399,11 @@ def measure(w: Workload, with_inductor: bool = True) -> Result:
     first, first_report = len(backend.compiled_graphs()), len(backend.graph_reports())
     neuron_fn, neuron_inputs = _prepare(fn, inputs, w.training)
     torch._dynamo.reset()
-    with torch._functorch.config.patch(force_non_lazy_backward_lowering=True,
-                                       enable_autograd_cache=False), \
+    # Our persistent compile cache off, as Inductor's are: a hit left by an earlier run would
+    # time a lookup instead of a compilation.
+    with _environ(TORCHNEURON_CACHE_DIR="off"), \
+            torch._functorch.config.patch(force_non_lazy_backward_lowering=True,
+                                          enable_autograd_cache=False), \
             (contextlib.nullcontext() if w.training else torch.no_grad()):
         compiled = torch.compile(neuron_fn, backend=timed_neuron, dynamic=False)
         step = _iteration(compiled, neuron_inputs, w.training)
