@@ -250,7 +250,11 @@ def lower_rows(em: Emitter, body: list[ir.Operation], views: dict,
                     em.tensor_scalar(dst, operand(row_value), U.str_attr(op, "op"),
                                      tiles[broadcast_of[per_row]], reverse0=reverse)
                 else:
-                    emit_elementwise(em, op, [operand(v) for v in op.operands], dst, consts)
+                    # Whole-row arithmetic may go to ACT when DVE has more work (a square,
+                    # a constant multiply or add: the same roundings); a per-row [P, 1]
+                    # value stays beside the DVE reduction that made it.
+                    emit_elementwise(em, op, [operand(v) for v in op.operands], dst, consts,
+                                     share=is_row(result))
                 if op.name != "trn.activation" or op in biased or op in accumulated:
                     work["dve"] += free if op.name != "trn.activation" else 0
                 else:

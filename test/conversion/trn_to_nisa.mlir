@@ -462,6 +462,31 @@ func.func @norm(%x: tensor<256x64xf32>, %w: tensor<64xf32>) -> tensor<256x64xf32
 
 // -----
 
+// Tests that a row-wise kernel shares whole-row arithmetic with ACT when DVE holds more
+// work: the square of the centred rows (a norm's variance) becomes ACT's square activation
+// (x * x rounded once, as DVE's multiply), while the per-row mean stays on DVE beside its
+// reduction.
+// CHECK-LABEL: func.func @norm_square_on_act
+// CHECK: "nisa.tensor_reduce"({{.*}}op = "add"
+// CHECK: "nisa.tensor_scalar"({{.*}}engine = "dve"{{.*}}op0 = "mul"
+// CHECK: "nisa.tensor_scalar"({{.*}}op0 = "sub"
+// CHECK: "nisa.activation"({{.*}}engine = "act", func = "square"
+// CHECK-NOT: "nisa.tensor_tensor"
+// CHECK: return
+func.func @norm_square_on_act(%x: tensor<256x64xf32>) -> tensor<256x64xf32> {
+  %k = "trn.kernel"() ({
+    %sum = "trn.reduce"(%x) {op = "add", dimensions = array<i64: 1>} : (tensor<256x64xf32>) -> tensor<256xf32>
+    %mean = "trn.tensor_scalar"(%sum) {op = "mul", scalar = 0.015625 : f32, reverse = false} : (tensor<256xf32>) -> tensor<256xf32>
+    %mb = "trn.broadcast"(%mean) {dimensions = array<i64: 1>} : (tensor<256xf32>) -> tensor<256x64xf32>
+    %c = "trn.tensor_tensor"(%x, %mb) {op = "sub"} : (tensor<256x64xf32>, tensor<256x64xf32>) -> tensor<256x64xf32>
+    %sq = "trn.tensor_tensor"(%c, %c) {op = "mul"} : (tensor<256x64xf32>, tensor<256x64xf32>) -> tensor<256x64xf32>
+    "trn.yield"(%sq) : (tensor<256x64xf32>) -> ()
+  }) {kind = "rows"} : () -> tensor<256x64xf32>
+  return %k : tensor<256x64xf32>
+}
+
+// -----
+
 // Tests that a batched matmul whose batch merges dims no single stride spans (heads split out
 // of a fused QKV projection, batch x heads) loops over those dims as they are: no HBM copy of
 // the operands, one matmul per (batch, head).
