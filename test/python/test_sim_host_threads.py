@@ -13,7 +13,7 @@ from torchneuron.format import isa
 from torchneuron.runtime import Device, OutOfBoundsError, Program, load
 from torchneuron.sim import host_threads
 from torchneuron.sim.replay import Replay
-from torchneuron.sim.rules import WRITE_SLOTS
+from torchneuron.sim.rules import WRITE_SLOTS, pattern_extent
 
 
 class Block(torch.nn.Module):
@@ -52,10 +52,8 @@ def _inputs(program: Program, seed: int) -> list[np.ndarray]:
 
 
 def _extent(a) -> tuple[int, int]:
-    lo = hi = a.offset
-    for n, st in zip(a.shape, a.strides):
-        lo, hi = (lo, hi + (n - 1) * st) if st > 0 else (lo + (n - 1) * st, hi)
-    return lo, hi + a.dtype.itemsize
+    lo, hi = pattern_extent(a.shape, a.strides)
+    return a.offset + lo, a.offset + hi + a.dtype.itemsize
 
 
 def _conflict(x, y) -> bool:
@@ -192,10 +190,8 @@ def test_a_failing_instruction_on_the_worker_thread_stops_both(always_two_thread
         np.testing.assert_array_equal(g, w)
 
 
-def test_one_thread_when_asked(monkeypatch):
+def test_one_thread_when_asked(always_two_threads, monkeypatch):
     monkeypatch.setenv("TORCHNEURON_SIM_THREADS", "1")
-    monkeypatch.setattr(host_threads, "MIN_SAVING_US", 0.0)
-    monkeypatch.setattr(host_threads, "MIN_SAVING_FRACTION", 0.0)
     program = _program()
     device = Device(program.target)
     device.execute(program, _inputs(program, 0))

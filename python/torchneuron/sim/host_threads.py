@@ -23,13 +23,13 @@ from __future__ import annotations
 
 import queue
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
 from torchneuron.format import isa
 from torchneuron.sim.memory import Access
-from torchneuron.sim.rules import WRITE_SLOTS
+from torchneuron.sim.rules import WRITE_SLOTS, pattern_extent
 from torchneuron.sim.semantics import EXACT_IN_FP32
 
 PARTITION_BLOCK = 32        # partitions per dependency-tracking block
@@ -65,8 +65,6 @@ class Plan:
     lists: tuple[list[int], list[int]]
     waits: tuple[list[int], list[int]]
     estimated_us: tuple[float, float]           # one thread, two threads
-    # Per thread: positions in its own list that the other thread waits for.
-    signalled: tuple[set[int], set[int]] = field(default_factory=lambda: (set(), set()))
 
 
 def estimate_us(ins) -> float:
@@ -80,22 +78,16 @@ def estimate_us(ins) -> float:
     return FIXED_US + elements / ELEMENTS_PER_US
 
 
-def _hbm_extent(a: Access) -> tuple[int, int]:
-    lo = hi = a.offset
-    for n, st in zip(a.shape, a.strides):
-        if st > 0:
-            hi += (n - 1) * st
-        else:
-            lo += (n - 1) * st
-    return lo, hi + a.dtype.itemsize
-
-
 def _blocks(a: Access, indirect: bool, scratch_extent) -> list[tuple]:
     if a.memory == isa.Memory.HBM:
         whole = scratch_extent(a.tensor)
         if whole is None:
             return [("tensor", a.tensor)]
-        lo, hi = whole if indirect else _hbm_extent(a)
+        if indirect:
+            lo, hi = whole
+        else:
+            lo, hi = pattern_extent(a.shape, a.strides)      # (an Access's strides are bytes)
+            lo, hi = a.offset + lo, a.offset + hi + a.dtype.itemsize
         return [("scratch", g)
                 for g in range(lo // SCRATCH_GRANULE, (hi - 1) // SCRATCH_GRANULE + 1)]
     return [(a.memory, pb, g)
@@ -164,10 +156,7 @@ def plan(order: list, scratch_extent) -> Plan:
         waits[t].append(wait)
         finish.append(start + cost)
         free[t] = start + cost
-    result = Plan(lists, waits, (total, max(free)))
-    for t in (0, 1):
-        result.signalled[1 - t].update(w for w in waits[t] if w >= 0)
-    return result
+    return Plan(lists, waits, (total, max(free)))
 
 
 class _Aborted(Exception):
@@ -187,8 +176,8 @@ class TwoThreadRunner:
         self.order = order
         self.plan = plan_
         self.machine = machine
-        # One event per position the other thread waits for.
-        self.events = tuple({pos: threading.Event() for pos in plan_.signalled[t]}
+        # Per thread: one event per position of its list that the other thread waits for.
+        self.events = tuple({pos: threading.Event() for pos in plan_.waits[1 - t] if pos >= 0}
                             for t in (0, 1))
         self._failed = False
 

@@ -111,7 +111,7 @@ class Replay:
                 t = neff.tensors[tid]
                 if t.kind != "scratch":
                     return None
-                return bases[tid], bases[tid] + t.num_elements * NUMPY_DTYPES[t.dtype].itemsize
+                return bases[tid], bases[tid] + t.nbytes
 
             plan = host_threads.plan(self.order, scratch_extent)
             if host_threads.worth_two_threads(plan):

@@ -85,8 +85,9 @@ def allowed_start_partitions(count: int, num_partitions: int) -> tuple[int, ...]
     return (0, quarter, half, 3 * quarter)
 
 
-def _extent(sizes, strides) -> tuple[int, int]:
-    """Lowest and highest element index (relative to the offset) an access pattern reaches."""
+def pattern_extent(sizes, strides) -> tuple[int, int]:
+    """Lowest and highest offset (relative to the pattern's start, in the strides' unit:
+    elements or bytes) an access pattern reaches."""
     lo = hi = 0
     for n, s in zip(sizes, strides):
         step = (n - 1) * s
@@ -148,7 +149,7 @@ def decode_operand(ins, engine: isa.Engine, slot: int, role: str, fields: tuple,
         if isa_dtype != tensor.dtype:
             raise ins.error(f"{what}: HBM operand of dtype {isa_dtype.label} reads tensor "
                            f"{tensor.name!r} of dtype {tensor.dtype.label}")
-        lo, hi = _extent(sizes if indirect else shape,
+        lo, hi = pattern_extent(sizes if indirect else shape,
                          strides if indirect else (pstride, *strides))
         lo += offset
         hi += offset
@@ -170,7 +171,7 @@ def decode_operand(ins, engine: isa.Engine, slot: int, role: str, fields: tuple,
     if start + count > target.num_partitions:
         raise ins.error(f"{what} {text}: a tile beyond {target.num_partitions} partitions "
                        f"(partitions {start}..{start + count - 1})", OutOfBoundsError)
-    lo, hi = _extent(sizes, strides)
+    lo, hi = pattern_extent(sizes, strides)
     b0 = offset + lo * isz
     b1 = offset + hi * isz + isz
     if b0 < 0 or b1 > partition_bytes:
@@ -214,7 +215,7 @@ def _distinct_addresses(shape: tuple[int, ...], strides: tuple[int, ...],
     count = 1
     for n in shape:
         count *= n
-    lo, hi = _extent(shape, strides)
+    lo, hi = pattern_extent(shape, strides)
     if count * itemsize > hi - lo + itemsize:
         return False
     # Cheap sufficient test: sorted by stride, each dimension steps over everything inside it.
