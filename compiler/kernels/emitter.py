@@ -104,9 +104,9 @@ def tensor_tensor_cycles(dst: Tile, lhs: Tile, rhs: Tile, op: str) -> int:
 class Emitter:
     """Emits nisa ops at the current MLIR insertion point. Each DMA goes to the queue with the
     least transfer time queued so far (bytes plus per-run overhead, as the cost model
-    charges); a copy goes to whichever of DVE and ACT has had less work so far
-    (`engine_work`, in the cost model's cycles per partition), so independent work spreads
-    over the machine."""
+    charges); a copy goes to whichever of DVE and ACT would finish it first given the work
+    each has had so far (`engine_work`: ns of busy time by the cost model, each engine at its
+    own clock), so independent work spreads over the machine."""
 
     def __init__(self, target: Target):
         self.target = target
@@ -127,6 +127,20 @@ class Emitter:
         self._queued_bytes[queue] += nbytes + runs * self.target.dma_chunk_overhead_bytes
         return queue
 
+    def busy_ns(self, engine: str, cycles: float) -> float:
+        """ns that `engine` (DVE or ACT) is busy with an instruction of `cycles` (the cost
+        table's count): at least MIN_II, plus the fixed overhead of a tiny free size."""
+        t = self.target
+        if cycles < t.tiny_free_size:
+            cycles += t.fixed_overhead_cycles
+        return max(t.min_ii, cycles) / t.engine_ghz(engine)
+
+    def sooner_engine(self, cycles: dict[str, float]) -> str:
+        """Of the engines in `cycles` (engine -> the instruction's cycles there), the one that
+        would finish it first after the work it has had so far; DVE on a tie."""
+        return min(cycles, key=lambda e: (self.engine_work[e] + self.busy_ns(e, cycles[e]),
+                                          e != "dve"))
+
     # -- buffers -----------------------------------------------------------------------------
 
     def alloc(self, memory: str, partitions: int, free: int, element_type: ir.Type) -> Tile:
@@ -144,11 +158,11 @@ class Emitter:
     def _instr(self, name: str, engine: str, operands: list[tuple[ir.Value, list[int]]],
                segments: list[int] | None = None, cycles: int | None = None,
                **attrs) -> ir.Operation:
-        """`cycles`: the engine's work in cycles per partition, for `engine_work` (default:
-        one per element of the destination's free pattern)."""
+        """`cycles`: the engine's work in cycles per partition as TARGET.md's cost table counts
+        N (default: one per element of the destination's free pattern), for `engine_work`."""
         if engine in self.engine_work:
-            self.engine_work[engine] += cycles if cycles is not None else \
-                math.prod(operands[0][1][4::2])
+            self.engine_work[engine] += self.busy_ns(
+                engine, cycles if cycles is not None else math.prod(operands[0][1][4::2]))
         attributes = {
             "engine": U.string(engine),
             "aps": ir.ArrayAttr.get([U.i64_array(ap) for _, ap in operands]),
@@ -214,6 +228,7 @@ class Emitter:
             if extra is not None:
                 operands.append((extra.buffer, extra.ap()))
         self._instr("nisa.activation", "act", operands,
+                    cycles=dst.free + (self.target.min_ii if accum is not None else 0),
                     segments=[1, 1, int(bias is not None), 0, int(accum is not None)],
                     func=U.string(func), scale=U.f32(scale))
 
@@ -245,7 +260,7 @@ class Emitter:
     def copy(self, dst: Tile, src: Tile, engine: str | None = None) -> None:
         """Copy (with dtype conversion), on `engine` or the less loaded of DVE and ACT."""
         if engine is None:
-            engine = "dve" if self.engine_work["dve"] <= self.engine_work["act"] else "act"
+            engine = self.sooner_engine({"dve": dst.free, "act": dst.free})
         self._instr("nisa.tensor_copy", engine, [(dst.buffer, dst.ap()), (src.buffer, src.ap())])
 
     def memset(self, dst: Tile, value: float, engine: str = "pool") -> None:
@@ -258,7 +273,9 @@ class Emitter:
 
     def tensor_reduce(self, dst: Tile, src: Tile, op: str, engine: str = "dve") -> None:
         """dst[p, 0] = reduction of src[p, :] with `op`."""
+        halved = op in ("add", "max") and str(src.element_type) == "bf16"
         self._instr("nisa.tensor_reduce", engine, [(dst.buffer, dst.ap()), (src.buffer, src.ap())],
+                    cycles=src.free / 2 if halved else src.free,
                     op=U.string(op), reduce_dims=U.i64(1))
 
     def select(self, dst: Tile, mask: Tile, on_true: Tile, on_false: Tile) -> None:

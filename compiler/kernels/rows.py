@@ -172,6 +172,21 @@ def lower_rows(em: Emitter, body: list[ir.Operation], views: dict,
             scaled[y] = (op.operands[0], U.float_attr(op, "scalar"))
             folded.add(op)
     scaled_names = {a: y for y in scaled for a in [y] + alias_of.get(y, [])}
+    # ... and where that scaled max m = c max(x) is read only as the bias -m of such an f, the
+    # bias is max(x) * -c in one multiply (fl(-c v) = -fl(c v) exactly; m itself unneeded).
+    scaled_subs = {sub for sub in biased.values() if sub.operands[0] in scaled_names}
+    bias_only = set()
+    for op in compute:
+        m = op.results[0]
+        if op.name != "trn.reduce" or op.operands[0] not in scaled_names or \
+                m in (yielded, output[0]) or storage.get(m, U.element_type(m)) != ir.F32Type.get():
+            continue
+        names = {m} | {a for a, v in per_row_alias.items() if v == m}
+        spread = [b for b, v in broadcast_of.items() if v == m]
+        if not any(users.get(v) for v in names) and \
+                all(u in scaled_subs and u.operands[1] == b for b in spread
+                    for u in users.get(b, [])):
+            bias_only.add(op)
 
     for outer in itertools.product(*(range(math.prod(kept[d] for d in group))
                                      for group in layout.loops)):
@@ -179,6 +194,7 @@ def lower_rows(em: Emitter, body: list[ir.Operation], views: dict,
         for p0 in range(0, layout.rows, tp):
             pn = min(tp, layout.rows - p0)
             tiles: dict = {v: t.rows(pn) for v, t in resident.items()}
+            unscaled_by: dict = {}     # a bias-only max (bias_only) -> the c it omits
             for v in leaves:
                 if v not in tiles:
                     view = _tile_view(leaf_views[v], layout, kept_rank, index, p0, pn,
@@ -192,7 +208,6 @@ def lower_rows(em: Emitter, body: list[ir.Operation], views: dict,
                     return _spread(em, tiles[broadcast_of[v]], row_elements)
                 return tiles[v]
 
-            work = {"act": 0, "dve": 0}
             for op in compute:
                 result = op.results[0]
                 if result in aliases:
@@ -213,7 +228,8 @@ def lower_rows(em: Emitter, body: list[ir.Operation], views: dict,
                         x, scale = scaled[scaled_names[sub.operands[0]]]
                         source = operand(x)
                         bias = em.alloc("sbuf", pn, 1, ir.F32Type.get())
-                        em.tensor_scalar(bias, tiles[broadcast_of[sub.operands[1]]], "mul", -1.0)
+                        m = broadcast_of[sub.operands[1]]
+                        em.tensor_scalar(bias, tiles[m], "mul", -unscaled_by.get(m, 1.0))
                     else:
                         sub = biased[op]
                         source = operand(sub.operands[0])
@@ -228,13 +244,10 @@ def lower_rows(em: Emitter, body: list[ir.Operation], views: dict,
                         accum = em.alloc("sbuf", pn, 1, U.element_type(total))
                         tiles[total] = accum
                     em.activation(dst, source, U.str_attr(op, "func"), scale, bias, accum)
-                    work["act"] += free
-                elif op.name == "trn.tensor_scalar" and is_row(result) and \
-                        U.str_attr(op, "op") == "mul" and work["act"] <= work["dve"] and \
-                        not ir.BoolAttr(op.attributes["reverse"]).value:
-                    em.activation(dst, operand(op.operands[0]), "identity",
-                                  U.float_attr(op, "scalar"))
-                    work["act"] += free
+                elif op.name == "trn.reduce" and op in bias_only:
+                    x, factor = scaled[scaled_names[op.operands[0]]]
+                    em.tensor_reduce(dst, operand(x), "max")
+                    unscaled_by[result] = factor
                 elif op.name == "trn.reduce" and op.operands[0] in scaled_names:
                     x, factor = scaled[scaled_names[op.operands[0]]]
                     unscaled = em.alloc("sbuf", pn, 1, ir.F32Type.get())
@@ -250,15 +263,11 @@ def lower_rows(em: Emitter, body: list[ir.Operation], views: dict,
                     em.tensor_scalar(dst, operand(row_value), U.str_attr(op, "op"),
                                      tiles[broadcast_of[per_row]], reverse0=reverse)
                 else:
-                    # Whole-row arithmetic may go to ACT when DVE has more work (a square,
-                    # a constant multiply or add: the same roundings); a per-row [P, 1]
-                    # value stays beside the DVE reduction that made it.
+                    # Whole-row arithmetic may go to ACT when it would finish sooner there
+                    # (a square, a constant multiply or add: the same roundings); a per-row
+                    # [P, 1] value stays beside the DVE reduction that made it.
                     emit_elementwise(em, op, [operand(v) for v in op.operands], dst, consts,
                                      share=is_row(result))
-                if op.name != "trn.activation" or op in biased or op in accumulated:
-                    work["dve"] += free if op.name != "trn.activation" else 0
-                else:
-                    work["act"] += free
                 tiles[result] = dst
 
             tile = operand(yielded)

@@ -89,8 +89,8 @@ def emit_elementwise(em: Emitter, op: ir.Operation, operands: list[Tile], dst: T
     """Compute trn elementwise `op` of full tiles `operands` into `dst` (same [P, F]).
 
     With `share`, a multiply or add by a constant, or a square (x * x), goes to ACT when it
-    would finish no later there than on DVE, given the work each has been given so far
-    (`em.engine_work`): an identity activation computes x * scale + bias with the same fp32
+    would finish sooner there than on DVE, given the work each has been given so far
+    (`em.sooner_engine`): an identity activation computes x * scale + bias with the same fp32
     roundings (a multiply with no bias operand is the product alone), and the square
     activation rounds x * x once, as the multiply does; so the two engines share a kernel's
     arithmetic."""
@@ -106,8 +106,7 @@ def emit_elementwise(em: Emitter, op: ir.Operation, operands: list[Tile], dst: T
             on_dve = dst.free
         elif name == "trn.tensor_tensor" and alu == "mul" and operands[0] is operands[1]:
             on_dve = tensor_tensor_cycles(dst, operands[0], operands[1], alu)
-        work = em.engine_work
-        if on_dve is not None and work["act"] + dst.free <= work["dve"] + on_dve:
+        if on_dve is not None and em.sooner_engine({"dve": on_dve, "act": dst.free}) == "act":
             if name == "trn.tensor_tensor":
                 em.activation(dst, operands[0], "square")
             elif alu == "mul":
@@ -130,7 +129,7 @@ def emit_elementwise(em: Emitter, op: ir.Operation, operands: list[Tile], dst: T
     elif name == "trn.select":
         em.select(dst, *operands)
     elif name == "trn.convert":
-        em.copy(dst, operands[0], engine="dve")
+        em.copy(dst, operands[0], engine=None if share else "dve")
     elif name == "trn.fill":
         em.memset(dst, U.float_attr(op, "value"))
     else:

@@ -544,13 +544,14 @@ func.func @bias_grad(%g: tensor<256x600xbf16>) -> tensor<600xf32> {
 // Tests that a row-wise softmax hands the scalar engine what it does in one pass: exp of the
 // scaled row minus its max as one activation (scale 0.125, per-partition bias -max), with the
 // row sum accumulated by that activation. The scaling is no pass of its own: DVE reduces the
-// max of the unscaled row and scales the [P, 1] column (max(c x) = c max(x) for c > 0), negates
-// it, and divides at the end.
+// max of the unscaled row (max(c x) = c max(x) for c > 0), and as the scaled max is read only
+// as that bias, one multiply of the [P, 1] column by -c makes it (-fl(c m) = fl(-c m)); DVE
+// divides at the end.
 // CHECK-LABEL: func.func @softmax
 // CHECK-NOT: func = "identity"
 // CHECK: "nisa.tensor_reduce"({{.*}}op = "max"
-// CHECK: "nisa.tensor_scalar"({{.*}}imm0 = 1.250000e-01 : f32{{.*}}op0 = "mul"
-// CHECK: "nisa.tensor_scalar"({{.*}}imm0 = -1.000000e+00 : f32{{.*}}op0 = "mul"
+// CHECK-NOT: "nisa.tensor_scalar"({{.*}}imm0 = 1.250000e-01
+// CHECK: "nisa.tensor_scalar"({{.*}}imm0 = -1.250000e-01 : f32{{.*}}op0 = "mul"
 // CHECK: "nisa.activation"(%{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}) {{{.*}}func = "exp"{{.*}}operandSegmentSizes = array<i32: 1, 1, 1, 0, 1>{{.*}}scale = 1.250000e-01
 // CHECK-NOT: "nisa.tensor_reduce"({{.*}}op = "add"
 // CHECK: "nisa.tensor_scalar"({{.*}}op0 = "div"
@@ -565,6 +566,33 @@ func.func @softmax(%x: tensor<128x96xf32>) -> tensor<128x96xf32> {
     %zb = "trn.broadcast"(%z) {dimensions = array<i64: 1>} : (tensor<128xf32>) -> tensor<128x96xf32>
     %r = "trn.tensor_tensor"(%e, %zb) {op = "div"} : (tensor<128x96xf32>, tensor<128x96xf32>) -> tensor<128x96xf32>
     "trn.yield"(%r) : (tensor<128x96xf32>) -> ()
+  }) {kind = "rows"} : () -> tensor<128x96xf32>
+  return %k : tensor<128x96xf32>
+}
+
+// -----
+
+// Tests that a scaled max read by more than the exp's bias is still made: the max of the
+// unscaled row times c, then its negation as the bias.
+// CHECK-LABEL: func.func @softmax_max_reused
+// CHECK: "nisa.tensor_reduce"({{.*}}op = "max"
+// CHECK: "nisa.tensor_scalar"({{.*}}imm0 = 1.250000e-01 : f32{{.*}}op0 = "mul"
+// CHECK: "nisa.tensor_scalar"({{.*}}imm0 = -1.000000e+00 : f32{{.*}}op0 = "mul"
+// CHECK: "nisa.activation"({{.*}}func = "exp"
+// CHECK: "nisa.tensor_scalar"({{.*}}op0 = "div"
+// CHECK: "nisa.tensor_scalar"({{.*}}op0 = "add"
+func.func @softmax_max_reused(%x: tensor<128x96xf32>) -> tensor<128x96xf32> {
+  %k = "trn.kernel"() ({
+    %s = "trn.tensor_scalar"(%x) {op = "mul", scalar = 0.125 : f32, reverse = false} : (tensor<128x96xf32>) -> tensor<128x96xf32>
+    %m = "trn.reduce"(%s) {op = "max", dimensions = array<i64: 1>} : (tensor<128x96xf32>) -> tensor<128xf32>
+    %mb = "trn.broadcast"(%m) {dimensions = array<i64: 1>} : (tensor<128xf32>) -> tensor<128x96xf32>
+    %d = "trn.tensor_tensor"(%s, %mb) {op = "sub"} : (tensor<128x96xf32>, tensor<128x96xf32>) -> tensor<128x96xf32>
+    %e = "trn.activation"(%d) {func = "exp", scale = 1.0 : f32, bias = 0.0 : f32} : (tensor<128x96xf32>) -> tensor<128x96xf32>
+    %z = "trn.reduce"(%e) {op = "add", dimensions = array<i64: 1>} : (tensor<128x96xf32>) -> tensor<128xf32>
+    %zb = "trn.broadcast"(%z) {dimensions = array<i64: 1>} : (tensor<128xf32>) -> tensor<128x96xf32>
+    %r = "trn.tensor_tensor"(%e, %zb) {op = "div"} : (tensor<128x96xf32>, tensor<128x96xf32>) -> tensor<128x96xf32>
+    %o = "trn.tensor_tensor"(%r, %mb) {op = "add"} : (tensor<128x96xf32>, tensor<128x96xf32>) -> tensor<128x96xf32>
+    "trn.yield"(%o) : (tensor<128x96xf32>) -> ()
   }) {kind = "rows"} : () -> tensor<128x96xf32>
   return %k : tensor<128x96xf32>
 }
