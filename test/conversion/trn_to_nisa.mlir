@@ -668,6 +668,29 @@ func.func @epilogue_producer(%w: tensor<256x128xbf16>, %dy: tensor<128x128xbf16>
 
 // -----
 
+// Tests that PSUM evacuations that only round (an epilogue of one trn.convert) are shared by
+// DVE and ACT: each goes to the engine that would finish it first given the work it has had
+// (the cost model's busy time at each engine's clock), so the four [128, 512] banks alternate.
+// CHECK-LABEL: func.func @evacuations_shared
+// CHECK: "nisa.matmul"
+// CHECK: "nisa.tensor_copy"({{.*}}engine = "dve"} : (memref<128x512xbf16, "sbuf">, memref<128x512xf32, "psum">)
+// CHECK: "nisa.matmul"
+// CHECK: "nisa.tensor_copy"({{.*}}engine = "act"} : (memref<128x512xbf16, "sbuf">, memref<128x512xf32, "psum">)
+// CHECK: "nisa.matmul"
+// CHECK: "nisa.tensor_copy"({{.*}}engine = "dve"} : (memref<128x512xbf16, "sbuf">, memref<128x512xf32, "psum">)
+// CHECK: "nisa.matmul"
+// CHECK: "nisa.tensor_copy"({{.*}}engine = "act"} : (memref<128x512xbf16, "sbuf">, memref<128x512xf32, "psum">)
+func.func @evacuations_shared(%a: tensor<256x128xbf16>, %b: tensor<128x1024xbf16>) -> tensor<256x1024xbf16> {
+  %k = "trn.kernel"() ({
+    %mm = "trn.matmul"(%a, %b) : (tensor<256x128xbf16>, tensor<128x1024xbf16>) -> tensor<256x1024xf32>
+    %r = "trn.convert"(%mm) : (tensor<256x1024xf32>) -> tensor<256x1024xbf16>
+    "trn.yield"(%r) : (tensor<256x1024xbf16>) -> ()
+  }) {kind = "matmul", orientation = "mn"} : () -> tensor<256x1024xbf16>
+  return %k : tensor<256x1024xbf16>
+}
+
+// -----
+
 // Tests that an attention kernel whose heads lie side by side in each token row (a projection
 // viewed per head) loads Q, K and V once for all heads, in whole rows, and gives each head
 // its columns of those tiles: head 1 transposes Q and K from column 32 and multiplies the
