@@ -108,6 +108,8 @@ class Fuse(Pass):
             if op.name in ("trn.matmul", "trn.conv", "trn.pool"):
                 group = [op] + (self._chain(op, taken, through_reduce=False)
                                 if self.matmul_epilogue else [])
+                if self.matmul_epilogue and self.elementwise:
+                    group += _consumer_dag(group[-1], taken)
             elif op.name == "trn.reduce" or (not self.elementwise and op.name in ELEMENTWISE_OPS
                                              and op.name not in SOURCE_OPS):
                 group = [op] + (self._chain(op, taken, through_reduce=False)
@@ -161,6 +163,10 @@ def sink_views(func: ir.Operation) -> None:
     - before a broadcast, f runs over the source instead of the broadcast result (a
       per-channel scale converted to fp32 once, not once per pixel), and the broadcast stays
       a view that consumers fold into their access patterns.
+    - a reshape of a computed value read by several elementwise ops (GPT-2's GELU reads the
+      Linear's output three times: x^3, x + ..., 0.5 x) moves below each of them whose other
+      operands are reshapes from the same shape: the whole DAG then runs in its producer's
+      shape and can join its epilogue.
     A view whose unary chain is reduced stays (the rows keep the reduction's shape)."""
     changed = True
     while changed:
@@ -168,6 +174,9 @@ def sink_views(func: ir.Operation) -> None:
         for view in U.body_ops(func):
             if view.name not in ("trn.reshape", "trn.broadcast"):
                 continue
+            if view.name == "trn.reshape" and _sink_shared_reshape(view):
+                changed = True
+                break
             uses = list(view.results[0].uses)
             if len(uses) != 1:
                 continue
@@ -190,6 +199,44 @@ def sink_views(func: ir.Operation) -> None:
             view.erase()
             changed = True
             break
+
+
+def _sink_shared_reshape(view: ir.Operation) -> bool:
+    """f(reshape(x), reshape(y), ...) -> reshape(f(x, y, ...)) for one elementwise user f of
+    `view` (a reshape of a computed x) whose every operand is a reshape of a value of x's
+    shape (`view` itself, or the moved result of another such f); whether one moved."""
+    source = view.operands[0]
+    producer = U.defining_op(source)
+    if producer is None or producer.name in VIEW_OPS:
+        return False
+    shape = U.shape(source)
+    for use in list(view.results[0].uses):
+        user = U.operation(use.owner)
+        if user.name not in ELEMENTWISE_OPS or user.name in SOURCE_OPS or \
+                len(user.results) != 1 or user.parent != view.parent or _feeds_reduction(user):
+            continue
+        operands, reshapes = [], []
+        for v in user.operands:
+            reshape = U.defining_op(v)
+            if reshape is None or reshape.name != "trn.reshape" or \
+                    U.shape(reshape.operands[0]) != shape:
+                break
+            operands.append(reshape.operands[0])
+            if reshape not in reshapes:
+                reshapes.append(reshape)
+        else:
+            with ir.InsertionPoint(user), user.location:
+                moved = U.create(user.name, [U.tensor_type(shape,
+                                                           U.element_type(user.results[0]))],
+                                 operands, U.attributes_of(user))
+                back = U.create("trn.reshape", [user.results[0].type], [moved.results[0]], {})
+            user.results[0].replace_all_uses_with(back.results[0])
+            user.erase()
+            for reshape in reshapes:
+                if not list(reshape.results[0].uses):
+                    reshape.erase()
+            return True
+    return False
 
 
 def fold_reshape_chains(func: ir.Operation) -> None:
@@ -323,6 +370,42 @@ def _elementwise_dag(seed: ir.Operation, taken: set) -> list[ir.Operation]:
         if not escaping:
             return members
         members = members[:escaping[0] + 1]
+
+
+def _consumer_dag(root: ir.Operation, taken: set) -> list[ir.Operation]:
+    """Elementwise ops of the root's shape that together consume every use of the root's
+    value (a DAG: GELU's tanh form reads a Linear's output three times), in block order,
+    with only the last used outside; [] when there is none such. An op joins when it reads
+    the root or a member and nothing it reads depends on the root otherwise."""
+    uses = list(root.results[0].uses)
+    if len(uses) < 2:
+        return []
+    func_body = [o.operation if isinstance(o, ir.OpView) else o
+                 for o in root.parent.regions[0].blocks[0].operations]
+    position = {o: i for i, o in enumerate(func_body)}
+    shape = U.shape(root.results[0])
+    members: list[ir.Operation] = []
+    values = {root.results[0]}
+    tainted: set = set()
+    for op in func_body[position[root] + 1:]:
+        if not any(v in values or v in tainted for v in op.operands):
+            continue
+        if op.name in ELEMENTWISE_OPS and op.name not in SOURCE_OPS and op not in taken \
+                and len(op.results) == 1 and U.shape(op.results[0]) == shape \
+                and not any(v in tainted for v in op.operands):
+            members.append(op)
+            values.add(op.results[0])
+        else:
+            tainted.update(op.results)
+    inside = set(members)
+    escaping = [i for i, m in enumerate(members[:-1])
+                if any(U.operation(u.owner) not in inside for u in m.results[0].uses)]
+    if escaping:
+        members = members[:escaping[0] + 1]
+        inside = set(members)
+    if not members or any(U.operation(u.owner) not in inside for u in uses):
+        return []
+    return members
 
 
 def outline(group: list[ir.Operation], kind: str | None = None,

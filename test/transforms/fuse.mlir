@@ -403,3 +403,47 @@ func.func @mlp_residual_first(%x: tensor<256x128xbf16>, %w1: tensor<128x512xbf16
 }
 
 // ERR: fuse-invalid.mlir:3:8: error: 'trn.tensor_tensor' op operand #1 shape [4] differs from result shape [8]
+
+// -----
+
+// Tests that GELU's tanh form after a Linear whose output is viewed 3-D joins the matmul's
+// epilogue: the view moves below the ops that read it (x^3, x + ..., 0.5 x: several users,
+// each other operand a reshape from the same shape), and the DAG of ops that together
+// consume every use of the matmul's value is evaluated with it, so only the GELU's result
+// leaves the chip (and is viewed 3-D for the caller).
+// CHECK-LABEL: func.func @gelu_new
+// CHECK: "trn.kernel"() ({
+// CHECK-NEXT: %[[M:.*]] = "trn.matmul"
+// CHECK-DAG: "trn.tensor_scalar"(%[[M]]) {op = "mul"{{.*}}scalar = 5.000000e-01
+// CHECK-DAG: "trn.tensor_scalar"(%[[M]]) {op = "pow"
+// CHECK: "trn.tensor_tensor"(%[[M]], %{{.*}}) {op = "add"} : (tensor<256x512xf32>
+// CHECK: "trn.activation"({{.*}}func = "tanh"
+// CHECK: "trn.tensor_tensor"({{.*}}op = "mul"} : (tensor<256x512xf32>, tensor<256x512xf32>)
+// CHECK: "trn.convert"
+// CHECK-NEXT: "trn.yield"
+// CHECK-NEXT: }) {kind = "matmul"} : () -> tensor<256x512xbf16>
+// CHECK-NEXT: %[[R:.*]] = "trn.reshape"
+// CHECK-NEXT: return %[[R]] : tensor<1x256x512xbf16>
+// KEEP-LABEL: func.func @gelu_new
+// KEEP: "trn.kernel"
+// KEEP: "trn.convert"(%{{.*}}) : (tensor<256x512xf32>) -> tensor<256x512xbf16>
+// KEEP: "trn.activation"({{.*}}func = "tanh"
+// KEEP: }) {kind = "matmul"}
+// KEEP-NOT: "trn.kernel"
+// OFF-LABEL: func.func @gelu_new
+// OFF-COUNT-10: "trn.kernel"
+func.func @gelu_new(%x: tensor<256x128xbf16>, %w: tensor<128x512xbf16>) -> tensor<1x256x512xbf16> {
+  %m = "trn.matmul"(%x, %w) : (tensor<256x128xbf16>, tensor<128x512xbf16>) -> tensor<256x512xf32>
+  %c = "trn.convert"(%m) : (tensor<256x512xf32>) -> tensor<256x512xbf16>
+  %r = "trn.reshape"(%c) : (tensor<256x512xbf16>) -> tensor<1x256x512xbf16>
+  %h = "trn.tensor_scalar"(%r) {op = "mul", reverse = false, scalar = 5.000000e-01 : f32} : (tensor<1x256x512xbf16>) -> tensor<1x256x512xf32>
+  %p = "trn.tensor_scalar"(%r) {op = "pow", reverse = false, scalar = 3.000000e+00 : f32} : (tensor<1x256x512xbf16>) -> tensor<1x256x512xf32>
+  %q = "trn.tensor_scalar"(%p) {op = "mul", reverse = false, scalar = 4.471500e-02 : f32} : (tensor<1x256x512xf32>) -> tensor<1x256x512xf32>
+  %a = "trn.tensor_tensor"(%r, %q) {op = "add"} : (tensor<1x256x512xbf16>, tensor<1x256x512xf32>) -> tensor<1x256x512xf32>
+  %b = "trn.tensor_scalar"(%a) {op = "mul", reverse = false, scalar = 0.797884583 : f32} : (tensor<1x256x512xf32>) -> tensor<1x256x512xf32>
+  %t = "trn.activation"(%b) {bias = 0.000000e+00 : f32, func = "tanh", scale = 1.000000e+00 : f32} : (tensor<1x256x512xf32>) -> tensor<1x256x512xf32>
+  %o = "trn.tensor_scalar"(%t) {op = "add", reverse = false, scalar = 1.000000e+00 : f32} : (tensor<1x256x512xf32>) -> tensor<1x256x512xf32>
+  %g = "trn.tensor_tensor"(%h, %o) {op = "mul"} : (tensor<1x256x512xf32>, tensor<1x256x512xf32>) -> tensor<1x256x512xf32>
+  %y = "trn.convert"(%g) : (tensor<1x256x512xf32>) -> tensor<1x256x512xbf16>
+  return %y : tensor<1x256x512xbf16>
+}
