@@ -54,6 +54,13 @@ def lower_elementwise(em: Emitter, compute: list[ir.Operation], views: dict,
     consts = ConstantVectors(em)
     storage, aliases = rounding_writes(compute, {v for v, _ in outputs})
     aliases.update(widening_aliases(compute, {v for v, _ in outputs}))
+    # Leaves stored as they are loaded, or standing in for a value that is (an alias).
+    stored = set()
+    for v, _ in outputs:
+        stored.add(v)
+        while v in aliases:
+            v = aliases[v]
+            stored.add(v)
 
     for outer in itertools.product(*(range(n) for n in shape2[:-2])):
         def at(view: HbmView, p0: int, pn: int, f0: int, fn: int) -> HbmView:
@@ -67,7 +74,8 @@ def lower_elementwise(em: Emitter, compute: list[ir.Operation], views: dict,
                 fn = min(tf, free - f0)
                 tiles: dict[ir.Value, Tile] = {}
                 for v, view in leaf_views.items():
-                    tiles[v] = load_leaf(em, at(view, p0, pn, f0, fn))
+                    tiles[v] = load_leaf(em, at(view, p0, pn, f0, fn),
+                                         computed_on=v not in stored)
                 for op in compute:
                     result = op.results[0]
                     if result in aliases:
@@ -82,10 +90,20 @@ def lower_elementwise(em: Emitter, compute: list[ir.Operation], views: dict,
                     em.store(at(view, p0, pn, f0, fn), 0, [1], tiles[v])
 
 
-def load_leaf(em: Emitter, view: HbmView) -> Tile:
+def load_leaf(em: Emitter, view: HbmView, computed_on: bool = False) -> Tile:
     """A view [P, free dims...] into a new SBUF tile [P, F]: by DMA, or generated on chip
-    (MEMSET for a constant, IOTA for a loop index) when the view has no storage."""
+    (MEMSET for a constant, IOTA for a loop index) when the view has no storage.
+
+    A view broadcast along its innermost free dim is spread on chip from its distinct
+    elements (`_load_spread`) where an engine's copy is exact: floats, and integers of up to
+    16 bits; wider integers too when `computed_on` (the tile is only read by ACT/DVE ops,
+    which read it through fp32 anyway, so a copy through fp32 changes nothing they see)."""
     parts, free = view.shape[0], math.prod(view.shape[1:])
+    etype = view.element_type
+    exact_copy = computed_on or not isinstance(etype, ir.IntegerType) or etype.width <= 16
+    if view.buffer is not None and view.rank >= 2 and view.strides[-1] == 0 and \
+            view.shape[-1] > 1 and exact_copy:
+        return _load_spread(em, view)
     tile = em.alloc("sbuf", parts, free, view.element_type)
     if view.buffer is not None and view.rank == 2 and transposed_access(view):
         load_transposed(em, tile, view)
@@ -106,6 +124,26 @@ def load_leaf(em: Emitter, view: HbmView) -> Tile:
         for k, position in enumerate(itertools.product(*(range(n) for _, n in outer))):
             base = view.offset + sum(i * s for i, (s, _) in zip(position, outer))
             em.iota(tile.columns(k * width, width), base, view.strides[0], step)
+    return tile
+
+
+def _load_spread(em: Emitter, view: HbmView) -> Tile:
+    """A view broadcast along its innermost free dim (stride 0: a DMA would move one element
+    per descriptor, each paying the per-run overhead): its distinct elements are loaded
+    compactly and copied across the tile on chip with stride-0 reads."""
+    compact = view
+    for dim in range(1, view.rank):
+        if view.strides[dim] == 0:
+            compact = compact.slice(dim, 0, 1)
+    parts = view.shape[0]
+    distinct = load_leaf(em, compact)
+    dims, stride = [], 1
+    for dim in reversed(range(1, view.rank)):
+        dims.append((0 if view.strides[dim] == 0 else stride, view.shape[dim]))
+        if view.strides[dim] != 0:
+            stride *= view.shape[dim]
+    tile = em.alloc("sbuf", parts, math.prod(view.shape[1:]), view.element_type)
+    em.copy(tile, distinct.pattern(0, dims[::-1]))
     return tile
 
 

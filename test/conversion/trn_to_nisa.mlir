@@ -668,6 +668,28 @@ func.func @epilogue_producer(%w: tensor<256x128xbf16>, %dy: tensor<128x128xbf16>
 
 // -----
 
+// Tests that an operand broadcast along the innermost free dim (a causal mask's row index,
+// constant along each row) is not loaded one element per DMA run: its [128, 1] column is
+// loaded and copied across the row on chip with a stride-0 read (an i64 read only by DVE's
+// comparison, which sees it through fp32 as the copy does). The operand broadcast over
+// partitions keeps its whole-row DMA.
+// CHECK-LABEL: func.func @spread_columns
+// CHECK: "nisa.dma"(%[[COL:[0-9]+]], %arg1) {aps = [array<i64: 0, 1, 128, 1, 1>, array<i64: 0, 1, 128, 0, 1>]
+// CHECK: "nisa.tensor_copy"(%[[WIDE:[0-9]+]], %[[COL]]) {aps = [array<i64: 0, 512, 128, 1, 512>, array<i64: 0, 1, 128, 0, 512>]
+// CHECK: "nisa.tensor_tensor"(%{{.*}}, %{{.*}}, %[[WIDE]]) {{.*}}op = "le"
+// CHECK-NOT: "nisa.dma"(%{{.*}}, %arg1) {aps = [array<i64: 0, 512, 128, 1, 512>
+func.func @spread_columns(%a: tensor<512xi64>, %b: tensor<512xi64>) -> tensor<512x512xi1> {
+  %k = "trn.kernel"() ({
+    %ra = "trn.broadcast"(%a) {dimensions = array<i64: 0>} : (tensor<512xi64>) -> tensor<512x512xi64>
+    %cb = "trn.broadcast"(%b) {dimensions = array<i64: 1>} : (tensor<512xi64>) -> tensor<512x512xi64>
+    %le = "trn.tensor_tensor"(%ra, %cb) {op = "le"} : (tensor<512x512xi64>, tensor<512x512xi64>) -> tensor<512x512xi1>
+    "trn.yield"(%le) : (tensor<512x512xi1>) -> ()
+  }) {kind = "elementwise", free_tile = 512 : i64} : () -> tensor<512x512xi1>
+  return %k : tensor<512x512xi1>
+}
+
+// -----
+
 // Tests that PSUM evacuations that only round (an epilogue of one trn.convert) are shared by
 // DVE and ACT: each goes to the engine that would finish it first given the work it has had
 // (the cost model's busy time at each engine's clock), so the four [128, 512] banks alternate.
