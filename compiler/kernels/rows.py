@@ -121,9 +121,6 @@ def lower_rows(em: Emitter, body: list[ir.Operation], views: dict,
     consts = ConstantVectors(em)
     storage, aliases = rounding_writes(compute, {yielded})
 
-    # Operands constant over K: loaded once, every partition the same row.
-    resident = {v: load_leaf(em, _tile_view(leaf_views[v], layout, kept_rank, {}, 0, tp,
-                                            row=True)) for v in invariant}
 
     users = {}
     for op in compute:
@@ -187,6 +184,16 @@ def lower_rows(em: Emitter, body: list[ir.Operation], views: dict,
                 all(u in scaled_subs and u.operands[1] == b for b in spread
                     for u in users.get(b, [])):
             bias_only.add(op)
+    safe = _safe_softmax(compute, users, broadcast_of, per_row_alias, biased, accumulated,
+                         scaled_names, storage, leaf_views, {yielded, output[0]})
+    safe_exp = {act: select for select, (_, act, _) in safe.items()}
+    safe_div = {div: select for select, (_, _, div) in safe.items()}
+    unread = {select.operands[1] for select in safe if all(u in safe for u in
+                                                             users[select.operands[1]])}
+
+    # Operands constant over K: loaded once, every partition the same row.
+    resident = {v: load_leaf(em, _tile_view(leaf_views[v], layout, kept_rank, {}, 0, tp,
+                                            row=True)) for v in invariant if v not in unread}
 
     for outer in itertools.product(*(range(math.prod(kept[d] for d in group))
                                      for group in layout.loops)):
@@ -196,7 +203,7 @@ def lower_rows(em: Emitter, body: list[ir.Operation], views: dict,
             tiles: dict = {v: t.rows(pn) for v, t in resident.items()}
             unscaled_by: dict = {}     # a bias-only max (bias_only) -> the c it omits
             for v in leaves:
-                if v not in tiles:
+                if v not in tiles and v not in unread:
                     view = _tile_view(leaf_views[v], layout, kept_rank, index, p0, pn,
                                       row=is_row(v))
                     tile = produce(v, view) if produce is not None else None
@@ -214,7 +221,7 @@ def lower_rows(em: Emitter, body: list[ir.Operation], views: dict,
                     if aliases[result] in tiles:        # (not when its producer folded away)
                         tiles[result] = tiles[aliases[result]]
                     continue
-                if op in folded:
+                if op in folded or result in tiles:     # (computed ahead: _safe_softmax)
                     continue
                 free = row_elements if is_row(result) else 1
                 dst = em.alloc("sbuf", pn, free, storage.get(result, U.element_type(result)))
@@ -238,12 +245,34 @@ def lower_rows(em: Emitter, body: list[ir.Operation], views: dict,
                                          -scale)
                     if U.float_attr(op, "bias") != 0.0:
                         bias = consts.get(U.float_attr(op, "bias"), pn)
+                    if op in safe_exp:
+                        # A row whose max is -inf gets bias 0 (not +inf): its exp is 0, not
+                        # NaN, and its sum 0 (see _safe_softmax).
+                        cond_op = safe[safe_exp[op]][0]
+                        cond = em.alloc("sbuf", pn, 1, U.element_type(cond_op.results[0]))
+                        emit_elementwise(em, cond_op, [operand(cond_op.operands[0])], cond,
+                                         consts)
+                        tiles[cond_op.results[0]] = cond
+                        kept_bias = em.alloc("sbuf", pn, 1, ir.F32Type.get())
+                        em.select(kept_bias, cond, consts.get(0.0, pn), bias)
+                        bias = kept_bias
                     accum = None
                     if op in accumulated:
                         total = accumulated[op].results[0]
                         accum = em.alloc("sbuf", pn, 1, U.element_type(total))
                         tiles[total] = accum
                     em.activation(dst, source, U.str_attr(op, "func"), scale, bias, accum)
+                elif op in safe_div:
+                    select = safe_div[op]
+                    cond = tiles[safe[select][0].results[0]]
+                    total = em.alloc("sbuf", pn, 1, ir.F32Type.get())
+                    em.select(total, cond, consts.get(1.0, pn),
+                              tiles[broadcast_of[op.operands[1]]])
+                    etype = storage.get(select.results[0], U.element_type(select.results[0]))
+                    if etype != dst.element_type:
+                        dst = em.alloc("sbuf", pn, free, etype)
+                    em.tensor_scalar(dst, operand(op.operands[0]), "div", total)
+                    tiles[select.results[0]] = dst
                 elif op.name == "trn.reduce" and op in bias_only:
                     x, factor = scaled[scaled_names[op.operands[0]]]
                     em.tensor_reduce(dst, operand(x), "max")
@@ -281,6 +310,47 @@ def lower_rows(em: Emitter, body: list[ir.Operation], views: dict,
                 consume(tile, target)
             else:
                 em.store(target, 0, list(range(1, target.rank)), tile)
+
+
+def _safe_softmax(compute, users, broadcast_of, per_row_alias, biased, accumulated,
+                  scaled_names, storage, leaf_views, results) -> dict:
+    """select(max == -inf, 0, e / sum) with e = exp(x - max) and sum = sum(e) (PyTorch's
+    attention softmax zeroing fully masked rows): {select: (the == -inf op, the exp, the
+    division)}. Such a row is all -inf, so with bias 0 instead of -max its exp is 0 and its
+    sum 0, and dividing by 1 instead of that sum gives the select's 0 (+0.0); every other row
+    computes exactly as before. Two [P, 1] selects replace a select over the whole row."""
+    found = {}
+    producer = {op.results[0]: op for op in compute}
+    for op in compute:
+        if op.name != "trn.select":
+            continue
+        cond_v, zero, quotient = op.operands
+        cond_op = producer.get(broadcast_of.get(cond_v))
+        div = producer.get(quotient)
+        view = leaf_views.get(zero)
+        if cond_op is None or div is None or view is None or view.buffer is not None or \
+                view.fill != 0.0 or cond_op.name != "trn.tensor_scalar" or \
+                U.str_attr(cond_op, "op") != "eq" or \
+                U.float_attr(cond_op, "scalar") != float("-inf") or \
+                div.name != "trn.tensor_tensor" or U.str_attr(div, "op") != "div" or \
+                users.get(quotient) != [op] or quotient in results or \
+                storage.get(quotient, U.element_type(quotient)) != ir.F32Type.get():
+            continue
+        act = producer.get(div.operands[0])
+        total = broadcast_of.get(div.operands[1])
+        if act is None or act not in biased or accumulated.get(act) is None or \
+                accumulated[act].results[0] != total or div.operands[0] in results:
+            continue
+        sub = biased[act]
+        maximum = broadcast_of.get(sub.operands[1])
+        reduce = producer.get(maximum)
+        if sub.operands[0] in scaled_names or reduce is None or reduce.name != "trn.reduce" or \
+                U.str_attr(reduce, "op") != "max" or \
+                per_row_alias.get(cond_op.operands[0], cond_op.operands[0]) != maximum or \
+                users.get(act.results[0]) != [accumulated[act], div]:
+            continue
+        found[op] = (cond_op, act, div)
+    return found
 
 
 def _spread(em: Emitter, per_row: Tile, row_elements: int) -> Tile:

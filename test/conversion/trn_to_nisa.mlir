@@ -572,6 +572,67 @@ func.func @softmax(%x: tensor<128x96xf32>) -> tensor<128x96xf32> {
 
 // -----
 
+// Tests PyTorch's attention softmax that zeroes fully masked rows, select(max == -inf, 0,
+// e / sum): such a row is all -inf, so the exp gets bias 0 there instead of -max (its exp is
+// 0, not NaN) and the division divides by 1 instead of its sum 0, giving the select's +0;
+// two [128, 1] selects replace the select over the row, and the zero is never generated.
+// CHECK-LABEL: func.func @safe_softmax
+// CHECK-NOT: "nisa.memset"({{.*}}array<i64: 0, 96, 128, 1, 96>
+// CHECK: "nisa.tensor_reduce"(%[[MAX:[0-9]+]], {{.*}}op = "max"
+// CHECK: "nisa.tensor_scalar"(%[[NEG:[0-9]+]], %[[MAX]]) {{.*}}imm0 = -1.000000e+00 : f32{{.*}}op0 = "mul"
+// CHECK: "nisa.tensor_scalar"(%[[MASKED:[0-9]+]], %[[MAX]]) {{.*}}imm0 = 0xFF800000 : f32{{.*}}op0 = "eq"
+// CHECK: "nisa.select"(%[[BIAS:[0-9]+]], %[[MASKED]], %{{[0-9]+}}, %[[NEG]]) {aps = [array<i64: 0, 1, 128, 1, 1>
+// CHECK: "nisa.activation"(%[[E:[0-9]+]], %{{[0-9]+}}, %[[BIAS]], %[[SUM:[0-9]+]]) {{.*}}func = "exp"
+// CHECK: "nisa.memset"(%[[ONE:[0-9]+]]) {{.*}}value = 1.000000e+00
+// CHECK: "nisa.select"(%[[DIVISOR:[0-9]+]], %[[MASKED]], %[[ONE]], %[[SUM]]) {aps = [array<i64: 0, 1, 128, 1, 1>
+// CHECK: "nisa.tensor_scalar"(%{{[0-9]+}}, %[[E]], %[[DIVISOR]]) {{.*}}op0 = "div"
+// CHECK-NOT: "nisa.select"
+func.func @safe_softmax(%x: tensor<128x96xf32>) -> tensor<128x96xf32> {
+  %k = "trn.kernel"() ({
+    %m = "trn.reduce"(%x) {op = "max", dimensions = array<i64: 1>} : (tensor<128x96xf32>) -> tensor<128xf32>
+    %mb = "trn.broadcast"(%m) {dimensions = array<i64: 1>} : (tensor<128xf32>) -> tensor<128x96xf32>
+    %d = "trn.tensor_tensor"(%x, %mb) {op = "sub"} : (tensor<128x96xf32>, tensor<128x96xf32>) -> tensor<128x96xf32>
+    %e = "trn.activation"(%d) {func = "exp", scale = 1.0 : f32, bias = 0.0 : f32} : (tensor<128x96xf32>) -> tensor<128x96xf32>
+    %z = "trn.reduce"(%e) {op = "add", dimensions = array<i64: 1>} : (tensor<128x96xf32>) -> tensor<128xf32>
+    %zb = "trn.broadcast"(%z) {dimensions = array<i64: 1>} : (tensor<128xf32>) -> tensor<128x96xf32>
+    %r = "trn.tensor_tensor"(%e, %zb) {op = "div"} : (tensor<128x96xf32>, tensor<128x96xf32>) -> tensor<128x96xf32>
+    %c = "trn.tensor_scalar"(%m) {op = "eq", reverse = false, scalar = 0xFF800000 : f32} : (tensor<128xf32>) -> tensor<128xi1>
+    %cb = "trn.broadcast"(%c) {dimensions = array<i64: 1>} : (tensor<128xi1>) -> tensor<128x96xi1>
+    %zero = "trn.fill"() {value = 0.0 : f32} : () -> tensor<128x96xf32>
+    %o = "trn.select"(%cb, %zero, %r) : (tensor<128x96xi1>, tensor<128x96xf32>, tensor<128x96xf32>) -> tensor<128x96xf32>
+    "trn.yield"(%o) : (tensor<128x96xf32>) -> ()
+  }) {kind = "rows"} : () -> tensor<128x96xf32>
+  return %k : tensor<128x96xf32>
+}
+
+// -----
+
+// Tests that the select over the row stays where the quotient is read by more than it.
+// CHECK-LABEL: func.func @safe_softmax_quotient_reused
+// CHECK: "nisa.activation"({{.*}}func = "exp"
+// CHECK: "nisa.tensor_scalar"({{.*}}op0 = "div"
+// CHECK: "nisa.select"({{.*}}aps = [array<i64: 0, 96, 128, 1, 96>
+func.func @safe_softmax_quotient_reused(%x: tensor<128x96xf32>) -> tensor<128x96xf32> {
+  %k = "trn.kernel"() ({
+    %m = "trn.reduce"(%x) {op = "max", dimensions = array<i64: 1>} : (tensor<128x96xf32>) -> tensor<128xf32>
+    %mb = "trn.broadcast"(%m) {dimensions = array<i64: 1>} : (tensor<128xf32>) -> tensor<128x96xf32>
+    %d = "trn.tensor_tensor"(%x, %mb) {op = "sub"} : (tensor<128x96xf32>, tensor<128x96xf32>) -> tensor<128x96xf32>
+    %e = "trn.activation"(%d) {func = "exp", scale = 1.0 : f32, bias = 0.0 : f32} : (tensor<128x96xf32>) -> tensor<128x96xf32>
+    %z = "trn.reduce"(%e) {op = "add", dimensions = array<i64: 1>} : (tensor<128x96xf32>) -> tensor<128xf32>
+    %zb = "trn.broadcast"(%z) {dimensions = array<i64: 1>} : (tensor<128xf32>) -> tensor<128x96xf32>
+    %r = "trn.tensor_tensor"(%e, %zb) {op = "div"} : (tensor<128x96xf32>, tensor<128x96xf32>) -> tensor<128x96xf32>
+    %c = "trn.tensor_scalar"(%m) {op = "eq", reverse = false, scalar = 0xFF800000 : f32} : (tensor<128xf32>) -> tensor<128xi1>
+    %cb = "trn.broadcast"(%c) {dimensions = array<i64: 1>} : (tensor<128xi1>) -> tensor<128x96xi1>
+    %zero = "trn.fill"() {value = 0.0 : f32} : () -> tensor<128x96xf32>
+    %o = "trn.select"(%cb, %zero, %r) : (tensor<128x96xi1>, tensor<128x96xf32>, tensor<128x96xf32>) -> tensor<128x96xf32>
+    %o2 = "trn.tensor_tensor"(%o, %r) {op = "add"} : (tensor<128x96xf32>, tensor<128x96xf32>) -> tensor<128x96xf32>
+    "trn.yield"(%o2) : (tensor<128x96xf32>) -> ()
+  }) {kind = "rows"} : () -> tensor<128x96xf32>
+  return %k : tensor<128x96xf32>
+}
+
+// -----
+
 // Tests that a scaled max read by more than the exp's bias is still made: the max of the
 // unscaled row times c, then its negation as the bias.
 // CHECK-LABEL: func.func @softmax_max_reused
