@@ -134,3 +134,30 @@ def test_token_major_attention_output_gives_the_same_bits_in_fewer_transfers(
         torch.testing.assert_close(on, model(x), atol=2e-2, rtol=2e-2)
     transfers = lambda p: sum(1 for e in p.events if e.stream.startswith("q"))  # noqa: E731
     assert transfers(on_profile) < transfers(off_profile)
+
+
+def test_fully_masked_rows_give_zeros_without_a_select_over_the_rows(tmp_path, monkeypatch):
+    """SDPA with a boolean mask zeroes rows whose every key is masked (max = -inf): the
+    lowering does it with [P, 1] selects on the exp's bias and the divisor (rows.py
+    _safe_softmax), not with a select over every row tile."""
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(1, 2, 256, 64, dtype=torch.bfloat16) for _ in range(3))
+    # An additive mask (a boolean one would add a select of its own, building it).
+    mask = torch.zeros(256, 256, dtype=torch.bfloat16)
+    mask[torch.rand(256, 256) > 0.5] = float("-inf")
+    mask[3, :] = float("-inf")
+    mask[130, :] = float("-inf")
+
+    def attention(q, k, v, mask):
+        return torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+
+    monkeypatch.setenv("TORCHNEURON_DUMP_DIR", str(tmp_path))
+    with torch.no_grad():
+        out = torch.compile(attention, backend="neuron")(q, k, v, mask)
+        expected = attention(q, k, v, mask)
+    assert not out.isnan().any()
+    assert (out[:, :, [3, 130]] == 0).all()
+    torch.testing.assert_close(out, expected, atol=2e-2, rtol=2e-2)
+    isa = next(tmp_path.glob("*.isa.mlir")).read_text()
+    selects = [line for line in isa.splitlines() if '"nisa.select"' in line]
+    assert selects and all("array<i64: 0, 1, 128, 1, 1>" in line for line in selects), selects
