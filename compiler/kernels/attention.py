@@ -36,7 +36,9 @@ from torchneuron.compiler.kernels.emitter import Emitter, Tile
 from torchneuron.compiler.kernels.epilogue import Epilogue
 from torchneuron.compiler.kernels.matmul import _Staged, matmul_element_type
 from torchneuron.compiler.kernels.rows import lower_rows
-from torchneuron.compiler.kernels.tile_ops import SOURCE_OPS, UNARY_OPS, VIEW_OPS
+from torchneuron.compiler.kernels.tile_ops import (
+    SOURCE_OPS, UNARY_OPS, VIEW_OPS, emit_elementwise,
+)
 from torchneuron.compiler.kernels.transfers import store_tile
 from torchneuron.compiler.kernels.views import HbmView, source_view
 
@@ -168,6 +170,11 @@ def lower_attention(em: Emitter, body: list[ir.Operation], views: dict,
 
     k_tiles = [(k0, min(tk, d - k0)) for k0 in range(0, d, tk)]
     epilogue1 = Epilogue(em, chain1, views, first.results[0], {scores})
+    f32 = ir.F32Type.get()
+    in_place = sk <= tf and all(
+        op.name in UNARY_OPS and op.name != "trn.convert" and len(op.operands) == 1 and
+        U.element_type(op.results[0]) == f32 and op.results[0] not in epilogue1.aliases
+        for op in chain1) and scores_type == f32
     epilogue2 = Epilogue(em, chain2, views, second.results[0], {yielded})
     scores_leaves = {scores}
     for op in rows_body:
@@ -187,6 +194,13 @@ def lower_attention(em: Emitter, body: list[ir.Operation], views: dict,
                 em.matmul(acc, q_t.tile(h0 + k0, kn, q0, qn), k_t.tile(h0 + k0, kn, f0, fn),
                           accumulate=k0 > 0)
             part = acc
+            if in_place and fn == sk:
+                # The scores stay in PSUM, each unary op rewriting them there: the row
+                # part then reads one operand from PSUM (a mask add at one cycle per
+                # element, not two), and no evacuation copy is made.
+                for op in chain1:
+                    emit_elementwise(em, op, [acc], acc, epilogue1.consts, share=True)
+                return acc
             if chain1:
                 part = epilogue1.run(acc, (q0, qn), lambda v, b=b, f0=f0, fn=fn:
                                      pick(v, b).slice(0, q0, qn).slice(1, f0, fn))[scores]

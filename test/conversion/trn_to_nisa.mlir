@@ -774,6 +774,39 @@ func.func @evacuations_shared(%a: tensor<256x128xbf16>, %b: tensor<128x1024xbf16
 
 // -----
 
+// Tests that fp32 scores of one PSUM bank stay in PSUM in an attention kernel: the scaling
+// rewrites them in place (no evacuation copy) and the mask add reads them from PSUM (one
+// cycle per element instead of two for two SBUF operands).
+// CHECK-LABEL: func.func @attention_scores_in_psum
+// CHECK: "nisa.matmul"(%[[S:[0-9]+]], {{.*}} : (memref<128x128xf32, "psum">
+// CHECK-NOT: "nisa.tensor_copy"(%{{[0-9]+}}, %[[S]])
+// CHECK: "nisa.{{tensor_scalar|activation}}"(%[[S]], %[[S]]) {{.*}}1.250000e-01
+// CHECK-NOT: "nisa.tensor_copy"(%{{[0-9]+}}, %[[S]])
+// CHECK: "nisa.tensor_tensor"(%{{[0-9]+}}, %[[S]], %{{[0-9]+}}) {{.*}}op = "add"
+func.func @attention_scores_in_psum(%q: tensor<2x128x64xbf16>, %kt: tensor<2x64x128xbf16>, %v: tensor<2x128x64xf32>, %mask: tensor<128x128xf32>) -> tensor<2x128x64xbf16> {
+  %k0 = "trn.kernel"() ({
+    %s = "trn.matmul"(%q, %kt) : (tensor<2x128x64xbf16>, tensor<2x64x128xbf16>) -> tensor<2x128x128xf32>
+    %sc = "trn.tensor_scalar"(%s) {op = "mul", reverse = false, scalar = 1.250000e-01 : f32} : (tensor<2x128x128xf32>) -> tensor<2x128x128xf32>
+    %s4 = "trn.reshape"(%sc) : (tensor<2x128x128xf32>) -> tensor<1x2x128x128xf32>
+    %mb = "trn.broadcast"(%mask) {dimensions = array<i64: 0, 1>} : (tensor<128x128xf32>) -> tensor<1x2x128x128xf32>
+    %a = "trn.tensor_tensor"(%s4, %mb) {op = "add"} : (tensor<1x2x128x128xf32>, tensor<1x2x128x128xf32>) -> tensor<1x2x128x128xf32>
+    %m = "trn.reduce"(%a) {op = "max", dimensions = array<i64: 3>} : (tensor<1x2x128x128xf32>) -> tensor<1x2x128xf32>
+    %mm = "trn.broadcast"(%m) {dimensions = array<i64: 3>} : (tensor<1x2x128xf32>) -> tensor<1x2x128x128xf32>
+    %d = "trn.tensor_tensor"(%a, %mm) {op = "sub"} : (tensor<1x2x128x128xf32>, tensor<1x2x128x128xf32>) -> tensor<1x2x128x128xf32>
+    %e = "trn.activation"(%d) {bias = 0.000000e+00 : f32, func = "exp", scale = 1.000000e+00 : f32} : (tensor<1x2x128x128xf32>) -> tensor<1x2x128x128xf32>
+    %z = "trn.reduce"(%e) {op = "add", dimensions = array<i64: 3>} : (tensor<1x2x128x128xf32>) -> tensor<1x2x128xf32>
+    %zb = "trn.broadcast"(%z) {dimensions = array<i64: 3>} : (tensor<1x2x128xf32>) -> tensor<1x2x128x128xf32>
+    %p = "trn.tensor_tensor"(%e, %zb) {op = "div"} : (tensor<1x2x128x128xf32>, tensor<1x2x128x128xf32>) -> tensor<1x2x128x128xf32>
+    %p3 = "trn.reshape"(%p) : (tensor<1x2x128x128xf32>) -> tensor<2x128x128xf32>
+    %o = "trn.matmul"(%p3, %v) : (tensor<2x128x128xf32>, tensor<2x128x64xf32>) -> tensor<2x128x64xf32>
+    %ob = "trn.convert"(%o) : (tensor<2x128x64xf32>) -> tensor<2x128x64xbf16>
+    "trn.yield"(%ob) : (tensor<2x128x64xbf16>) -> ()
+  }) {kind = "attention"} : () -> tensor<2x128x64xbf16>
+  return %k0 : tensor<2x128x64xbf16>
+}
+
+// -----
+
 // Tests that an attention kernel whose heads lie side by side in each token row (a projection
 // viewed per head) loads Q, K and V once for all heads, in whole rows, and gives each head
 // its columns of those tiles: head 1 transposes Q and K from column 32 and multiplies the
