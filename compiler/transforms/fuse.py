@@ -284,24 +284,36 @@ def narrow_matmul_operands(func: ir.Operation) -> None:
     """A matmul of two operands widened from the same 16-bit float type to fp32 (through
     views) takes the 16-bit values instead: PE converts its inputs to fp32 exactly and
     accumulates in fp32 either way, so the result is the same, at the 16-bit rate and with
-    half the bytes (scaled_dot_product_attention's math form widens its inputs)."""
+    half the bytes (scaled_dot_product_attention's math form widens its inputs). Beside an
+    fp32 operand, a widened one is read narrow too (the same fp32 products at the fp32 rate,
+    with no widening kernel: GPT-2's attention probabilities times its widened values)."""
     for matmul in U.body_ops(func):
         if matmul.name != "trn.matmul":
             continue
         sources = [_widened_source(v) for v in matmul.operands]
-        if any(s is None for s in sources) or \
-                str(U.element_type(sources[0][0])) != str(U.element_type(sources[1][0])):
+        if all(s is None for s in sources):
+            continue
+        if any(s is None for s in sources):
+            plain = matmul.operands[[s is None for s in sources].index(True)]
+            if str(U.element_type(plain)) != "f32":
+                continue
+        elif str(U.element_type(sources[0][0])) != str(U.element_type(sources[1][0])):
             continue
         old = list(matmul.operands)
         with ir.InsertionPoint(matmul), matmul.location:
-            for index, (narrow, views) in enumerate(sources):
+            for index, source in enumerate(sources):
+                if source is None:
+                    continue
+                narrow, views = source
                 value = narrow
                 for view in views:
                     value = U.create(view.name, [U.tensor_type(U.shape(view.results[0]),
                                                                U.element_type(narrow))],
                                      [value], U.attributes_of(view)).results[0]
                 matmul.operands[index] = value
-        for value in old:           # the widening chains, where nothing else reads them
+        for index, value in enumerate(old):   # the widening chains nothing else reads
+            if sources[index] is None:
+                continue
             producer = U.defining_op(value)
             while producer is not None and not list(producer.results[0].uses):
                 source = producer.operands[0]

@@ -286,6 +286,19 @@ func.func @widened(%q: tensor<2x16x8xbf16>, %k: tensor<2x16x8xbf16>) -> tensor<2
   return %s : tensor<2x16x16xf32>
 }
 
+// -----
+
+// Tests that beside an fp32 operand a widened bf16 one is read narrow (PE widens it exactly;
+// the product stays fp32 x fp32), so no widening kernel runs; an fp32 operand is kept as is.
+// CHECK-LABEL: func.func @widened_beside_fp32
+// CHECK-NOT: "trn.convert"
+// CHECK: "trn.matmul"(%arg0, %arg1) : (tensor<2x16x16xf32>, tensor<2x16x8xbf16>) -> tensor<2x16x8xf32>
+func.func @widened_beside_fp32(%p: tensor<2x16x16xf32>, %v: tensor<2x16x8xbf16>) -> tensor<2x16x8xf32> {
+  %vf = "trn.convert"(%v) : (tensor<2x16x8xbf16>) -> tensor<2x16x8xf32>
+  %o = "trn.matmul"(%p, %vf) : (tensor<2x16x16xf32>, tensor<2x16x8xf32>) -> tensor<2x16x8xf32>
+  return %o : tensor<2x16x8xf32>
+}
+
 
 // -----
 
