@@ -158,6 +158,15 @@ def _lower_2d(em: Emitter, matmul, chain, a: HbmView, b: HbmView, views, outputs
         _lower_grouped(em, a, x_f, k_tiles, free, outputs, etype, group)
         return
 
+    # The resident operand's tiles (a block of them, with every K-tile) stay on chip while
+    # the other operand's tiles stream past them, one column of K-tiles at a time.
+    if plan.resident == "p":
+        resident, streamed, r_tiles, s_tiles = x_p, x_f, p_tiles, f_tiles
+    else:
+        resident, streamed, r_tiles, s_tiles = x_f, x_p, f_tiles, p_tiles
+    r_blocks = _balanced(r_tiles, plan.block)
+    rows = _RowGather.make(em, orientation, plan.resident, r_blocks, tf, outputs)
+
     def compute(p0: int, pn: int, f0: int, fn: int) -> None:
         acc = em.alloc("psum", pn, fn, ir.F32Type.get())
         for k0, kn in k_tiles:
@@ -167,14 +176,10 @@ def _lower_2d(em: Emitter, matmul, chain, a: HbmView, b: HbmView, views, outputs
             acc, (p0, pn), lambda view, p0=p0, pn=pn, f0=f0, fn=fn:
             orient(view).slice(0, p0, pn).slice(1, f0, fn))
         for value, out in outputs:
-            store_tile(em, orient(out).slice(0, p0, pn).slice(1, f0, fn), results[value])
-
-    # The resident operand's tiles (a block of them, with every K-tile) stay on chip while
-    # the other operand's tiles stream past them, one column of K-tiles at a time.
-    if plan.resident == "p":
-        resident, streamed, r_tiles, s_tiles = x_p, x_f, p_tiles, f_tiles
-    else:
-        resident, streamed, r_tiles, s_tiles = x_f, x_p, f_tiles, p_tiles
+            if rows is not None:
+                rows.add(out, p0, pn, f0, fn, results[value])
+            else:
+                store_tile(em, orient(out).slice(0, p0, pn).slice(1, f0, fn), results[value])
 
     def stage(staged: _Staged, c0: int, cn: int, ks) -> None:
         """Load (and transpose, where needed) K-tiles `ks` of column tile c0 ahead of use."""
@@ -192,7 +197,6 @@ def _lower_2d(em: Emitter, matmul, chain, a: HbmView, b: HbmView, views, outputs
     # - the next streamed tile's K-tiles are spread over the computes of this one;
     # - the next block's resident tile j is staged right after the last use of this block's
     #   tile j, in the same memory.
-    r_blocks = _balanced(r_tiles, plan.block)
     for bi, block in enumerate(r_blocks):
         nxt = r_blocks[bi + 1] if bi + 1 < len(r_blocks) else None
         for si, (s0, sn) in enumerate(s_tiles):
@@ -220,6 +224,72 @@ def _lower_2d(em: Emitter, matmul, chain, a: HbmView, b: HbmView, views, outputs
             forget(streamed, s0, sn)
             streamed.panels.clear()
         resident.panels.clear()
+
+
+class _RowGather:
+    """Output rows of a transposed ("nm") matmul gathered across a block of feature tiles.
+
+    "nm" computes C^T tiles [features, tokens]; each is turned back on PE into [tokens,
+    features] row blocks of 128 features. Stored one by one, every partition's run is 128
+    elements (256 B in bf16), which the per-run DMA cost (TARGET.md: under 512 B per partition
+    is overhead-bound) makes several times dearer than its bytes. With the stationary
+    ("p", feature) tiles resident, a block's feature tiles are computed one after another
+    for each token tile, so the turned blocks gather in one SBUF tile [tokens, the block's
+    features] per 128 tokens, stored once when the block's last feature tile is in."""
+
+    # SBUF per partition the gathered rows of one token tile may take.
+    BUDGET_SHARE = 8
+
+    def __init__(self, em: Emitter, blocks: list[list[tuple[int, int]]]):
+        self.em = em
+        self.span = {}                     # feature tile p0 -> (block start, block width)
+        self.last = set()                  # p0 of each block's last feature tile
+        for block in blocks:
+            start = block[0][0]
+            width = block[-1][0] + block[-1][1] - start
+            for p0, _ in block:
+                self.span[p0] = (start, width)
+            self.last.add(block[-1][0])
+        self.tiles: dict = {}
+
+    @classmethod
+    def make(cls, em: Emitter, orientation: str, resident: str, blocks: list, tf: int,
+             outputs: list) -> "_RowGather | None":
+        if orientation != "nm" or resident != "p" or not outputs:
+            return None
+        if any(out.buffer is None or out.rank != 2 or out.strides[1] != 1 or
+               not transposed_access(out.transpose([1, 0])) for _, out in outputs):
+            return None
+        widest = max(block[-1][0] + block[-1][1] - block[0][0] for block in blocks)
+        step = em.target.pe_rows
+        row_bytes = sum(widest * U.element_bytes(out.element_type) for _, out in outputs)
+        if len(blocks[0]) < 2 or \
+                -(-tf // step) * row_bytes > em.target.sbuf_partition_bytes // cls.BUDGET_SHARE:
+            return None
+        return cls(em, blocks)
+
+    def add(self, out: HbmView, p0: int, pn: int, f0: int, fn: int, tile: Tile) -> None:
+        """C^T tile [pn features from p0, fn tokens from f0] of output `out` ([tokens,
+        features] in HBM)."""
+        em = self.em
+        if tile.memory != "sbuf" or tile.element_type != out.element_type:
+            staged = em.alloc("sbuf", tile.partitions, tile.free, out.element_type)
+            em.copy(staged, tile)
+            tile = staged
+        start, width = self.span[p0]
+        step = em.target.pe_rows
+        for c0 in range(0, fn, step):
+            cn = min(step, fn - c0)
+            key = (id(out), f0 + c0)
+            rows = self.tiles.get(key)
+            if rows is None:
+                rows = self.tiles[key] = em.alloc("sbuf", cn, width, out.element_type)
+            psum = em.alloc("psum", cn, pn, ir.F32Type.get())
+            em.transpose(psum, tile.columns(c0, cn))
+            em.copy(rows.columns(p0 - start, pn), psum)
+            if p0 in self.last:
+                em.store(out.slice(0, f0 + c0, cn).slice(1, start, width), 0, [1], rows)
+                del self.tiles[key]
 
 
 def _row_group(target, orientation: str, a: HbmView, b: HbmView, x_p: "_Staged", k: int,

@@ -751,6 +751,32 @@ func.func @spread_columns(%a: tensor<512xi64>, %b: tensor<512xi64>) -> tensor<51
 
 // -----
 
+// Tests that a transposed ("nm") matmul with its feature tiles resident gathers the output
+// rows of a block of feature tiles before storing them: each C^T tile [128 features, 256
+// tokens] is turned back on PE into two [128 tokens, 128 features] blocks, copied side by side
+// into one [128 tokens, 256 features] tile per 128 tokens, and stored once in runs of 256
+// elements, not in 128-element runs per block.
+// CHECK-LABEL: func.func @nm_rows
+// CHECK-NOT: "nisa.dma"(%arg2,
+// CHECK: "nisa.tensor_copy"(%[[CT:[0-9]+]], %{{[0-9]+}}) {aps = [array<i64: 0, 256, 128, 1, 256>
+// CHECK: "nisa.transpose"(%{{[0-9]+}}, %[[CT]])
+// CHECK: "nisa.tensor_copy"(%[[ROWS:[0-9]+]], %{{[0-9]+}}) {aps = [array<i64: 0, 256, 128, 1, 128>
+// CHECK-NOT: "nisa.dma"(%arg2,
+// CHECK: "nisa.tensor_copy"(%[[ROWS]], %{{[0-9]+}}) {aps = [array<i64: 128, 256, 128, 1, 128>
+// CHECK: "nisa.dma"(%arg2, %[[ROWS]]) {aps = [array<i64: 0, 256, 64, 1, 256>
+// CHECK-NOT: "nisa.dma"(%arg2, {{.*}}, 1, 128>
+func.func @nm_rows(%x: tensor<256x128xbf16>, %w: tensor<256x128xbf16>) -> tensor<256x256xbf16> {
+  %k = "trn.kernel"() ({
+    %t = "trn.transpose"(%w) {permutation = array<i64: 1, 0>} : (tensor<256x128xbf16>) -> tensor<128x256xbf16>
+    %y = "trn.matmul"(%x, %t) : (tensor<256x128xbf16>, tensor<128x256xbf16>) -> tensor<256x256xf32>
+    %r = "trn.convert"(%y) : (tensor<256x256xf32>) -> tensor<256x256xbf16>
+    "trn.yield"(%r) : (tensor<256x256xbf16>) -> ()
+  }) {gemm_block = 2 : i64, gemm_resident = "p", kind = "matmul", orientation = "nm"} : () -> tensor<256x256xbf16>
+  return %k : tensor<256x256xbf16>
+}
+
+// -----
+
 // Tests that PSUM evacuations that only round (an epilogue of one trn.convert) are shared by
 // DVE and ACT: each goes to the engine that would finish it first given the work it has had
 // (the cost model's busy time at each engine's clock), so the four [128, 512] banks alternate.
