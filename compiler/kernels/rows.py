@@ -187,6 +187,7 @@ def lower_rows(em: Emitter, body: list[ir.Operation], views: dict,
     safe = _safe_softmax(compute, users, broadcast_of, per_row_alias, biased, accumulated,
                          scaled_names, storage, leaf_views, {yielded, output[0]})
     safe_exp = {act: select for select, (_, act, _) in safe.items()}
+    folded |= {cond for cond, _, _ in safe.values()}
     safe_div = {div: select for select, (_, _, div) in safe.items()}
     unread = {select.operands[1] for select in safe if all(u in safe for u in
                                                              users[select.operands[1]])}
@@ -221,7 +222,7 @@ def lower_rows(em: Emitter, body: list[ir.Operation], views: dict,
                     if aliases[result] in tiles:        # (not when its producer folded away)
                         tiles[result] = tiles[aliases[result]]
                     continue
-                if op in folded or result in tiles:     # (computed ahead: _safe_softmax)
+                if op in folded or result in tiles:     # (the select: _safe_softmax)
                     continue
                 free = row_elements if is_row(result) else 1
                 dst = em.alloc("sbuf", pn, free, storage.get(result, U.element_type(result)))
@@ -241,21 +242,13 @@ def lower_rows(em: Emitter, body: list[ir.Operation], views: dict,
                         sub = biased[op]
                         source = operand(sub.operands[0])
                         bias = em.alloc("sbuf", pn, 1, ir.F32Type.get())
+                        # (_safe_softmax: a row all -inf gets the largest float, not +inf,
+                        # so its exp is exp(-inf) = 0, not NaN.)
+                        clamp = ("min", _FLT_MAX) if op in safe_exp else ("bypass", 0.0)
                         em.tensor_scalar(bias, tiles[broadcast_of[sub.operands[1]]], "mul",
-                                         -scale)
+                                         -scale, op1=clamp[0], operand1=clamp[1])
                     if U.float_attr(op, "bias") != 0.0:
                         bias = consts.get(U.float_attr(op, "bias"), pn)
-                    if op in safe_exp:
-                        # A row whose max is -inf gets bias 0 (not +inf): its exp is 0, not
-                        # NaN, and its sum 0 (see _safe_softmax).
-                        cond_op = safe[safe_exp[op]][0]
-                        cond = em.alloc("sbuf", pn, 1, U.element_type(cond_op.results[0]))
-                        emit_elementwise(em, cond_op, [operand(cond_op.operands[0])], cond,
-                                         consts)
-                        tiles[cond_op.results[0]] = cond
-                        kept_bias = em.alloc("sbuf", pn, 1, ir.F32Type.get())
-                        em.select(kept_bias, cond, consts.get(0.0, pn), bias)
-                        bias = kept_bias
                     accum = None
                     if op in accumulated:
                         total = accumulated[op].results[0]
@@ -264,10 +257,9 @@ def lower_rows(em: Emitter, body: list[ir.Operation], views: dict,
                     em.activation(dst, source, U.str_attr(op, "func"), scale, bias, accum)
                 elif op in safe_div:
                     select = safe_div[op]
-                    cond = tiles[safe[select][0].results[0]]
                     total = em.alloc("sbuf", pn, 1, ir.F32Type.get())
-                    em.select(total, cond, consts.get(1.0, pn),
-                              tiles[broadcast_of[op.operands[1]]])
+                    em.tensor_scalar(total, tiles[broadcast_of[op.operands[1]]], "max",
+                                     _FLT_MIN_NORMAL)
                     etype = storage.get(select.results[0], U.element_type(select.results[0]))
                     if etype != dst.element_type:
                         dst = em.alloc("sbuf", pn, free, etype)
@@ -312,13 +304,21 @@ def lower_rows(em: Emitter, body: list[ir.Operation], views: dict,
                 em.store(target, 0, list(range(1, target.rank)), tile)
 
 
+_FLT_MAX = 3.4028234663852886e38            # the largest fp32
+_FLT_MIN_NORMAL = 1.1754943508222875e-38    # the smallest normal fp32
+
+
 def _safe_softmax(compute, users, broadcast_of, per_row_alias, biased, accumulated,
                   scaled_names, storage, leaf_views, results) -> dict:
-    """select(max == -inf, 0, e / sum) with e = exp(x - max) and sum = sum(e) (PyTorch's
-    attention softmax zeroing fully masked rows): {select: (the == -inf op, the exp, the
-    division)}. Such a row is all -inf, so with bias 0 instead of -max its exp is 0 and its
-    sum 0, and dividing by 1 instead of that sum gives the select's 0 (+0.0); every other row
-    computes exactly as before. Two [P, 1] selects replace a select over the whole row."""
+    """select(max == -inf, 0, e / sum) with e = exp(x - max), sum = sum(e) and max = max(x)
+    (PyTorch's attention softmax zeroing fully masked rows): {select: (the == -inf op, read
+    by nothing else, the exp, the division)}.
+
+    Such a row is all -inf. Its exp's bias -max is +inf; clamped to the largest float, the
+    row's exp is exp(-inf) = 0 (not NaN) and its sum 0; dividing by max(sum, smallest normal)
+    gives the select's +0. Any other row is unchanged: its bias is finite or NaN (the clamp
+    keeps both), and its sum is at least 1 (its max gives exp(0)) or NaN (kept by the max).
+    Two [P, 1] ops replace the comparison and the select over the whole row."""
     found = {}
     producer = {op.results[0]: op for op in compute}
     for op in compute:
@@ -345,7 +345,10 @@ def _safe_softmax(compute, users, broadcast_of, per_row_alias, biased, accumulat
         maximum = broadcast_of.get(sub.operands[1])
         reduce = producer.get(maximum)
         if sub.operands[0] in scaled_names or reduce is None or reduce.name != "trn.reduce" or \
-                U.str_attr(reduce, "op") != "max" or \
+                U.str_attr(reduce, "op") != "max" or reduce.operands[0] != sub.operands[0] or \
+                U.str_attr(act, "func") != "exp" or \
+                any(broadcast_of.get(v, per_row_alias.get(v, v)) == cond_op.results[0]
+                    for u in compute if u is not op for v in u.operands) or \
                 per_row_alias.get(cond_op.operands[0], cond_op.operands[0]) != maximum or \
                 users.get(act.results[0]) != [accumulated[act], div]:
             continue
