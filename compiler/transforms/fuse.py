@@ -46,6 +46,7 @@ import dataclasses
 from torch_mlir import ir
 
 from torchneuron.compiler import ir_utils as U
+from torchneuron.compiler.errors import CompileError
 from torchneuron.compiler.kernels.tile_ops import (
     ELEMENTWISE_OPS, SOURCE_OPS, UNARY_OPS, VIEW_OPS,
 )
@@ -168,9 +169,16 @@ def sink_views(func: ir.Operation) -> None:
       operands are reshapes from the same shape: the whole DAG then runs in its producer's
       shape and can join its epilogue.
     A view whose unary chain is reduced stays (the rows keep the reduction's shape)."""
+    # Each move takes an op one step toward its producer's shape; bound them all the same,
+    # so that a rewrite undoing another is an error, not a hang.
+    moves_left = 4 * len(U.body_ops(func)) + 16
     changed = True
     while changed:
         changed = False
+        moves_left -= 1
+        if moves_left < 0:
+            raise CompileError("trn-fuse: moving views below elementwise ops did not settle",
+                               func.location)
         for view in U.body_ops(func):
             if view.name not in ("trn.reshape", "trn.broadcast"):
                 continue
@@ -204,28 +212,47 @@ def sink_views(func: ir.Operation) -> None:
 def _sink_shared_reshape(view: ir.Operation) -> bool:
     """f(reshape(x), reshape(y), ...) -> reshape(f(x, y, ...)) for one elementwise user f of
     `view` (a reshape of a computed x) whose every operand is a reshape of a value of x's
-    shape (`view` itself, or the moved result of another such f); whether one moved."""
+    shape (`view` itself, or the moved result of another such f); whether one moved.
+
+    Other operands of f computed in f's shape (or arguments) are read through a new reshape:
+    a residual add then joins the epilogue of the matmul whose output x is. An f whose
+    result (after its unary chain) has several users (GPT-2's residual add, read by the next
+    layer norm and the next residual add) cannot join a row-wise group, so it moves even
+    where it is reduced."""
     source = view.operands[0]
     producer = U.defining_op(source)
     if producer is None or producer.name in VIEW_OPS:
         return False
     shape = U.shape(source)
+    # New reshapes only collapse dims, toward a view's source that has fewer: one made here is
+    # then never moved below its user again (which would make one expanding them back).
+    expands = len(U.shape(view.results[0])) > len(shape)
     for use in list(view.results[0].uses):
         user = U.operation(use.owner)
         if user.name not in ELEMENTWISE_OPS or user.name in SOURCE_OPS or \
-                len(user.results) != 1 or user.parent != view.parent or _feeds_reduction(user):
+                len(user.results) != 1 or user.parent != view.parent:
+            continue
+        if _feeds_reduction(user) and not _fans_out(user):
             continue
         operands, reshapes = [], []
         for v in user.operands:
             reshape = U.defining_op(v)
-            if reshape is None or reshape.name != "trn.reshape" or \
-                    U.shape(reshape.operands[0]) != shape:
+            if reshape is not None and reshape.name == "trn.reshape" and \
+                    U.shape(reshape.operands[0]) == shape:
+                operands.append(reshape.operands[0])
+                if reshape not in reshapes:
+                    reshapes.append(reshape)
+            elif expands and (reshape is None or reshape.name not in VIEW_OPS) and \
+                    U.shape(v) == U.shape(user.results[0]):
+                operands.append(v)         # read through a reshape made below
+            else:
                 break
-            operands.append(reshape.operands[0])
-            if reshape not in reshapes:
-                reshapes.append(reshape)
         else:
             with ir.InsertionPoint(user), user.location:
+                for i, v in enumerate(operands):
+                    if U.shape(v) != shape:
+                        operands[i] = U.create("trn.reshape", [U.tensor_type(
+                            shape, U.element_type(v))], [v], {}).results[0]
                 moved = U.create(user.name, [U.tensor_type(shape,
                                                            U.element_type(user.results[0]))],
                                  operands, U.attributes_of(user))
@@ -339,6 +366,16 @@ def _widened_source(value: ir.Value):
         if str(U.element_type(source)) not in _NARROW_FLOATS:
             return None
         return source, list(reversed(views))
+
+
+def _fans_out(op: ir.Operation) -> bool:
+    """Whether `op`'s result, at the end of the chain of unary elementwise ops that alone
+    read it, has several users."""
+    while True:
+        users = [U.operation(u.owner) for u in op.results[0].uses]
+        if len(users) != 1 or users[0].name not in UNARY_OPS:
+            return len(users) > 1
+        op = users[0]
 
 
 def _feeds_reduction(op: ir.Operation) -> bool:

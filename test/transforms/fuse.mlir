@@ -442,7 +442,8 @@ func.func @mlp_residual_first(%x: tensor<256x128xbf16>, %w1: tensor<128x512xbf16
 // KEEP: "trn.convert"(%{{.*}}) : (tensor<256x512xf32>) -> tensor<256x512xbf16>
 // KEEP: "trn.activation"({{.*}}func = "tanh"
 // KEEP: }) {kind = "matmul"}
-// KEEP-NOT: "trn.kernel"
+// KEEP-NEXT: "trn.reshape"
+// KEEP-NEXT: return
 // OFF-LABEL: func.func @gelu_new
 // OFF-COUNT-10: "trn.kernel"
 func.func @gelu_new(%x: tensor<256x128xbf16>, %w: tensor<128x512xbf16>) -> tensor<1x256x512xbf16> {
@@ -459,4 +460,42 @@ func.func @gelu_new(%x: tensor<256x128xbf16>, %w: tensor<128x512xbf16>) -> tenso
   %g = "trn.tensor_tensor"(%h, %o) {op = "mul"} : (tensor<1x256x512xf32>, tensor<1x256x512xf32>) -> tensor<1x256x512xf32>
   %y = "trn.convert"(%g) : (tensor<1x256x512xf32>) -> tensor<1x256x512xbf16>
   return %y : tensor<1x256x512xbf16>
+}
+
+// -----
+
+// Tests that a residual add of a Linear's output viewed 3-D joins the matmul's epilogue: the
+// view moves below the add, whose other operand (an argument here) is read through a new
+// 2-D reshape inside the kernel.
+// CHECK-LABEL: func.func @residual_in_epilogue
+// CHECK: "trn.kernel"() ({
+// CHECK-NEXT: %[[R:.*]] = "trn.reshape"(%arg2) : (tensor<1x256x256xbf16>) -> tensor<256x256xbf16>
+// CHECK-NEXT: %[[M:.*]] = "trn.matmul"
+// CHECK-NEXT: "trn.tensor_tensor"(%[[R]], %[[M]]) {op = "add"} : (tensor<256x256xbf16>, tensor<256x256xf32>)
+// CHECK: }) {kind = "matmul"}
+// CHECK-NEXT: "trn.reshape"
+// CHECK-NOT: "trn.kernel"
+func.func @residual_in_epilogue(%x: tensor<256x128xbf16>, %w: tensor<128x256xbf16>, %res: tensor<1x256x256xbf16>) -> tensor<1x256x256xbf16> {
+  %m = "trn.matmul"(%x, %w) : (tensor<256x128xbf16>, tensor<128x256xbf16>) -> tensor<256x256xf32>
+  %c = "trn.convert"(%m) : (tensor<256x256xf32>) -> tensor<256x256xbf16>
+  %v = "trn.reshape"(%c) : (tensor<256x256xbf16>) -> tensor<1x256x256xbf16>
+  %a = "trn.tensor_tensor"(%res, %v) {op = "add"} : (tensor<1x256x256xbf16>, tensor<1x256x256xbf16>) -> tensor<1x256x256xf32>
+  %y = "trn.convert"(%a) : (tensor<1x256x256xf32>) -> tensor<1x256x256xbf16>
+  return %y : tensor<1x256x256xbf16>
+}
+
+// -----
+
+// Tests that the same add read only by a reduction over its rows keeps the reduction's shape
+// (a layer norm's rows take it in, as BERT's residual add).
+// CHECK-LABEL: func.func @residual_into_norm
+// CHECK: }) {kind = "matmul"} : () -> tensor<256x256xbf16>
+// CHECK: "trn.tensor_tensor"(%arg2, %{{.*}}) {op = "add"} : (tensor<1x256x256xbf16>, tensor<1x256x256xbf16>)
+func.func @residual_into_norm(%x: tensor<256x128xbf16>, %w: tensor<128x256xbf16>, %res: tensor<1x256x256xbf16>) -> tensor<1x256xf32> {
+  %m = "trn.matmul"(%x, %w) : (tensor<256x128xbf16>, tensor<128x256xbf16>) -> tensor<256x256xf32>
+  %c = "trn.convert"(%m) : (tensor<256x256xf32>) -> tensor<256x256xbf16>
+  %v = "trn.reshape"(%c) : (tensor<256x256xbf16>) -> tensor<1x256x256xbf16>
+  %a = "trn.tensor_tensor"(%res, %v) {op = "add"} : (tensor<1x256x256xbf16>, tensor<1x256x256xbf16>) -> tensor<1x256x256xf32>
+  %s = "trn.reduce"(%a) {op = "add", dimensions = array<i64: 2>} : (tensor<1x256x256xf32>) -> tensor<1x256xf32>
+  return %s : tensor<1x256xf32>
 }
