@@ -258,7 +258,8 @@ class Emitter:
                     reverse1=U.bool_attr(reverse1))
 
     def copy(self, dst: Tile, src: Tile, engine: str | None = None) -> None:
-        """Copy (with dtype conversion), on `engine` or the less loaded of DVE and ACT."""
+        """Copy (with dtype conversion), on `engine` or whichever of DVE and ACT would finish
+        it first."""
         if engine is None:
             engine = self.sooner_engine({"dve": dst.free, "act": dst.free})
         self._instr("nisa.tensor_copy", engine, [(dst.buffer, dst.ap()), (src.buffer, src.ap())])

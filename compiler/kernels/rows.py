@@ -338,8 +338,9 @@ def _safe_softmax(compute, users, broadcast_of, per_row_alias, biased, accumulat
             continue
         act = producer.get(div.operands[0])
         total = broadcast_of.get(div.operands[1])
-        if act is None or act not in biased or accumulated.get(act) is None or \
-                accumulated[act].results[0] != total or div.operands[0] in results:
+        if act is None or total is None or act not in biased or \
+                accumulated.get(act) is None or accumulated[act].results[0] != total or \
+                div.operands[0] in results:
             continue
         sub = biased[act]
         maximum = broadcast_of.get(sub.operands[1])

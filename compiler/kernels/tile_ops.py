@@ -93,7 +93,7 @@ def emit_elementwise(em: Emitter, op: ir.Operation, operands: list[Tile], dst: T
     (`em.sooner_engine`): an identity activation computes x * scale + bias with the same fp32
     roundings (a multiply with no bias operand is the product alone), and the square
     activation rounds x * x once, as the multiply does; so the two engines share a kernel's
-    arithmetic."""
+    arithmetic. A conversion (a PSUM evacuation that only rounds) goes to either too."""
     name = op.name
     if share and operands and operands[0].partitions == dst.partitions and \
             isinstance(operands[0].element_type, ir.FloatType) and \
