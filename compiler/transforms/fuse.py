@@ -395,30 +395,7 @@ def _elementwise_dag(seed: ir.Operation, taken: set) -> list[ir.Operation]:
     backward reading its input three times), in block order, ending with the one value used
     outside: an op joins when it reads the group and nothing else it reads depends on the
     group; the group is then cut before any member (but the last) used outside it."""
-    func_body = [o.operation if isinstance(o, ir.OpView) else o
-                 for o in seed.parent.regions[0].blocks[0].operations]
-    position = {o: i for i, o in enumerate(func_body)}
-    shape = U.shape(seed.results[0])
-    members = [seed]
-    values = {seed.results[0]}
-    tainted: set = set()
-    for op in func_body[position[seed] + 1:]:
-        if not any(v in values or v in tainted for v in op.operands):
-            continue
-        if op.name in ELEMENTWISE_OPS and op.name not in SOURCE_OPS and op not in taken \
-                and len(op.results) == 1 and U.shape(op.results[0]) == shape \
-                and not any(v in tainted for v in op.operands):
-            members.append(op)
-            values.add(op.results[0])
-        else:
-            tainted.update(op.results)
-    while True:
-        inside = set(members)
-        escaping = [i for i, m in enumerate(members[:-1])
-                    if any(U.operation(u.owner) not in inside for u in m.results[0].uses)]
-        if not escaping:
-            return members
-        members = members[:escaping[0] + 1]
+    return _cut_escaping([seed] + _elementwise_readers(seed, taken))
 
 
 def _consumer_dag(root: ir.Operation, taken: set) -> list[ir.Operation]:
@@ -429,6 +406,16 @@ def _consumer_dag(root: ir.Operation, taken: set) -> list[ir.Operation]:
     uses = list(root.results[0].uses)
     if len(uses) < 2:
         return []
+    members = _cut_escaping(_elementwise_readers(root, taken))
+    inside = set(members)
+    if not members or any(U.operation(u.owner) not in inside for u in uses):
+        return []
+    return members
+
+
+def _elementwise_readers(root: ir.Operation, taken: set) -> list[ir.Operation]:
+    """The ops after `root` in its block, in order, of the root's shape, elementwise and not
+    in `taken`, that read the root or one another and read nothing else depending on them."""
     func_body = [o.operation if isinstance(o, ir.OpView) else o
                  for o in root.parent.regions[0].blocks[0].operations]
     position = {o: i for i, o in enumerate(func_body)}
@@ -446,15 +433,18 @@ def _consumer_dag(root: ir.Operation, taken: set) -> list[ir.Operation]:
             values.add(op.results[0])
         else:
             tainted.update(op.results)
-    inside = set(members)
-    escaping = [i for i, m in enumerate(members[:-1])
-                if any(U.operation(u.owner) not in inside for u in m.results[0].uses)]
-    if escaping:
-        members = members[:escaping[0] + 1]
-        inside = set(members)
-    if not members or any(U.operation(u.owner) not in inside for u in uses):
-        return []
     return members
+
+
+def _cut_escaping(members: list[ir.Operation]) -> list[ir.Operation]:
+    """`members` cut before the first one (but the last) used outside them, repeatedly."""
+    while True:
+        inside = set(members)
+        escaping = [i for i, m in enumerate(members[:-1])
+                    if any(U.operation(u.owner) not in inside for u in m.results[0].uses)]
+        if not escaping:
+            return members
+        members = members[:escaping[0] + 1]
 
 
 def outline(group: list[ir.Operation], kind: str | None = None,
