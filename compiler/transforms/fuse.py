@@ -215,10 +215,10 @@ def _sink_shared_reshape(view: ir.Operation) -> bool:
     shape (`view` itself, or the moved result of another such f); whether one moved.
 
     Other operands of f computed in f's shape (or arguments) are read through a new reshape:
-    a residual add then joins the epilogue of the matmul whose output x is. An f whose
-    result (after its unary chain) has several users (GPT-2's residual add, read by the next
-    layer norm and the next residual add) cannot join a row-wise group, so it moves even
-    where it is reduced."""
+    a residual add then joins the epilogue of the matmul whose output x is. An f whose chain
+    is reduced stays, as in sink_views (moving GPT-2's residual adds, which its layer norms
+    reduce, took a softmax backward's products out of its row-wise kernel in BERT's training
+    step: 0.7 ms and 300 MB of transfers more)."""
     source = view.operands[0]
     producer = U.defining_op(source)
     if producer is None or producer.name in VIEW_OPS:
@@ -232,7 +232,7 @@ def _sink_shared_reshape(view: ir.Operation) -> bool:
         if user.name not in ELEMENTWISE_OPS or user.name in SOURCE_OPS or \
                 len(user.results) != 1 or user.parent != view.parent:
             continue
-        if _feeds_reduction(user) and not _fans_out(user):
+        if _feeds_reduction(user):
             continue
         operands, reshapes = [], []
         for v in user.operands:
@@ -366,16 +366,6 @@ def _widened_source(value: ir.Value):
         if str(U.element_type(source)) not in _NARROW_FLOATS:
             return None
         return source, list(reversed(views))
-
-
-def _fans_out(op: ir.Operation) -> bool:
-    """Whether `op`'s result, at the end of the chain of unary elementwise ops that alone
-    read it, has several users."""
-    while True:
-        users = [U.operation(u.owner) for u in op.results[0].uses]
-        if len(users) != 1 or users[0].name not in UNARY_OPS:
-            return len(users) > 1
-        op = users[0]
 
 
 def _feeds_reduction(op: ir.Operation) -> bool:
