@@ -639,7 +639,19 @@ def _grow_row_group(func: ir.Operation, seed: ir.Operation,
             row_leaves.update(leaves)
         else:
             tainted.update(op.results)
-    # Backward: producers all of whose users are members.
+    # Backward: producers all of whose users are members, and a sum read outside too (or its
+    # rounding: GPT-2's residual add, which the next residual add reads as well), recomputed
+    # here so that the rows need not wait for its kernel; what it reads is not pulled in
+    # unless all its users are members.
+    def is_add(op: ir.Operation | None) -> bool:
+        return op is not None and op.name == "trn.tensor_tensor" and \
+            U.str_attr(op, "op") == "add"
+
+    def cheap_shared(producer: ir.Operation) -> bool:
+        if producer.name == "trn.convert":
+            return is_add(U.defining_op(producer.operands[0]))
+        return is_add(producer)
+
     changed = True
     while changed:
         changed = False
@@ -649,7 +661,8 @@ def _grow_row_group(func: ir.Operation, seed: ir.Operation,
                 if producer is None or producer in members or producer not in position \
                         or not _row_member(producer, space) or producer.name == "trn.reduce":
                     continue
-                if not all(U.operation(u.owner) in members for u in producer.results[0].uses):
+                if not all(U.operation(u.owner) in members for u in producer.results[0].uses) \
+                        and not cheap_shared(producer):
                     continue
                 leaves = [w for w in producer.operands if space.is_row(w)]
                 trial = row_leaves - {v} | set(leaves)

@@ -499,3 +499,27 @@ func.func @residual_into_norm(%x: tensor<256x128xbf16>, %w: tensor<128x256xbf16>
   %s = "trn.reduce"(%a) {op = "add", dimensions = array<i64: 2>} : (tensor<1x256x256xf32>) -> tensor<1x256xf32>
   return %s : tensor<1x256xf32>
 }
+
+// -----
+
+// Tests that a residual sum read by a layer-norm-like row group and also outside it (GPT-2's,
+// which the next residual add reads as well) is recomputed inside the row group (the add and
+// its rounding), so the rows do not wait for the kernel that keeps it for the outside use.
+// CHECK-LABEL: func.func @shared_residual
+// CHECK: %[[KEPT:.*]] = "trn.kernel"() ({
+// CHECK-NEXT: "trn.tensor_tensor"(%arg0, %arg1) {op = "add"}
+// CHECK: }) {kind = "elementwise"}
+// CHECK: %[[ROWS:.*]] = "trn.kernel"() ({
+// CHECK-NEXT: "trn.tensor_tensor"(%arg0, %arg1) {op = "add"}
+// CHECK-NEXT: "trn.convert"
+// CHECK-NEXT: "trn.reduce"
+// CHECK: }) {kind = "rows"}
+// CHECK: return %[[ROWS]], %[[KEPT]]
+func.func @shared_residual(%a: tensor<4x64xbf16>, %b: tensor<4x64xbf16>) -> (tensor<4x64xf32>, tensor<4x64xbf16>) {
+  %s = "trn.tensor_tensor"(%a, %b) {op = "add"} : (tensor<4x64xbf16>, tensor<4x64xbf16>) -> tensor<4x64xf32>
+  %c = "trn.convert"(%s) : (tensor<4x64xf32>) -> tensor<4x64xbf16>
+  %m = "trn.reduce"(%c) {op = "add", dimensions = array<i64: 1>} : (tensor<4x64xbf16>) -> tensor<4xf32>
+  %mb = "trn.broadcast"(%m) {dimensions = array<i64: 1>} : (tensor<4xf32>) -> tensor<4x64xf32>
+  %d = "trn.tensor_tensor"(%c, %mb) {op = "sub"} : (tensor<4x64xbf16>, tensor<4x64xf32>) -> tensor<4x64xf32>
+  return %d, %c : tensor<4x64xf32>, tensor<4x64xbf16>
+}
