@@ -19,8 +19,9 @@ How each column is obtained (per workload, summed over its compiled graphs):
 - efficiency: bound / simulated. DMA x: DMA bytes moved / compulsory bytes.
 - engines: busy share of the simulated time of PE, ACT, DVE and POOL.
 - compile: seconds in the neuron backend for the captured Dynamo graphs (FX to a loaded NEFF,
-  forward and backward, its persistent compile cache off); Inductor: seconds in Inductor's compile_fx for the same graphs, with
-  its caches off and backward compiled eagerly (as ours is). Both include AOTAutograd tracing.
+  forward and backward, its persistent compile cache off); Inductor: seconds in Inductor's
+  compile_fx for the same graphs, with its caches off and backward compiled eagerly (as ours
+  is). Both include AOTAutograd tracing.
 - tuned us / tuned eff (with --tuned [DB]): every compiled graph tuned by neuron-tune into the
   tuning database DB (default: a fresh temporary one), then compiled again reading it and
   simulated: the tuned time against the default one above. `--tune NAMES` limits tuning to

@@ -150,7 +150,7 @@ def decode_operand(ins, engine: isa.Engine, slot: int, role: str, fields: tuple,
             raise ins.error(f"{what}: HBM operand of dtype {isa_dtype.label} reads tensor "
                            f"{tensor.name!r} of dtype {tensor.dtype.label}")
         lo, hi = pattern_extent(sizes if indirect else shape,
-                         strides if indirect else (pstride, *strides))
+                                strides if indirect else (pstride, *strides))
         lo += offset
         hi += offset
         rows = "rows[index]" if indirect else f"p{count}"
