@@ -177,7 +177,7 @@ def sink_views(func: ir.Operation) -> None:
         changed = False
         moves_left -= 1
         if moves_left < 0:
-            raise CompileError("trn-fuse: moving views below elementwise ops did not settle",
+            raise CompileError("moving views below elementwise ops did not settle",
                                func.location)
         for view in U.body_ops(func):
             if view.name not in ("trn.reshape", "trn.broadcast"):
