@@ -171,18 +171,19 @@ def test_a_failing_instruction_on_the_worker_thread_stops_both(always_two_thread
     device.execute(program, _inputs(program, 1))
     replay = program.prepared().replay
     runner = replay.runner
-    victim = replay.order[runner.plan.lists[1][len(runner.plan.lists[1]) // 2]]
+    position = runner.plan.lists[1][len(runner.plan.lists[1]) // 2]
+    victim = replay.order[position]
 
-    def fail(ins, machine):
-        raise RuntimeError(f"{ins.label} failed")
+    def fail():
+        raise RuntimeError(f"{victim.label} failed")
 
-    original = victim.semantics
-    victim.semantics = fail
+    original = runner.steps[position]
+    runner.steps[position] = fail
     try:
         with pytest.raises(RuntimeError, match=re.escape(f"{victim.label} failed")):
             device.execute(program, _inputs(program, 2))
     finally:
-        victim.semantics = original
+        runner.steps[position] = original
     expected = Device(program.target).execute(Program(program.neff, program.target),
                                               _inputs(program, 3)).outputs
     got = device.execute(program, _inputs(program, 3)).outputs

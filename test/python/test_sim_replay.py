@@ -10,6 +10,7 @@ import torch
 
 from neff_builder import NeffBuilder, gather_program, sbuf, scatter_program
 from torchneuron import backend
+from torchneuron.format import isa
 from torchneuron.runtime import Device, OutOfBoundsError, Program, UninitializedReadError, load
 from torchneuron.sim.replay import Replay
 
@@ -144,3 +145,73 @@ def test_concurrent_executions_of_one_program_are_each_correct():
     for k, want in enumerate(expected):
         for got, w in zip(results[k], want):
             np.testing.assert_array_equal(got, w)
+
+
+class MatVec(torch.nn.Module):
+    """Matmuls with a single row and a single column, beside the Block's tiles."""
+
+    def __init__(self):
+        super().__init__()
+        self.down = torch.nn.Linear(300, 1)
+        self.up = torch.nn.Linear(1, 200)
+
+    def forward(self, x):
+        return self.up(self.down(x))
+
+
+def _noise(rng: np.random.Generator, view: np.ndarray) -> None:
+    """Random values into an operand; fp32 ones get NaNs with assorted payloads, infinities
+    and signed zeros, where an operation's operand order shows in the result's bits."""
+    if view.dtype != np.float32:
+        view.view(np.uint8)[...] = rng.integers(0, 256, view.view(np.uint8).shape, np.uint8)
+        return
+    values = rng.standard_normal(view.shape).astype(np.float32)
+    bits = values.view(np.uint32)
+    special = rng.integers(0, 8, view.shape)
+    payloads = rng.integers(1, 1 << 22, view.shape, dtype=np.uint32)
+    bits[special == 0] = (0x7FC00000 | payloads)[special == 0]
+    bits[special == 1] = (0xFF800000 | payloads)[special == 1]
+    values[special == 2] = np.inf
+    values[special == 3] = -0.0
+    view[...] = values
+
+
+def test_bound_steps_give_the_semantic_functions_bits():
+    from torchneuron.sim.replay import WRITE_SLOTS
+    from torchneuron.sim.semantics import bound_step
+
+    rng = np.random.default_rng(0)
+    covered = set()
+    torch.manual_seed(0)
+    models = [(Block(), torch.randn(48, 64)), (Block().bfloat16(), torch.randn(48, 64).bfloat16()),
+              (MatVec(), torch.randn(1, 300)), (MatVec(), torch.randn(7, 300))]
+    for model, x in models:
+        compiled = torch.compile(model, backend="neuron")
+        with torch.no_grad():
+            compiled(x)
+            compiled(x)
+        replay = backend.compiled_graphs()[-1].program.prepared().replay
+        assert isinstance(replay, Replay)
+        views = replay.machine._views
+        with np.errstate(all="ignore"):
+            for ins in replay.order:
+                step = bound_step(ins, views)
+                if step is None:
+                    continue
+                accumulate = bool(ins.flags & isa.FLAG_ACCUMULATE)
+                covered.add((ins.opcode, accumulate, ins.ops[1].dtype.name))
+                dst = views[id(ins.ops[0])]
+                for slot, a in enumerate(ins.ops):
+                    if a is not None and (slot not in WRITE_SLOTS[ins.opcode] or accumulate):
+                        _noise(rng, views[id(a)])
+                before = dst.copy()
+                ins.semantics(ins, replay.machine)
+                want = dst.copy()
+                dst[...] = before
+                step()
+                assert dst.view(np.uint8).tobytes() == want.view(np.uint8).tobytes(), ins.label
+    Op = isa.Opcode
+    assert covered >= {(Op.DMA, False, "float32"), (Op.DMA, False, "bfloat16"),
+                       (Op.TRANSPOSE, False, "float32"), (Op.TENSOR_COPY, False, "float32"),
+                       (Op.MATMUL, False, "float32"), (Op.MATMUL, True, "float32"),
+                       (Op.MATMUL, False, "bfloat16")}

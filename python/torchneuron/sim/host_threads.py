@@ -172,10 +172,9 @@ class TwoThreadRunner:
     _worker_lock = threading.Lock()
     _jobs: queue.SimpleQueue | None = None
 
-    def __init__(self, order: list, plan_: Plan, machine):
-        self.order = order
+    def __init__(self, steps: list, plan_: Plan):
+        self.steps = steps          # per position in the replay's order: a call doing its work
         self.plan = plan_
-        self.machine = machine
         # Per thread: one event per position of its list that the other thread waits for.
         self.events = tuple({pos: threading.Event() for pos in plan_.waits[1 - t] if pos >= 0}
                             for t in (0, 1))
@@ -228,7 +227,7 @@ class TwoThreadRunner:
             self._worker_lock.release()
 
     def _run_thread(self, t: int) -> None:
-        order, machine = self.order, self.machine
+        steps = self.steps
         mine, waits = self.plan.lists[t], self.plan.waits[t]
         signal, awaited = self.events[t], self.events[1 - t]
         try:
@@ -238,8 +237,7 @@ class TwoThreadRunner:
                         awaited[wait].wait()
                         if self._failed:
                             raise _Aborted()
-                    ins = order[i]
-                    ins.semantics(ins, machine)
+                    steps[i]()
                     event = signal.get(pos)
                     if event is not None:
                         event.set()

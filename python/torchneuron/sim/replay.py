@@ -12,14 +12,15 @@ outputs), every later run passes the same checks, provided that
   - every indirect DMA that reads HBM reads an input or a constant tensor (written in full
     before the run starts; its rows' check is still made, against those tensors).
 `Replay` then runs each later execution as: inputs into HBM, each instruction's semantic
-function (sim/semantics.py, the same functions, so the same numerics) in the verified run's
-order, outputs out. Its memories are kept from run to run, with the numpy view of every
-operand built once, and carry no written-masks: the verified run showed that no instruction
-reads a byte before this run wrote it, so data left over from an earlier run is never read.
-The profile is the verified run's, since timing does not depend on data. Where the
-instructions hold enough independent work, a replay runs them on two host threads, each
-instruction after those whose bytes it depends on (sim/host_threads.py): the same bytes
-result, bit for bit.
+function (sim/semantics.py, the same functions, so the same numerics; for plain copies and
+matmuls the same numpy calls bound to their operands once, `semantics.bound_step`) in the
+verified run's order, outputs out. Its memories are kept from run to run, with the numpy
+view of every operand built once, and carry no written-masks: the verified run showed that
+no instruction reads a byte before this run wrote it, so data left over from an earlier run
+is never read. The profile is the verified run's, since timing does not depend on data.
+Where the instructions hold enough independent work, a replay runs them on two host
+threads, each instruction after those whose bytes it depends on (sim/host_threads.py): the
+same bytes result, bit for bit.
 
 A program that does not qualify is checked on every run, as is a program whose replay is in
 use by another thread at the time (it runs on fresh memories). `TORCHNEURON_SIM_REPLAY=0`
@@ -28,6 +29,7 @@ turns replays off.
 
 from __future__ import annotations
 
+import functools
 import threading
 
 import numpy as np
@@ -39,7 +41,7 @@ from torchneuron.sim.memory import NUMPY_DTYPES, Access, Hbm, Store
 from torchneuron.sim.profile import Profile
 from torchneuron.sim.program import PreparedProgram
 from torchneuron.sim.rules import WRITE_SLOTS
-from torchneuron.sim.semantics import Machine, convert
+from torchneuron.sim.semantics import Machine, bound_step, convert
 from torchneuron.sim.simulator import blas_single_thread
 
 
@@ -102,6 +104,11 @@ class Replay:
                 if a.memory == isa.Memory.HBM and slot in WRITE_SLOTS[ins.opcode]:
                     written_tensors.add(a.tensor)
         self.machine = _ReplayMachine(stores, views)
+        # One call per instruction: its bound step where semantics.bound_step has one (the
+        # same bits with the reshapes made here once), else its semantic function.
+        self.steps = [bound_step(ins, views)
+                      or functools.partial(ins.semantics, ins, self.machine)
+                      for ins in self.order]
         # Spread over two host threads where that pays (sim/host_threads.py).
         self.runner = None
         if config.SIM_THREADS.get() > 1:
@@ -115,7 +122,7 @@ class Replay:
 
             plan = host_threads.plan(self.order, scratch_extent)
             if host_threads.worth_two_threads(plan):
-                self.runner = host_threads.TwoThreadRunner(self.order, plan, self.machine)
+                self.runner = host_threads.TwoThreadRunner(self.steps, plan)
         self.inputs = [self.hbm.tensor_access(tid) for tid in neff.inputs]
         self.outputs = [(self.hbm.tensor_access(tid), tuple(neff.tensors[tid].shape))
                         for tid in neff.outputs]
@@ -144,11 +151,10 @@ class Replay:
                 hbm.store(access, np.ascontiguousarray(array).reshape(-1))
         if self.constants_each_run:
             self._store_constants()
-        machine = self.machine
         with blas_single_thread(), np.errstate(all="ignore"):
             if self.runner is None or not self.runner.try_run():
-                for ins in self.order:
-                    ins.semantics(ins, machine)
+                for step in self.steps:
+                    step()
         outputs = [hbm.view(access).copy().reshape(shape) if access.shape[0] else
                    np.zeros(shape, access.dtype) for access, shape in self.outputs]
         return outputs, self.profile.copy()

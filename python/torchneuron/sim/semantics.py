@@ -343,6 +343,85 @@ def op_select(ins, m: Machine) -> None:
                           m.read_f32(ins, b)))
 
 
+def _as_shape(values: np.ndarray, shape: tuple[int, ...]) -> np.ndarray | None:
+    """`values` reshaped to `shape` as a view of the same bytes, or None where that takes a
+    copy (a bound step must read the memory itself on every call)."""
+    try:
+        return np.reshape(values, shape, copy=False)
+    except ValueError:
+        return None
+
+
+def _bound_copy(dst: np.ndarray, src: np.ndarray | None):
+    if src is None:
+        return None
+    return lambda: np.copyto(dst, src)
+
+
+def bound_step(ins, views: dict[int, np.ndarray]):
+    """For a replay (sim/replay.py): a function of no arguments that does what
+    `SEMANTICS[ins.opcode](ins, m)` does on a machine whose operands are the prebuilt views
+    `views[id(access)]`, bit for bit, with every reshape made once here instead of on each
+    call; None where no such shortcut applies (the replay calls the semantic function).
+
+    Covered, as most of a model's instructions are: copies that keep the dtype (a direct DMA,
+    a TRANSPOSE, an fp32 TENSOR_COPY), where the semantic function's conversion is the
+    identity, and matmuls, whose product the BLAS writes straight into PSUM (the same call
+    with another output stride, so the same sums) and whose accumulation adds the product
+    and PSUM in the semantic function's operand order."""
+    op, ops = ins.opcode, ins.ops
+    if op == Op.DMA and not ins.flags & isa.FLAG_INDIRECT:
+        dst, src = ops[0], ops[1]
+        if dst.dtype == src.dtype:
+            return _bound_copy(views[id(dst)], _as_shape(views[id(src)], dst.shape))
+    elif op == Op.TRANSPOSE:
+        dst, src = ops[0], ops[1]
+        if dst.dtype == src.dtype:
+            flat = _as_shape(views[id(src)], (src.partitions, src.free_size))
+            if flat is not None:
+                return _bound_copy(views[id(dst)], _as_shape(flat.T, dst.shape))
+    elif op == Op.TENSOR_COPY:
+        dst, src = ops[0], ops[1]
+        if dst.dtype == F32 and src.dtype == F32:
+            return _bound_copy(views[id(dst)], _as_shape(views[id(src)], dst.shape))
+    elif op == Op.MATMUL:
+        return _bound_matmul(ins, views)
+    return None
+
+
+def _bound_matmul(ins, views: dict[int, np.ndarray]):
+    dst, st, mv = ins.ops[0], ins.ops[1], ins.ops[2]
+    stationary = _as_shape(views[id(st)], (st.partitions, st.free_size))
+    moving = _as_shape(views[id(mv)], (mv.partitions, mv.free_size))
+    out = _as_shape(views[id(dst)], (dst.partitions, dst.free_size))
+    if dst.dtype != F32 or stationary is None or moving is None or out is None:
+        return None
+    # The semantic function's product is a fresh C-contiguous array, which numpy hands to
+    # the BLAS; so must `out` be handed (unit element stride, rows a whole number of
+    # elements apart), or numpy would fall back to a loop of its own with other sums.
+    row_stride, element_stride = out.strides
+    if element_stride != F32.itemsize or row_stride % F32.itemsize or \
+            row_stride < out.shape[1] * F32.itemsize:
+        return None
+    if stationary.dtype == F32 and moving.dtype == F32:
+        stationary_t = stationary.T
+
+        def product(into):
+            return np.matmul(stationary_t, moving, out=into)
+    else:
+        # Converted as `read_f32` converts (exactly: every PE input dtype widens to fp32),
+        # in one pass into a fresh contiguous array.
+        def product(into):
+            return np.matmul(stationary.astype(F32).T, moving.astype(F32), out=into)
+    if not ins.flags & isa.FLAG_ACCUMULATE:
+        return lambda: product(out)
+    scratch = np.empty(out.shape, F32)
+
+    def accumulate():
+        np.add(product(scratch), out, out=out)
+    return accumulate
+
+
 SEMANTICS = {
     Op.NOP: op_nop,
     Op.DMA: op_dma,

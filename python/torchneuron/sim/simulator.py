@@ -29,6 +29,7 @@ which semaphore for which value. Each step consumes one instruction, so the loop
 from __future__ import annotations
 
 import bisect
+import contextlib
 import math
 import threading
 
@@ -42,18 +43,28 @@ from torchneuron.sim.program import PreparedProgram
 from torchneuron.sim.semantics import Machine
 
 
-_blas = None
+_blas_libraries = None
 
 
+@contextlib.contextmanager
 def blas_single_thread():
     """A context that holds numpy's BLAS to one thread: an instruction's matmul is at most
     128 x 128 x 512, too small to gain from threads, and threads spinning on a busy machine
-    made such matmuls a hundred times slower."""
-    global _blas
-    if _blas is None:
+    made such matmuls a hundred times slower. (The BLAS libraries are found once; setting
+    and restoring their thread counts is then a few microseconds, where threadpoolctl's
+    `limit` inspects every loaded library on each use, tens of microseconds a replay.)"""
+    global _blas_libraries
+    if _blas_libraries is None:
         from threadpoolctl import ThreadpoolController
-        _blas = ThreadpoolController()
-    return _blas.limit(limits=1, user_api="blas")
+        _blas_libraries = ThreadpoolController().select(user_api="blas").lib_controllers
+    previous = [library.num_threads for library in _blas_libraries]
+    for library in _blas_libraries:
+        library.set_num_threads(1)
+    try:
+        yield
+    finally:
+        for library, threads in zip(_blas_libraries, previous):
+            library.set_num_threads(threads)
 
 
 def run(program: PreparedProgram, hbm: Hbm) -> Profile:
