@@ -53,18 +53,122 @@ class Schedule(Pass):
 class _Access:
     box: tuple[int, int, int, int]   # partitions [p0, p1), bytes [b0, b1)
     index: int
-    stream: str
-    write: bool
 
 
 def _overlaps(a, b) -> bool:
     return a[0] < b[1] and b[0] < a[1] and a[2] < b[3] and b[2] < a[3]
 
 
+def _covers(outer, inner) -> bool:
+    return outer[0] <= inner[0] and inner[1] <= outer[1] and outer[2] <= inner[2] \
+        and inner[3] <= outer[3]
+
+
+# _ByteIndex granules: level k buckets bytes in blocks of 2 ** (GRANULE_BITS + LEVEL_BITS * k).
+GRANULE_BITS = 10
+LEVEL_BITS = 4
+MAX_SPAN = 4          # an access sits at the finest level where it spans at most this many
+LINEAR_MAX = 16       # accesses kept in a plain list (scanned) before they are bucketed
+
+
+class _ByteIndex:
+    """Accesses of one buffer, found by the bytes they touch.
+
+    A buffer in HBM takes thousands of DMAs (a [2048, 768] activation written 1.5 KB at a
+    time, read back by wide strided patterns); scanning every earlier access of the buffer for
+    each new one made dependency analysis quadratic (most of a BERT training step's compile
+    time). Past LINEAR_MAX accesses, each is filed in the buckets its byte range spans at the
+    finest of several granularities (1 KiB, 16 KiB, 256 KiB, ...) where that is at most
+    MAX_SPAN buckets; a query looks, at every level in use, in the buckets its own range
+    spans. Two byte ranges that overlap share a byte, so an overlapping access is always
+    among the candidates; the exact test (`_overlaps`, partitions included) then decides, so
+    the result is the same as scanning every access."""
+
+    def __init__(self):
+        self.linear: list[_Access] | None = []     # None once bucketed
+        self.levels: list[dict[int, list[_Access]]] = []
+
+    @staticmethod
+    def _span(box, level: int) -> tuple[int, int]:
+        shift = GRANULE_BITS + LEVEL_BITS * level
+        return box[2] >> shift, (box[3] - 1) >> shift
+
+    def add(self, access: _Access) -> None:
+        if self.linear is None:
+            self._file(access)
+            return
+        self.linear.append(access)
+        if len(self.linear) > LINEAR_MAX:
+            accesses, self.linear = self.linear, None
+            for a in accesses:
+                self._file(a)
+
+    def _file(self, access: _Access) -> None:
+        level = 0
+        while True:
+            first, last = self._span(access.box, level)
+            if last - first < MAX_SPAN:
+                break
+            level += 1
+        while len(self.levels) <= level:
+            self.levels.append({})
+        buckets = self.levels[level]
+        for b in range(first, last + 1):
+            buckets.setdefault(b, []).append(access)
+
+    def _buckets(self, box, levels):
+        for level in levels:
+            buckets = self.levels[level]
+            if not buckets:
+                continue
+            first, last = self._span(box, level)
+            if last - first + 1 <= len(buckets):
+                for b in range(first, last + 1):
+                    bucket = buckets.get(b)
+                    if bucket:
+                        yield buckets, b, bucket
+            else:
+                for b, bucket in list(buckets.items()):
+                    if first <= b <= last:
+                        yield buckets, b, bucket
+
+    def overlapping(self, box, needs: set[int]) -> None:
+        """Add to `needs` the index of every access overlapping `box`."""
+        if self.linear is not None:
+            for access in self.linear:
+                if _overlaps(access.box, box):
+                    needs.add(access.index)
+            return
+        for _, _, bucket in self._buckets(box, range(len(self.levels))):
+            for access in bucket:
+                if _overlaps(access.box, box):
+                    needs.add(access.index)
+
+    def drop_covered(self, box, keep: _Access | None = None) -> None:
+        """Forget the accesses (but `keep`) that `box` covers: a later access that conflicts
+        with one of them conflicts with the covering one, which comes after it."""
+        if self.linear is not None:
+            if self.linear:
+                self.linear = [a for a in self.linear if a is keep or not _covers(box, a.box)]
+            return
+        width = box[3] - box[2]
+        # An access filed at level k spans more than MAX_SPAN buckets of level k - 1, so it
+        # is wider than (MAX_SPAN - 1) of them; a box no wider covers none of them.
+        levels = [k for k in range(len(self.levels))
+                  if k == 0 or width > (MAX_SPAN - 1) << (GRANULE_BITS + LEVEL_BITS * (k - 1))]
+        for buckets, b, bucket in self._buckets(box, levels):
+            kept = [a for a in bucket if a is keep or not _covers(box, a.box)]
+            if len(kept) != len(bucket):
+                if kept:
+                    buckets[b] = kept
+                else:
+                    del buckets[b]
+
+
 class _BufferState:
     def __init__(self):
-        self.writes: list[_Access] = []
-        self.reads: list[_Access] = []
+        self.writes = _ByteIndex()
+        self.reads = _ByteIndex()
         self.accesses: list[int] = []     # every instruction that touched the buffer
         # Accesses of the buffers that lived at this one's address before it: every access
         # of this buffer waits for them (not only the first: DMA pieces that write disjoint
@@ -113,41 +217,46 @@ def dependencies(instructions: list[ir.Operation], allocs: dict) -> list[list[in
     """For each instruction (in the given order), the earlier instructions it must wait for:
     writers of what it reads, readers and writers of what it writes (by the bytes the access
     patterns touch), and every access to a buffer that lived before at its address."""
+    records = []
+    for op in instructions:
+        aps = [list(ir.DenseI64ArrayAttr(a)) for a in ir.ArrayAttr(op.attributes["aps"])]
+        records.append([(buffer, role, _box(buffer, ap))
+                        for role, buffer, ap in zip(instruction_roles(op), op.operands, aps)])
+    return box_dependencies(records, lambda buffer: _address_range(allocs[buffer])
+                            if buffer in allocs else None)
+
+
+def box_dependencies(records: list[list[tuple]], address_range) -> list[list[int]]:
+    """`dependencies` over decoded accesses: per instruction, its (buffer, role, box)
+    operands; `address_range(buffer)` is (memory, start, end) where the buffer was placed,
+    None for a buffer of its own (an argument)."""
     states: dict = {}
     # Occupants of on-chip/scratch memory: (start, end, buffer) per memory, for reuse edges.
-    occupants: dict[str, list[tuple[int, int, ir.Value]]] = {"sbuf": [], "psum": [], "hbm": []}
+    occupants: dict[str, list[tuple[int, int, object]]] = {"sbuf": [], "psum": [], "hbm": []}
     preds: list[list[int]] = []
-    for index, op in enumerate(instructions):
+    for index, operands in enumerate(records):
         needs: set[int] = set()
-        aps = [list(ir.DenseI64ArrayAttr(a)) for a in ir.ArrayAttr(op.attributes["aps"])]
-        roles = instruction_roles(op)
-        for role, buffer, ap in zip(roles, op.operands, aps):
+        for buffer, role, box in operands:
             state = states.get(buffer)
             if state is None:
                 state = states[buffer] = _BufferState()
-                alloc = allocs.get(buffer)
-                placed = _address_range(alloc) if alloc is not None else None
+                placed = address_range(buffer)
                 if placed is not None:
                     for previous in _take_over(occupants[placed[0]], placed[1], placed[2],
                                                buffer):
                         state.inherited.update(states[previous].accesses)
             needs.update(state.inherited)
-            box = _box(buffer, ap)
             write = role == "dst" or role == "accum"
-            for access in state.writes:
-                if _overlaps(access.box, box):
-                    needs.add(access.index)
+            state.writes.overlapping(box, needs)
             if write:
-                for access in state.reads:
-                    if _overlaps(access.box, box):
-                        needs.add(access.index)
-            access = _Access(box, index, "", write)
-            (state.writes if write else state.reads).append(access)
+                state.reads.overlapping(box, needs)
+            access = _Access(box, index)
+            (state.writes if write else state.reads).add(access)
             state.accesses.append(index)
             if write and role == "dst":
                 # Accesses this write fully covers can no longer be the latest conflict.
-                state.writes = [a for a in state.writes if a is access or not _covers(box, a.box)]
-                state.reads = [a for a in state.reads if not _covers(box, a.box)]
+                state.writes.drop_covered(box, keep=access)
+                state.reads.drop_covered(box)
         needs.discard(index)
         preds.append(sorted(needs))
     return preds
@@ -224,11 +333,6 @@ def schedule_function(func: ir.Operation, reorder: bool = True) -> None:
         if waits:
             op.attributes["waits"] = U.i64_array(waits)
     func.attributes["nisa.num_semaphores"] = U.i64(len(names))
-
-
-def _covers(outer, inner) -> bool:
-    return outer[0] <= inner[0] and inner[1] <= outer[1] and outer[2] <= inner[2] \
-        and inner[3] <= outer[3]
 
 
 def _take_over(occupied: list[tuple[int, int, ir.Value]], start: int, end: int,

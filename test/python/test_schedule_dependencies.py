@@ -1,0 +1,75 @@
+"""trn-schedule's dependency analysis (compiler/transforms/schedule.py): the byte-range index
+that keeps it near-linear must find exactly the conflicts a scan of every earlier access
+finds."""
+
+import random
+
+import pytest
+
+from torchneuron.compiler.transforms.schedule import _take_over, box_dependencies
+
+
+def _overlaps(a, b):
+    return a[0] < b[1] and b[0] < a[1] and a[2] < b[3] and b[2] < a[3]
+
+
+def _covers(outer, inner):
+    return outer[0] <= inner[0] and inner[1] <= outer[1] and outer[2] <= inner[2] \
+        and inner[3] <= outer[3]
+
+
+def _scanned_dependencies(records, address_range):
+    """The analysis by definition: every live earlier access of the buffer is tested."""
+    writes, reads, accesses, inherited = {}, {}, {}, {}
+    occupants = {"sbuf": [], "psum": [], "hbm": []}
+    preds = []
+    for index, operands in enumerate(records):
+        needs = set()
+        for buffer, role, box in operands:
+            if buffer not in writes:
+                writes[buffer], reads[buffer], accesses[buffer] = [], [], []
+                inherited[buffer] = set()
+                placed = address_range(buffer)
+                if placed is not None:
+                    for previous in _take_over(occupants[placed[0]], *placed[1:], buffer):
+                        inherited[buffer].update(accesses[previous])
+            needs |= inherited[buffer]
+            write = role in ("dst", "accum")
+            needs |= {i for b, i in writes[buffer] if _overlaps(b, box)}
+            if write:
+                needs |= {i for b, i in reads[buffer] if _overlaps(b, box)}
+            (writes if write else reads)[buffer].append((box, index))
+            accesses[buffer].append(index)
+            if role == "dst":
+                writes[buffer] = [(b, i) for b, i in writes[buffer]
+                                  if i == index or not _covers(box, b)]
+                reads[buffer] = [(b, i) for b, i in reads[buffer] if not _covers(box, b)]
+        needs.discard(index)
+        preds.append(sorted(needs))
+    return preds
+
+
+def _random_box(rng, width_scale):
+    p0 = rng.randrange(128)
+    b0 = rng.randrange(1 << 22)
+    width = max(1, int(rng.paretovariate(0.7) * width_scale)) if rng.random() < 0.3 \
+        else rng.choice([2, 64, 1536, 16384])
+    return (p0, min(128, p0 + rng.choice([1, 16, 128])), b0, b0 + width)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_indexed_dependencies_equal_a_scan_of_every_access(seed):
+    rng = random.Random(seed)
+    roles = ["src", "src", "dst", "dst", "accum"]
+    buffers = ["a", "b", "c", "d"]             # few buffers: thousands of accesses each
+    records = []
+    for _ in range(3000):
+        records.append([(rng.choice(buffers), rng.choice(roles), _random_box(rng, 4096))
+                        for _ in range(rng.randint(1, 3))])
+        if rng.random() < 0.02:           # a covering write retires what it covers
+            records.append([(rng.choice(buffers), "dst", (0, 128, 0, 1 << 23))])
+    # Two buffers share addresses, so the second inherits the first's accesses.
+    placed = {"c": ("hbm", 0, 1 << 23), "d": ("hbm", 4096, 8192)}
+    want = _scanned_dependencies(records, placed.get)
+    assert box_dependencies(records, placed.get) == want
+    assert sum(map(len, want)) > len(records)         # the analysis found conflicts
