@@ -24,6 +24,7 @@ from torchneuron.compiler.codegen.neff_writer import emit_neff
 from torchneuron.compiler.errors import CompileError
 from torchneuron.compiler.passes import build_pass_manager, parse_pipeline
 from torchneuron.dialects import make_context
+from torchneuron.dialects.common import memref_info_cache
 from torchneuron.target import get_target
 
 
@@ -110,7 +111,7 @@ def compile_linalg(linalg_text: str, name: str, options: CompileOptions,
     seconds: dict[str, float] = {}
     _dump(dump_dir, f"{name}.linalg.mlir", linalg_text)
     context = make_context()
-    with context:
+    with context, memref_info_cache():
         try:
             module = ir.Module.parse(linalg_text)
         except ir.MLIRError as exc:

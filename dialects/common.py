@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Any
+import contextlib
+import threading
+from typing import Any, NamedTuple
 
 from torch_mlir import ir
 
@@ -87,3 +89,56 @@ def shape_of(value: ir.Value, what: str) -> list[int]:
     shape = list(t.shape)
     require(all(d >= 0 for d in shape), f"{what} must have a static shape, got {t}")
     return shape
+
+
+class MemRefInfo(NamedTuple):
+    """What passes, verifiers and the NEFF writer read of a buffer's memref type."""
+    memory: str | None          # the memory space's name (None: no memory space)
+    shape: tuple[int, ...]
+    element: str                # the element type as MLIR prints it ('bf16', 'f32', ...)
+    itemsize: int               # bytes one element occupies (i1 as a byte); 0: no size
+
+
+_cache = threading.local()
+
+
+@contextlib.contextmanager
+def memref_info_cache():
+    """Within the block (on this thread), `memref_info` remembers each type's answer. A
+    compilation asks about the same few buffer types hundreds of thousands of times, and the
+    bindings build every answer anew (printing an element type alone takes microseconds).
+    The cache holds the types, and so their context, only until the block ends."""
+    outer = getattr(_cache, "types", None)
+    if outer is None:
+        _cache.types = {}
+    try:
+        yield
+    finally:
+        if outer is None:
+            _cache.types = None
+
+
+def memref_info(t: ir.Type) -> MemRefInfo:
+    """`t` as a `MemRefInfo`; raises ValueError if `t` is not a memref."""
+    cache = getattr(_cache, "types", None)
+    if cache is not None:
+        info = cache.get(t)
+        if info is not None:
+            return info
+    try:
+        mtype = ir.MemRefType(t)
+    except (ValueError, TypeError):
+        raise ValueError(f"buffer must be a memref, got {t}") from None
+    space = mtype.memory_space
+    memory = None
+    if space is not None:
+        try:
+            memory = ir.StringAttr(space).value
+        except (ValueError, TypeError):
+            memory = str(space)
+    element = mtype.element_type
+    width = element.width if isinstance(element, (ir.FloatType, ir.IntegerType)) else 0
+    info = MemRefInfo(memory, tuple(mtype.shape), str(element), max(1, width // 8) if width else 0)
+    if cache is not None:
+        cache[t] = info
+    return info

@@ -25,7 +25,8 @@ from torch_mlir import ir
 from torch_mlir.dialects import ext
 
 from torchneuron.dialects.common import (
-    AnyAttr, VerifyError, attr, float_value, i64_array, int_value, require, string, verifier,
+    AnyAttr, VerifyError, attr, float_value, i64_array, int_value, memref_info, require, string,
+    verifier,
 )
 from torchneuron.dialects.trn import ACTIVATION_FUNCS, ALU_OPS, REDUCE_OPS
 
@@ -41,15 +42,11 @@ class Nisa(ext.Dialect, name="nisa"):
 def memory_of(value: ir.Value) -> str:
     """The memory a buffer lives in ('hbm', 'sbuf' or 'psum')."""
     try:
-        space = ir.MemRefType(value.type).memory_space
-    except (ValueError, TypeError):
+        name = memref_info(value.type).memory
+    except ValueError:
         raise VerifyError(f"buffer must be a memref, got {value.type}") from None
-    if space is None:
+    if name is None:
         raise VerifyError(f"buffer type {value.type} has no memory space")
-    try:
-        name = ir.StringAttr(space).value
-    except (ValueError, TypeError):
-        name = str(space)
     if name not in MEMORIES:
         raise VerifyError(f"unknown memory space {name!r} in {value.type}")
     return name
@@ -60,8 +57,8 @@ def check_access_pattern(ap: list[int], buffer: ir.Value, role: str,
     """An access pattern must address elements of its buffer only (see module docstring).
     With `dynamic_rows` (the HBM side of an indirect DMA) the partition axis steps over rows
     an index chooses at run time: only one row's pattern is checked here."""
-    shape = list(ir.MemRefType(buffer.type).shape)
     memory = memory_of(buffer)
+    shape = memref_info(buffer.type).shape
     require(len(ap) >= 3 and len(ap) % 2 == 1,
             f"{role} access pattern {ap} must be [offset, pstride, partitions, (stride, size)...]")
     offset, dims = ap[0], [(ap[i], ap[i + 1]) for i in range(1, len(ap), 2)]
@@ -78,7 +75,8 @@ def check_access_pattern(ap: list[int], buffer: ir.Value, role: str,
     if memory != "hbm":
         require(all(stride >= 0 for stride, _ in dims),
                 f"{role} on-chip access pattern {ap} has a negative stride")
-        require(len(shape) == 2, f"{role} on-chip buffer must be 2-D [partitions, free], got {shape}")
+        require(len(shape) == 2,
+                f"{role} on-chip buffer must be 2-D [partitions, free], got {list(shape)}")
         row = shape[1]
         pstride, partitions = dims[0]
         require(pstride == row or partitions == 1,

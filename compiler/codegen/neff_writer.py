@@ -13,6 +13,7 @@ import torchneuron
 from torchneuron.compiler import ir_utils as U
 from torchneuron.compiler.errors import CompileError
 from torchneuron.compiler.transforms.schedule import stream_names, stream_of
+from torchneuron.dialects.common import memref_info
 from torchneuron.dialects.nisa import INSTRUCTION_OPS, instruction_roles, memory_of
 from torchneuron.format import isa
 from torchneuron.format.container import Neff, Stream, TensorDecl, write_neff
@@ -25,7 +26,8 @@ _ELEMENT_DTYPES = {
 }
 
 
-def dtype_of(element_type: ir.Type) -> isa.DType:
+def dtype_of(element_type: ir.Type | str) -> isa.DType:
+    """The storage dtype of an element type (or its printed name, as `MemRefInfo` has it)."""
     try:
         return _ELEMENT_DTYPES[str(element_type)]
     except KeyError:
@@ -221,8 +223,8 @@ def _instruction(op: ir.Operation, tensor_of: dict, base: dict) -> isa.Instructi
 
 def _operand(buffer: ir.Value, ap: list[int], tensor_of: dict, base: dict,
              op: ir.Operation) -> isa.Operand:
-    mtype = ir.MemRefType(buffer.type)
-    dtype = dtype_of(mtype.element_type)
+    info = memref_info(buffer.type)
+    dtype = dtype_of(info.element)
     memory = memory_of(buffer)
     offset, (pstride, pcount) = ap[0], (ap[1], ap[2])
     free = [(ap[i], ap[i + 1]) for i in range(3, len(ap), 2)]
@@ -236,7 +238,7 @@ def _operand(buffer: ir.Value, ap: list[int], tensor_of: dict, base: dict,
     if buffer not in base:
         raise CompileError("on-chip operand has no address (run trn-plan-memory first)",
                            op.location)
-    row = list(mtype.shape)[1]
+    row = info.shape[1]
     return isa.Operand(isa.Memory.SBUF if memory == "sbuf" else isa.Memory.PSUM, dtype, pcount,
                        sizes, strides, offset=base[buffer] + (offset % row) * dtype.itemsize,
                        partition_start=offset // row)
@@ -273,15 +275,15 @@ def cost_view(op: ir.Operation) -> InstructionCost:
     ops: list = [None] * isa.NUM_OPERANDS
     aps = [list(ir.DenseI64ArrayAttr(a)) for a in ir.ArrayAttr(op.attributes["aps"])]
     for role, buffer, ap in zip(instruction_roles(op), op.operands, aps):
-        mtype = ir.MemRefType(buffer.type)
-        dtype = dtype_of(mtype.element_type)
+        info = memref_info(buffer.type)
+        dtype = dtype_of(info.element)
         itemsize = dtype.itemsize
         memory = isa.Memory.parse(memory_of(buffer))
         sizes = tuple(ap[4::2])
         free_size = 1
         for n in sizes:
             free_size *= n
-        pstride = ap[1] * itemsize if memory == isa.Memory.HBM else list(mtype.shape)[1] * itemsize
+        pstride = ap[1] * itemsize if memory == isa.Memory.HBM else info.shape[1] * itemsize
         ops[_SLOTS[role]] = OperandCost(memory, dtype, dtype.numpy(), (ap[2], *sizes),
                                         (pstride, *(s * itemsize for s in ap[3::2])), free_size)
     alu = "bypass"

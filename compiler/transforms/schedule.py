@@ -22,6 +22,7 @@ from torch_mlir import ir
 
 from torchneuron.compiler import ir_utils as U
 from torchneuron.compiler.passes import Pass, register
+from torchneuron.dialects.common import memref_info
 from torchneuron.dialects.nisa import INSTRUCTION_OPS, instruction_roles
 
 ENGINE_STREAMS = ("pe", "act", "dve", "pool", "sp")
@@ -178,12 +179,10 @@ class _BufferState:
 
 def _box(buffer: ir.Value, ap: list[int]) -> tuple[int, int, int, int]:
     """Partition and byte extent an access pattern touches within its buffer."""
-    mtype = ir.MemRefType(buffer.type)
-    itemsize = U.element_bytes(mtype.element_type)
-    shape = list(mtype.shape)
+    info = memref_info(buffer.type)
+    itemsize, shape = info.itemsize, info.shape
     offset, dims = ap[0], [(ap[i], ap[i + 1]) for i in range(1, len(ap), 2)]
-    space = ir.StringAttr(mtype.memory_space).value
-    if space == "hbm":
+    if info.memory == "hbm":
         extent = sum(s * (n - 1) for s, n in dims)
         return (0, 1, offset * itemsize, (offset + extent + 1) * itemsize)
     row = shape[1]

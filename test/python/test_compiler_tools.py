@@ -138,3 +138,21 @@ def test_views_compose_into_access_patterns():
     assert t.access_pattern(0, [1]) == [34, 1, 4, 8, 8]
     b = HbmView(None, 0, (8,), (1,)).broadcast([0], (3, 8))
     assert b.strides == (0, 1)
+
+
+def test_memref_info_is_remembered_only_within_its_cache_block():
+    from torch_mlir import ir
+
+    from torchneuron.dialects import common, make_context
+
+    with make_context():
+        tile = ir.Type.parse('memref<128x512xbf16, "sbuf">')
+        with common.memref_info_cache():
+            first = common.memref_info(tile)
+            assert common.memref_info(tile) is first
+        assert first == common.MemRefInfo("sbuf", (128, 512), "bf16", 2)
+        # Outside the block nothing holds the type (nor its context) any longer.
+        assert common._cache.types is None
+        assert common.memref_info(tile) is not first
+        with pytest.raises(ValueError, match="must be a memref"):
+            common.memref_info(ir.Type.parse("f32"))

@@ -158,15 +158,21 @@ class DType(IntEnum):
 
     def numpy(self) -> np.dtype:
         """The numpy dtype that stores this type (ml_dtypes for bf16 and fp8)."""
-        import ml_dtypes
+        if not _NUMPY_DTYPES:            # built on first use: ml_dtypes loads only then
+            import ml_dtypes
 
-        table = {
-            DType.F32: np.float32, DType.BF16: ml_dtypes.bfloat16, DType.F16: np.float16,
-            DType.F8E4M3: ml_dtypes.float8_e4m3fn, DType.F8E5M2: ml_dtypes.float8_e5m2,
-            DType.I8: np.int8, DType.U8: np.uint8, DType.I16: np.int16, DType.U16: np.uint16,
-            DType.I32: np.int32, DType.U32: np.uint32, DType.I64: np.int64,
-        }
-        return np.dtype(table[self])
+            table = {
+                DType.F32: np.float32, DType.BF16: ml_dtypes.bfloat16, DType.F16: np.float16,
+                DType.F8E4M3: ml_dtypes.float8_e4m3fn, DType.F8E5M2: ml_dtypes.float8_e5m2,
+                DType.I8: np.int8, DType.U8: np.uint8, DType.I16: np.int16,
+                DType.U16: np.uint16, DType.I32: np.int32, DType.U32: np.uint32,
+                DType.I64: np.int64,
+            }
+            _NUMPY_DTYPES.update({dt: np.dtype(t) for dt, t in table.items()})
+        return _NUMPY_DTYPES[self]
+
+
+_NUMPY_DTYPES: dict[DType, np.dtype] = {}
 
 
 # Labels follow MLIR's element type spelling so the compiler can map types by name.

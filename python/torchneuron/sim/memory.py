@@ -30,7 +30,7 @@ MASK_DTYPES = {1: np.dtype(np.uint8), 2: np.dtype(np.uint16), 4: np.dtype(np.uin
                8: np.dtype(np.uint64)}
 ALL_WRITTEN = {size: dt.type(np.iinfo(dt).max) for size, dt in MASK_DTYPES.items()}
 
-# numpy dtype of each ISA dtype, computed once (DType.numpy() imports ml_dtypes per call).
+# numpy dtype of each ISA dtype, as a plain dict for the simulator's hot paths.
 NUMPY_DTYPES: dict[isa.DType, np.dtype] = {dt: dt.numpy() for dt in isa.DType}
 
 
