@@ -10,11 +10,16 @@ For each batch index and each block of up to 128 query rows, all on chip:
    tile, exactly as a row-wise kernel computes it (kernels/rows.py), with the row tile as its
    input instead of a load;
 4. out [rows, Dv] = P[rows, Sk] @ V[Sk, Dv]: the contraction over Sk needs Sk on partitions,
-   so each 128-column block of P is transposed on PE and used as the stationary operand
-   against V's rows, accumulating in one PSUM tile;
+   so each 128-column block of P is transposed on PE (the blocks side by side in one PSUM
+   bank, evacuated by one copy) and used as the stationary operand against V's rows,
+   accumulating in one PSUM tile;
 5. the output epilogue while evacuating PSUM, and one store.
-Scores and probabilities never reach HBM; every rounding the three kernels spell out (scores
-and probabilities to bf16, say) happens where it did.
+Scores and probabilities never reach HBM. A softmax's division by its row sum is deferred to
+the product (rows.py `defer_division`), as flash attention does: P @ V is linear in each row
+of P, so dividing the [rows, Dv] product costs Dv columns of DVE work instead of Sk. The
+probabilities are then rounded to their type (bf16, say) before the division rather than
+after: the same relative rounding error, in another place. Every other rounding the three
+kernels spell out (the scores to bf16, say) happens where it did.
 
 A kernel that trn-layout made token-major yields transpose(reshape(O)) ([B, S, H, Dv]): O is
 written through the inverse of those views, and when heads are staged together each query
@@ -176,6 +181,9 @@ def lower_attention(em: Emitter, body: list[ir.Operation], views: dict,
         U.element_type(op.results[0]) == f32 and op.results[0] not in epilogue1.aliases
         for op in chain1) and scores_type == f32
     epilogue2 = Epilogue(em, chain2, views, second.results[0], {yielded})
+    rounding_only = [op.name for op in chain2] == ["trn.convert"] and \
+        chain2[0].operands[0] == second.results[0] and chain2[0].results[0] == yielded and \
+        isinstance(U.element_type(yielded), ir.FloatType)
     scores_leaves = {scores}
     for op in rows_body:
         if op.name in VIEW_OPS and op.operands[0] in scores_leaves:
@@ -212,20 +220,38 @@ def lower_attention(em: Emitter, body: list[ir.Operation], views: dict,
 
         return tile
 
-    def consume(probs_tile: Tile, view: HbmView) -> None:
+    def consume(probs_tile: Tile, view: HbmView, divisor: Tile | None) -> None:
         b, q0, qn = locate(view)
         _, _, v_t, h0 = operands_of(b)
         width = v_t.view.shape[1]          # every head's values, loaded as whole rows
         acc = em.alloc("psum", qn, dv, ir.F32Type.get())
-        for k0 in range(0, sk, tk):
-            kn = min(tk, sk - k0)
-            turned = em.alloc("psum", kn, qn, ir.F32Type.get())
-            em.transpose(turned, probs_tile.columns(k0, kn))
-            stationary = em.alloc("sbuf", kn, qn, etype2)
+        # P^T in 128-key blocks, side by side in one PSUM bank where they fit, evacuated by
+        # one copy (one instruction's fixed cost, not one per block).
+        blocks = [(k0, min(tk, sk - k0)) for k0 in range(0, sk, tk)]
+        together = max(1, min(len(blocks), tf // qn)) if sk % tk == 0 else 1
+        for g0 in range(0, len(blocks), together):
+            group = blocks[g0:g0 + together]
+            kn = group[0][1]
+            turned = em.alloc("psum", kn, len(group) * qn, ir.F32Type.get())
+            for i, (k0, _) in enumerate(group):
+                em.transpose(turned.columns(i * qn, qn), probs_tile.columns(k0, kn))
+            stationary = em.alloc("sbuf", kn, len(group) * qn, etype2)
             em.copy(stationary, turned)
-            em.matmul(acc, stationary, v_t.tile(k0, kn, 0, width).columns(h0, dv),
-                      accumulate=k0 > 0)
-        results = epilogue2.run(acc, (q0, qn), lambda v, b=b: pick(v, b).slice(0, q0, qn))
+            for i, (k0, _) in enumerate(group):
+                em.matmul(acc, stationary.columns(i * qn, qn),
+                          v_t.tile(k0, kn, 0, width).columns(h0, dv), accumulate=k0 > 0)
+        # softmax's division, deferred by the row part to this [rows, Dv] product (it is
+        # linear in each row of P): Dv columns divided instead of Sk. Where the epilogue only
+        # rounds, the division is the evacuation (DVE rounds its fp32 quotient as it writes).
+        if divisor is not None and rounding_only:
+            quotient = em.alloc("sbuf", qn, dv, U.element_type(yielded))
+            em.tensor_scalar(quotient, acc, "div", divisor)
+            results = {yielded: quotient}
+        else:
+            if divisor is not None:
+                em.tensor_scalar(acc, acc, "div", divisor)
+            results = epilogue2.run(acc, (q0, qn),
+                                    lambda v, b=b: pick(v, b).slice(0, q0, qn))
         if rows_out is None:
             store_tile(em, pick(out_view, b).slice(0, q0, qn), results[yielded])
             return
@@ -255,7 +281,8 @@ def lower_attention(em: Emitter, body: list[ir.Operation], views: dict,
     if math.prod(batch_shape) * sq != math.prod(U.shape(probs)[:-1]):
         raise CompileError("an attention kernel's row part must keep the scores' rows",
                            first.location)
-    lower_rows(em, rows_body, rows_views, view_of, (probs, probs_view), produce, consume)
+    lower_rows(em, rows_body, rows_views, view_of, (probs, probs_view), produce, consume,
+               defer_division=True)
     if rows_tiles:
         raise CompileError("an attention kernel left query blocks of some heads unstored",
                            first.location)

@@ -219,18 +219,21 @@ class Emitter:
     def transpose(self, dst: Tile, src: Tile) -> None:
         self._instr("nisa.transpose", "pe", [(dst.buffer, dst.ap()), (src.buffer, src.ap())])
 
-    def activation(self, dst: Tile, src: Tile, func: str, scale: float = 1.0,
+    def activation(self, dst: Tile, src: Tile, func: str, scale: float | Tile = 1.0,
                    bias: Tile | None = None, accum: Tile | None = None) -> None:
-        """dst = func(src * scale + bias) (bias a per-partition [P, 1] tile); with `accum`,
-        also the fp32 sum of each partition's results into the [P, 1] tile `accum`."""
+        """dst = func(src * scale + bias) (scale an immediate or, like bias, a per-partition
+        [P, 1] tile); with `accum`, also the fp32 sum of each partition's results into the
+        [P, 1] tile `accum`."""
+        scale_tile = scale if isinstance(scale, Tile) else None
         operands = [(dst.buffer, dst.ap()), (src.buffer, src.ap())]
-        for extra in (bias, accum):
+        for extra in (bias, scale_tile, accum):
             if extra is not None:
                 operands.append((extra.buffer, extra.ap()))
         self._instr("nisa.activation", "act", operands,
                     cycles=dst.free + (self.target.min_ii if accum is not None else 0),
-                    segments=[1, 1, int(bias is not None), 0, int(accum is not None)],
-                    func=U.string(func), scale=U.f32(scale))
+                    segments=[1, 1, int(bias is not None), int(scale_tile is not None),
+                              int(accum is not None)],
+                    func=U.string(func), scale=U.f32(1.0 if scale_tile else scale))
 
     def tensor_tensor(self, dst: Tile, lhs: Tile, rhs: Tile, op: str,
                       engine: str = "dve") -> None:

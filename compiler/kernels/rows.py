@@ -59,15 +59,19 @@ def lower_rows(em: Emitter, body: list[ir.Operation], views: dict,
                view_of: Callable[[ir.Operation, HbmView], HbmView],
                output: tuple[ir.Value, HbmView],
                produce: Callable[[ir.Value, HbmView], Tile | None] | None = None,
-               consume: Callable[[Tile, HbmView], None] | None = None) -> None:
+               consume: Callable[[Tile, HbmView, Tile | None], None] | None = None,
+               defer_division: bool = False) -> None:
     """`body`: the kernel's ops (without trn.yield); `views`: HbmViews of the values defined
     above the kernel; `view_of(op, source)`: the view a view op makes of an HBM view;
     `output`: (yielded value, destination view).
 
     A kernel that computes the rows' inputs or uses the result on chip (an attention kernel)
     passes `produce(value, view)`, which returns the tile of a row leaf for the rows `view`
-    covers (or None: load it), and `consume(tile, view)`, which takes each result tile in
-    place of its store to `view`."""
+    covers (or None: load it), and `consume(tile, view, divisor)`, which takes each result
+    tile in place of its store to `view`. With `defer_division`, a result that is a row
+    value divided by a per-row one (softmax's e / sum(e)) is handed over undivided, in the
+    result's type, with the [P, 1] divisor: a consumer that contracts the row (attention's
+    P @ V) divides its far smaller product instead of the row."""
     reduces = [op for op in body if op.name == "trn.reduce"]
     if not reduces:
         raise CompileError("a row-wise kernel needs a reduction", body[-1].location)
@@ -191,6 +195,14 @@ def lower_rows(em: Emitter, body: list[ir.Operation], views: dict,
     safe_div = {div: select for select, (_, _, div) in safe.items()}
     unread = {select.operands[1] for select in safe if all(u in safe for u in
                                                              users[select.operands[1]])}
+    deferred = _deferred_division(compute, users, broadcast_of, accumulated, safe, aliases,
+                                  yielded) if defer_division and consume is not None else None
+    if deferred is not None:
+        # The numerator is written in the result's type (it is read by nothing else but
+        # its folded sum, which the activation takes of its fp32 results).
+        storage[deferred.numerator] = storage.get(deferred.result,
+                                                  U.element_type(deferred.result))
+        folded |= deferred.skipped
 
     # Operands constant over K: loaded once, every partition the same row.
     resident = {v: load_leaf(em, _tile_view(leaf_views[v], layout, kept_rank, {}, 0, tp,
@@ -281,8 +293,8 @@ def lower_rows(em: Emitter, body: list[ir.Operation], views: dict,
                     lhs, rhs = op.operands
                     reverse = lhs in broadcast_of
                     row_value, per_row = (rhs, lhs) if reverse else (lhs, rhs)
-                    em.tensor_scalar(dst, operand(row_value), U.str_attr(op, "op"),
-                                     tiles[broadcast_of[per_row]], reverse0=reverse)
+                    _per_row_op(em, dst, operand(row_value), U.str_attr(op, "op"),
+                                tiles[broadcast_of[per_row]], reverse)
                 else:
                     # Whole-row arithmetic may go to ACT when it would finish sooner there
                     # (a square, a constant multiply or add: the same roundings); a per-row
@@ -291,7 +303,15 @@ def lower_rows(em: Emitter, body: list[ir.Operation], views: dict,
                                      share=is_row(result))
                 tiles[result] = dst
 
-            tile = operand(yielded)
+            divisor = None
+            if deferred is not None:
+                tile = tiles[deferred.numerator]
+                divisor = tiles[deferred.divisor]
+                if deferred.clamped:
+                    divisor = em.alloc("sbuf", pn, 1, ir.F32Type.get())
+                    em.tensor_scalar(divisor, tiles[deferred.divisor], "max", _FLT_MIN_NORMAL)
+            else:
+                tile = operand(yielded)
             if tile.element_type != out_view.element_type:
                 cast = em.alloc("sbuf", pn, tile.free, out_view.element_type)
                 em.copy(cast, tile)
@@ -299,7 +319,7 @@ def lower_rows(em: Emitter, body: list[ir.Operation], views: dict,
             target = _tile_view(out_view, layout, kept_rank, index, p0, pn,
                                 row=is_row(output[0]))
             if consume is not None:
-                consume(tile, target)
+                consume(tile, target, divisor)
             else:
                 em.store(target, 0, list(range(1, target.rank)), tile)
 
@@ -355,6 +375,71 @@ def _safe_softmax(compute, users, broadcast_of, per_row_alias, biased, accumulat
             continue
         found[op] = (cond_op, act, div)
     return found
+
+
+@dataclasses.dataclass
+class _Deferred:
+    """A row-wise result `result` = numerator / broadcast(divisor) whose division is left to
+    the consumer: the ops computing it from the numerator (`skipped`) emit nothing."""
+    result: ir.Value
+    numerator: ir.Value
+    divisor: ir.Value                 # the per-row value
+    clamped: bool                     # _safe_softmax's form: divide by max(divisor, tiny)
+    skipped: set
+
+
+def _deferred_division(compute, users, broadcast_of, accumulated, safe, aliases,
+                       yielded) -> _Deferred | None:
+    """The division `lower_rows(defer_division=True)` leaves to its consumer, if the result
+    is one: e / broadcast(s) (or _safe_softmax's select around it) with e a row value read
+    by nothing but that division and the activation's own folded sum."""
+    result = yielded
+    while result in aliases:
+        result = aliases[result]
+    producer = {op.results[0]: op for op in compute}
+    op = producer.get(result)
+    skipped = set()
+    clamped = False
+    if op is not None and op in safe:
+        skipped |= {op, safe[op][0]}
+        op = safe[op][2]
+        clamped = True
+    if op is None or op.name != "trn.tensor_tensor" or U.str_attr(op, "op") != "div":
+        return None
+    numerator, per_row = op.operands
+    if per_row not in broadcast_of or numerator in broadcast_of or \
+            numerator not in producer or producer[numerator].name != "trn.activation":
+        return None
+    if any(r is not op and r is not accumulated.get(producer[numerator])
+           for r in users.get(numerator, [])):
+        return None
+    return _Deferred(result, numerator, broadcast_of[per_row], clamped, skipped | {op})
+
+
+def _per_row_op(em: Emitter, dst: Tile, row: Tile, alu: str, per_row: Tile,
+                reverse: bool) -> None:
+    """dst = row <alu> per_row (operands swapped with `reverse`), for a [P, 1] per-row tile.
+
+    On DVE a tensor_scalar; a norm's x - mean, x + c and x * rstd go to ACT instead when it
+    would finish sooner there, as an identity activation with the per-row value as its bias
+    (negated for a subtraction: x + (-m) is x - m exactly) or its scale (the product alone,
+    with no bias added), so the rows' arithmetic is shared by the two engines. (The
+    negation is a [P, 1] DVE op of MIN_II cycles: worth it only for rows several times
+    longer.)"""
+    act = None
+    if alu in ("add", "mul") or (alu == "sub" and not reverse and
+                                  dst.free >= 4 * em.target.min_ii):
+        act = em.sooner_engine({"dve": dst.free, "act": dst.free}) == "act"
+    if not act:
+        em.tensor_scalar(dst, row, alu, per_row, reverse0=reverse)
+    elif alu == "mul":
+        em.activation(dst, row, "identity", scale=per_row)
+    elif alu == "add":
+        em.activation(dst, row, "identity", bias=per_row)
+    else:
+        negated = em.alloc("sbuf", per_row.partitions, 1, ir.F32Type.get())
+        em.tensor_scalar(negated, per_row, "mul", -1.0)
+        em.activation(dst, row, "identity", bias=negated)
 
 
 def _spread(em: Emitter, per_row: Tile, row_elements: int) -> Tile:

@@ -632,15 +632,49 @@ func.func @safe_softmax_quotient_reused(%x: tensor<128x96xf32>) -> tensor<128x96
 
 // -----
 
+// Tests that a norm's whole-row arithmetic with a per-row value is shared with ACT, which is
+// idle beside DVE's reductions: x - mean is an identity activation whose bias is the negated
+// mean (a [P, 1] DVE multiply by -1; x + (-m) is x - m exactly), the square an activation,
+// and d * rstd an identity activation with rstd as its per-partition scale and no bias.
+// CHECK-LABEL: func.func @norm_on_two_engines
+// CHECK: "nisa.tensor_reduce"({{.*}}engine = "dve", op = "add"
+// CHECK: "nisa.tensor_scalar"(%[[MEAN:[0-9]+]], {{.*}}imm0 = 9.765625E-4
+// CHECK: "nisa.tensor_scalar"(%[[NEG:[0-9]+]], %[[MEAN]]) {{.*}}imm0 = -1.000000e+00 : f32{{.*}}op0 = "mul"
+// CHECK: "nisa.activation"(%[[D:[0-9]+]], %{{[0-9]+}}, %[[NEG]]) {{.*}}engine = "act", func = "identity", operandSegmentSizes = array<i32: 1, 1, 1, 0, 0>, scale = 1.000000e+00
+// CHECK: "nisa.activation"(%{{[0-9]+}}, %[[D]]) {{.*}}func = "square"
+// CHECK: "nisa.activation"(%[[RSTD:[0-9]+]], %{{[0-9]+}}) {{.*}}func = "rsqrt"
+// CHECK: "nisa.activation"(%{{[0-9]+}}, %[[D]], %[[RSTD]]) {{.*}}engine = "act", func = "identity", operandSegmentSizes = array<i32: 1, 1, 0, 1, 0>
+// CHECK-NOT: op0 = "sub"
+func.func @norm_on_two_engines(%x: tensor<128x1024xf32>) -> tensor<128x1024xf32> {
+  %k = "trn.kernel"() ({
+    %sum = "trn.reduce"(%x) {op = "add", dimensions = array<i64: 1>} : (tensor<128x1024xf32>) -> tensor<128xf32>
+    %mean = "trn.tensor_scalar"(%sum) {op = "mul", scalar = 9.765625e-04 : f32, reverse = false} : (tensor<128xf32>) -> tensor<128xf32>
+    %mb = "trn.broadcast"(%mean) {dimensions = array<i64: 1>} : (tensor<128xf32>) -> tensor<128x1024xf32>
+    %d = "trn.tensor_tensor"(%x, %mb) {op = "sub"} : (tensor<128x1024xf32>, tensor<128x1024xf32>) -> tensor<128x1024xf32>
+    %sq = "trn.tensor_tensor"(%d, %d) {op = "mul"} : (tensor<128x1024xf32>, tensor<128x1024xf32>) -> tensor<128x1024xf32>
+    %ss = "trn.reduce"(%sq) {op = "add", dimensions = array<i64: 1>} : (tensor<128x1024xf32>) -> tensor<128xf32>
+    %var = "trn.tensor_scalar"(%ss) {op = "mul", scalar = 9.765625e-04 : f32, reverse = false} : (tensor<128xf32>) -> tensor<128xf32>
+    %r = "trn.activation"(%var) {func = "rsqrt", scale = 1.0 : f32, bias = 0.0 : f32} : (tensor<128xf32>) -> tensor<128xf32>
+    %rb = "trn.broadcast"(%r) {dimensions = array<i64: 1>} : (tensor<128xf32>) -> tensor<128x1024xf32>
+    %y = "trn.tensor_tensor"(%d, %rb) {op = "mul"} : (tensor<128x1024xf32>, tensor<128x1024xf32>) -> tensor<128x1024xf32>
+    "trn.yield"(%y) : (tensor<128x1024xf32>) -> ()
+  }) {kind = "rows"} : () -> tensor<128x1024xf32>
+  return %k : tensor<128x1024xf32>
+}
+
+// -----
+
 // Tests that a scaled max read by more than the exp's bias is still made: the max of the
-// unscaled row times c, then its negation as the bias.
+// unscaled row times c, then its negation as the bias. The final add of that max to every
+// row, with DVE the busier engine, runs on ACT: an identity activation with the max as its
+// per-partition bias (x + m exactly, as the tensor_scalar would add it).
 // CHECK-LABEL: func.func @softmax_max_reused
 // CHECK: "nisa.tensor_reduce"({{.*}}op = "max"
-// CHECK: "nisa.tensor_scalar"({{.*}}imm0 = 1.250000e-01 : f32{{.*}}op0 = "mul"
+// CHECK: "nisa.tensor_scalar"(%[[M:[0-9]+]], {{.*}}imm0 = 1.250000e-01 : f32{{.*}}op0 = "mul"
 // CHECK: "nisa.tensor_scalar"({{.*}}imm0 = -1.000000e+00 : f32{{.*}}op0 = "mul"
 // CHECK: "nisa.activation"({{.*}}func = "exp"
 // CHECK: "nisa.tensor_scalar"({{.*}}op0 = "div"
-// CHECK: "nisa.tensor_scalar"({{.*}}op0 = "add"
+// CHECK: "nisa.activation"(%{{[0-9]+}}, %{{[0-9]+}}, %[[M]]) {{.*}}engine = "act", func = "identity", operandSegmentSizes = array<i32: 1, 1, 1, 0, 0>, scale = 1.000000e+00
 func.func @softmax_max_reused(%x: tensor<128x96xf32>) -> tensor<128x96xf32> {
   %k = "trn.kernel"() ({
     %s = "trn.tensor_scalar"(%x) {op = "mul", scalar = 0.125 : f32, reverse = false} : (tensor<128x96xf32>) -> tensor<128x96xf32>
@@ -663,17 +697,20 @@ func.func @softmax_max_reused(%x: tensor<128x96xf32>) -> tensor<128x96xf32> {
 // scores matmul accumulates in PSUM and is evacuated into one SBUF row tile (rounded to bf16),
 // the softmax runs on that tile, each 128-column block of the probabilities is transposed on
 // PE to be the stationary operand against the values' rows, and only the result is stored.
-// Nothing is stored to a scratch buffer in between.
+// Nothing is stored to a scratch buffer in between. The softmax's division waits for the
+// product: exp (with its row sum) writes the undivided probabilities in bf16, and the
+// [128, 32] product is divided by the sum as it leaves PSUM, not the [128, 128] row.
 // CHECK-LABEL: func.func @attention
 // CHECK-NOT: memory = "hbm"
 // CHECK: "nisa.matmul"
 // CHECK: "nisa.tensor_copy"
 // CHECK: "nisa.tensor_reduce"({{.*}}op = "max"
-// CHECK: "nisa.activation"({{.*}}func = "exp"
-// CHECK: "nisa.tensor_scalar"({{.*}}op0 = "div"
-// CHECK: "nisa.transpose"
-// CHECK: "nisa.matmul"
-// CHECK: "nisa.dma"(%arg3,
+// CHECK: "nisa.activation"(%[[E:[0-9]+]], %{{[0-9]+}}, %{{[0-9]+}}, %[[SUM:[0-9]+]]) {{.*}}func = "exp"{{.*}} : (memref<128x128xbf16, "sbuf">
+// CHECK-NOT: op0 = "div"
+// CHECK: "nisa.transpose"(%{{[0-9]+}}, %[[E]])
+// CHECK: "nisa.matmul"(%[[O:[0-9]+]],
+// CHECK: "nisa.tensor_scalar"(%[[OUT:[0-9]+]], %[[O]], %[[SUM]]) {{.*}}op0 = "div"{{.*}} : (memref<128x32xbf16, "sbuf">, memref<128x32xf32, "psum">
+// CHECK: "nisa.dma"(%arg3, %[[OUT]])
 // CHECK-NOT: memory = "hbm"
 // CHECK: return
 func.func @attention(%q: tensor<2x128x32xbf16>, %kt: tensor<2x32x128xbf16>, %v: tensor<2x128x32xbf16>) -> tensor<2x128x32xbf16> {

@@ -396,3 +396,42 @@ def test_bitwise_tensor_scalar_with_an_immediate():
 
     out, _ = run_kernel({"x": x}, {"y": ((1, 4), "f32")}, body)
     np.testing.assert_array_equal(out["y"], [[1.0, 2.0, 3.0, 2.0]])
+
+
+def test_identity_activation_with_per_row_operands_gives_tensor_scalar_bits():
+    """The compiler hands a row-wise kernel's x - m, x + m and x * s to ACT when DVE is busier
+    (compiler/kernels/rows.py _per_row_op), as identity activations with m (negated for the
+    subtraction) as the bias or s as the scale: the results must be DVE's, bit for bit,
+    written to bf16 as well as fp32, infinities and NaNs included."""
+    x = randn(128, 48) * F32(100)
+    x[0, :4] = [np.inf, -np.inf, np.nan, 0.0]
+    m, s = randn(128, 1), randn(128, 1)
+    m[1], s[0], s[2] = np.inf, -1.5, 0.0      # s[0]: x * s = -0 for x = 0
+
+    def body(b, i, o, waits, signal):
+        # DVE's instructions first; ACT's wait for all of them (the negated m among them).
+        dve_done = b.semaphore()
+        b.tensor_scalar(o["neg"], i["m"], "mul", -1.0, waits=waits)
+        for dtype in ("f32", "bf16"):
+            b.tensor_scalar(o[f"sub_dve_{dtype}"], i["x"], "sub", i["m"])
+            b.tensor_scalar(o[f"add_dve_{dtype}"], i["x"], "add", i["m"])
+            b.tensor_scalar(o[f"mul_dve_{dtype}"], i["x"], "mul", i["s"],
+                            signal=dve_done if dtype == "bf16" else -1)
+        for dtype in ("f32", "bf16"):
+            b.activate(o[f"sub_act_{dtype}"], i["x"], "identity", bias=o["neg"],
+                       waits=[(dve_done, 1)] if dtype == "f32" else [])
+            b.activate(o[f"add_act_{dtype}"], i["x"], "identity", bias=i["m"])
+            b.activate(o[f"mul_act_{dtype}"], i["x"], "identity", scale=i["s"],
+                       signal=signal if dtype == "bf16" else -1)
+
+    outputs = {"neg": ((128, 1), "f32")}
+    for op in ("sub", "add", "mul"):
+        for engine in ("dve", "act"):
+            for dtype in ("f32", "bf16"):
+                outputs[f"{op}_{engine}_{dtype}"] = ((128, 48), dtype)
+    out, _ = run_kernel({"x": x, "m": m, "s": s}, outputs, body)
+    for op in ("sub", "add", "mul"):
+        for dtype in ("f32", "bf16"):
+            dve, act = out[f"{op}_dve_{dtype}"], out[f"{op}_act_{dtype}"]
+            np.testing.assert_array_equal(act.view(np.uint16 if dtype == "bf16" else np.uint32),
+                                          dve.view(np.uint16 if dtype == "bf16" else np.uint32))
