@@ -207,6 +207,28 @@ def lower_rows(em: Emitter, body: list[ir.Operation], views: dict,
     # Operands constant over K: loaded once, every partition the same row.
     resident = {v: load_leaf(em, _tile_view(leaf_views[v], layout, kept_rank, {}, 0, tp,
                                             row=True)) for v in invariant if v not in unread}
+    # ... and where every reader is a whole-row tensor_tensor whose other operand is fp32 (a
+    # norm's weight and bias against the fp32 normalised rows: two cycles per element from
+    # SBUF), copied once into PSUM as fp32, one bank per 512 columns: an op with an input in
+    # PSUM takes one cycle per element (TARGET.md), so each such op costs half.
+    in_psum = {}
+    bank = em.target.psum_bank_bytes // 4
+    for v, tile in resident.items():
+        readers = users.get(v, [])
+        if not is_row(v) or not isinstance(tile.element_type, ir.FloatType) or not readers or \
+                any(r.name != "trn.tensor_tensor" or r in folded or
+                    U.str_attr(r, "op") not in ("add", "sub", "mul") or
+                    any(o in broadcast_of or o in resident or
+                        storage.get(o, U.element_type(o)) != ir.F32Type.get()
+                        for o in r.operands if o != v) for r in readers):
+            continue
+        chunks = []
+        for c0 in range(0, tile.free, bank):
+            chunk = em.alloc("psum", tile.partitions, min(bank, tile.free - c0),
+                             ir.F32Type.get())
+            em.copy(chunk, tile.columns(c0, chunk.free))
+            chunks.append((c0, chunk))
+        in_psum[v] = chunks
 
     for outer in itertools.product(*(range(math.prod(kept[d] for d in group))
                                      for group in layout.loops)):
@@ -295,6 +317,12 @@ def lower_rows(em: Emitter, body: list[ir.Operation], views: dict,
                     row_value, per_row = (rhs, lhs) if reverse else (lhs, rhs)
                     _per_row_op(em, dst, operand(row_value), U.str_attr(op, "op"),
                                 tiles[broadcast_of[per_row]], reverse)
+                elif any(v in in_psum for v in op.operands):
+                    for c0, chunk in in_psum[next(v for v in op.operands if v in in_psum)]:
+                        em.tensor_tensor(dst.columns(c0, chunk.free), *[
+                            chunk.rows(pn) if v in in_psum else
+                            operand(v).columns(c0, chunk.free) for v in op.operands],
+                            U.str_attr(op, "op"))
                 else:
                     # Whole-row arithmetic may go to ACT when it would finish sooner there
                     # (a square, a constant multiply or add: the same roundings); a per-row
