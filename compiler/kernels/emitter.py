@@ -233,7 +233,8 @@ class Emitter:
                     cycles=dst.free + (self.target.min_ii if accum is not None else 0),
                     segments=[1, 1, int(bias is not None), int(scale_tile is not None),
                               int(accum is not None)],
-                    func=U.string(func), scale=U.f32(1.0 if scale_tile else scale))
+                    func=U.string(func),
+                    scale=U.f32(1.0 if scale_tile is not None else scale))
 
     def tensor_tensor(self, dst: Tile, lhs: Tile, rhs: Tile, op: str,
                       engine: str = "dve") -> None:

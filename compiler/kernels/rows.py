@@ -454,10 +454,9 @@ def _per_row_op(em: Emitter, dst: Tile, row: Tile, alu: str, per_row: Tile,
     with no bias added), so the rows' arithmetic is shared by the two engines. (The
     negation is a [P, 1] DVE op of MIN_II cycles: worth it only for rows several times
     longer.)"""
-    act = None
-    if alu in ("add", "mul") or (alu == "sub" and not reverse and
-                                  dst.free >= 4 * em.target.min_ii):
-        act = em.sooner_engine({"dve": dst.free, "act": dst.free}) == "act"
+    act = (alu in ("add", "mul") or (alu == "sub" and not reverse and
+                                      dst.free >= 4 * em.target.min_ii)) and \
+        em.sooner_engine({"dve": dst.free, "act": dst.free}) == "act"
     if not act:
         em.tensor_scalar(dst, row, alu, per_row, reverse0=reverse)
     elif alu == "mul":
