@@ -131,8 +131,10 @@ def _leading_sum(em: Emitter, pre: list[ir.Operation], reduce: ir.Operation,
     cols = math.prod(shape[len(reduced):])
     flat = {}
     for v in leaves:
+        # Contiguous rows, or a per-row value broadcast along them (layer norm's mean and
+        # rstd in its weight gradient): load_leaf spreads that from one element per row.
         view = views[v].reshape((rows, cols))
-        if view is None or view.buffer is None or view.strides[1] != 1:
+        if view is None or view.buffer is None or view.strides[1] not in (0, 1):
             return False
         flat[v] = view
     out_value, out_view = output

@@ -42,6 +42,7 @@ Inductor's default. `keep-roundings=true` keeps every rounding the graph spells 
 from __future__ import annotations
 
 import dataclasses
+import math
 
 from torch_mlir import ir
 
@@ -85,10 +86,17 @@ class Fuse(Pass):
                     kernel = outline(group, kind="rows", keep_escaping=True)
                     if not self.keep_roundings:
                         elide_intermediate_roundings(kernel)
-            for group in self.groups(func):
-                kernel = outline(group)
-                if not self.keep_roundings:
-                    elide_intermediate_roundings(kernel)
+            # Cheap values read by several kernels are left out of the first round and
+            # recomputed inside the kernels that read them; the second round outlines those
+            # that some reader could not take in (a matmul's epilogue, a view).
+            for recompute in (self.elementwise, False):
+                groups = self.groups(func, recompute)
+                # Ops of groups not outlined yet are never pulled into another kernel.
+                grouped = {op for group in groups for op in group}
+                for group in groups:
+                    kernel = outline(group, recompute=recompute, grouped=grouped)
+                    if not self.keep_roundings:
+                        elide_intermediate_roundings(kernel)
             if self.attention and self.rows and self.matmul_epilogue:
                 for triple in attention_triples(func, get_target(self.target or None)):
                     merge_kernels(triple, "attention")
@@ -100,11 +108,15 @@ class Fuse(Pass):
                 for pair in mlp_pairs(func, get_target(self.target or None)):
                     merge_kernels(pair, "mlp")
 
-    def groups(self, func: ir.Operation) -> list[list[ir.Operation]]:
+    def groups(self, func: ir.Operation, recompute: bool = False) -> list[list[ir.Operation]]:
         taken: set = set()
         groups = []
         for op in U.body_ops(func):
-            if op in taken:
+            if op in taken or op.name == "trn.kernel":
+                continue
+            if recompute and recomputable(op) and all(
+                    U.operation(u.owner).name in ELEMENTWISE_OPS + ("trn.reduce",)
+                    for u in op.results[0].uses):
                 continue
             if op.name in ("trn.matmul", "trn.conv", "trn.pool"):
                 group = [op] + (self._chain(op, taken, through_reduce=False)
@@ -146,7 +158,8 @@ class Fuse(Pass):
             user = U.operation(uses[0].owner)
             if user in taken or user.parent != op.parent:    # e.g. read by a row-wise kernel
                 return chain
-            if user.name == "trn.reduce" and through_reduce and user.operands[0] == current:
+            if user.name == "trn.reduce" and through_reduce and \
+                    user.operands[0] == current.results[0]:
                 through_reduce = False
                 shape = U.shape(user.results[0])
             elif user.name not in ELEMENTWISE_OPS or user.name in SOURCE_OPS \
@@ -438,21 +451,29 @@ def _cut_escaping(members: list[ir.Operation]) -> list[ir.Operation]:
 
 
 def outline(group: list[ir.Operation], kind: str | None = None,
-            keep_escaping: bool = False) -> ir.Operation:
+            keep_escaping: bool = False, recompute: bool = False,
+            grouped: set = frozenset()) -> ir.Operation:
     """Replace `group` (ops of one block, in order, whose last op's result is the only value
     used outside) by a trn.kernel computing it. With `keep_escaping`, other members may have
     users outside too: those members (and the members they read) stay in place for them.
 
     View ops feeding the group from outside are copied into the kernel (recursively), so the
-    kernel reads the views' sources from above."""
+    kernel reads the views' sources from above. With `recompute`, so are `recomputable` ops
+    of the group's iteration shape that an elementwise or reduction group reads: the kernel
+    computes them again instead of reading them (they stay in place while other ops use
+    them), unless they belong to a group of `grouped`."""
     members = list(group)
     inside = set(members)
     views: list[ir.Operation] = []
+    space = _iteration_shape(members) if recompute else None
 
     def pull_views(value: ir.Value) -> None:
         producer = U.defining_op(value)
-        if producer is not None and producer.name in VIEW_OPS + SOURCE_OPS \
-                and producer not in inside:
+        if producer is None or producer in inside:
+            return
+        if producer.name in VIEW_OPS + SOURCE_OPS or (
+                space is not None and producer not in grouped and recomputable(producer)
+                and U.shape(producer.results[0]) == space):
             inside.add(producer)
             for operand in producer.operands:
                 pull_views(operand)
@@ -480,6 +501,72 @@ def outline(group: list[ir.Operation], kind: str | None = None,
         if not list(op.results[0].uses):
             op.erase()
     return kernel
+
+
+# A value that several kernels read is recomputed in each of them, not stored to HBM and
+# read back, when that is cheap: at most this many elementwise ops of its shape compute it,
+# outside any kernel, from at most one tensor of its size (the rest broadcast smaller values
+# or are generated on chip). Its kernels then read that one tensor where they would have read
+# the value (no wider: a rounding to bf16 is not recomputed from its fp32 source), so no
+# more bytes move, and the value's store and reads are saved: layer norm's
+# backward reads the normalised input (x - mean) * rstd and the fp32 gradient three times.
+RECOMPUTE_MAX_OPS = 6
+
+
+def recomputable(op: ir.Operation) -> bool:
+    if op.name not in ELEMENTWISE_OPS or op.name in SOURCE_OPS or len(op.results) != 1 \
+            or U.operation(op.parent).name != "func.func":
+        return False
+    shape = U.shape(op.results[0])
+    size = math.prod(shape)
+    computed: set = set()
+    full_reads: set = set()
+    stack = [op]
+    while stack:
+        current = stack.pop()
+        if current in computed:
+            continue
+        computed.add(current)
+        if len(computed) > RECOMPUTE_MAX_OPS:
+            return False
+        for value in current.operands:
+            producer = U.defining_op(value)
+            if producer is not None and producer.name in ELEMENTWISE_OPS and \
+                    producer.name not in SOURCE_OPS and \
+                    U.operation(producer.parent).name == "func.func" and \
+                    U.shape(value) == shape:
+                stack.append(producer)
+                continue
+            while producer is not None and producer.name in VIEW_OPS:
+                value = producer.operands[0]
+                producer = U.defining_op(value)
+            if producer is not None and producer.name in SOURCE_OPS:
+                continue
+            if math.prod(U.shape(value)) >= size:
+                full_reads.add(value)
+                if len(full_reads) > 1 or _width(value) > _width(op.results[0]):
+                    return False
+    return True
+
+
+def _width(value: ir.Value) -> int:
+    """Bytes per element of a tensor value (0 for element types without a storage size)."""
+    try:
+        return U.element_bytes(U.element_type(value))
+    except ValueError:
+        return 0
+
+
+def _iteration_shape(members: list[ir.Operation]) -> list[int] | None:
+    """The shape an elementwise or reduction group computes over (a reduction's input);
+    None for groups built around a matmul, convolution or pooling."""
+    names = {op.name for op in members}
+    if names & {"trn.matmul", "trn.conv", "trn.pool"}:
+        return None
+    for op in members:
+        if op.name == "trn.reduce":
+            return U.shape(op.operands[0])
+    return U.shape(members[-1].results[0])
 
 
 def elide_intermediate_roundings(kernel: ir.Operation) -> None:
@@ -612,7 +699,8 @@ def _grow_row_group(func: ir.Operation, seed: ir.Operation,
     row_leaves: set = set()
 
     def row_tiles(extra_members: int = 0, extra_leaves=()) -> int:
-        rows = sum(1 for op in members if op.name != "trn.reduce"
+        # A broadcast per-row value is read as a per-partition operand, never materialised.
+        rows = sum(1 for op in members if op.name not in ("trn.reduce", "trn.broadcast")
                    and space.is_row(op.results[0]))
         return rows + extra_members + len(row_leaves | set(extra_leaves))
 
@@ -639,10 +727,21 @@ def _grow_row_group(func: ir.Operation, seed: ir.Operation,
             row_leaves.update(leaves)
         else:
             tainted.update(op.results)
-    # Backward: producers all of whose users are members, and a sum read outside too (or its
-    # rounding: GPT-2's residual add, which the next residual add reads as well), recomputed
-    # here so that the rows need not wait for its kernel; what it reads is not pulled in
-    # unless all its users are members.
+    # Backward: producers all of whose users are members (reductions of these rows too: layer
+    # norm's backward reduces two row values). Elementwise producers read outside as well
+    # are recomputed here when they read at most one row tensor, no wider than their result,
+    # besides broadcast per-row values (then the kernel reads that tensor instead of the
+    # producer's result: no more bytes), and so is a sum read outside (or its rounding:
+    # GPT-2's residual add, which the next residual add reads as well), so that the rows
+    # need not wait for its kernel; what a recomputed producer reads is not pulled in unless
+    # all its users are members.
+    def reads_one_row(op: ir.Operation) -> bool:
+        rows = [w for w in op.operands if space.is_row(w)
+                and not (U.defining_op(w) is not None
+                         and U.defining_op(w).name == "trn.broadcast")]
+        return op.name != "trn.reduce" and len(rows) <= 1 and \
+            all(_width(w) <= _width(op.results[0]) for w in rows)
+
     def is_add(op: ir.Operation | None) -> bool:
         return op is not None and op.name == "trn.tensor_tensor" and \
             U.str_attr(op, "op") == "add"
@@ -659,10 +758,10 @@ def _grow_row_group(func: ir.Operation, seed: ir.Operation,
             for v in op.operands:
                 producer = U.defining_op(v)
                 if producer is None or producer in members or producer not in position \
-                        or not _row_member(producer, space) or producer.name == "trn.reduce":
+                        or not _row_member(producer, space):
                     continue
                 if not all(U.operation(u.owner) in members for u in producer.results[0].uses) \
-                        and not cheap_shared(producer):
+                        and not (reads_one_row(producer) or cheap_shared(producer)):
                     continue
                 leaves = [w for w in producer.operands if space.is_row(w)]
                 trial = row_leaves - {v} | set(leaves)
@@ -673,6 +772,12 @@ def _grow_row_group(func: ir.Operation, seed: ir.Operation,
                 values.add(v)
                 row_leaves = trial
                 changed = True
+    # A rounding pulled in whose wider source stayed outside is read rounded instead: the
+    # kernel would otherwise read the source, more bytes, and from a kernel of its own.
+    for op in list(members):
+        if op.name == "trn.convert" and op.operands[0] not in values and \
+                _width(op.operands[0]) > _width(op.results[0]):
+            members.discard(op)
     ordered = sorted(members, key=position.__getitem__)
     # Worth a kernel of its own only when per-row values come back to the rows (a
     # broadcast) or several reductions share the rows; else the reduction kernel serves.

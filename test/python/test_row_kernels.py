@@ -2,6 +2,7 @@
 reduction group in one kernel, against eager."""
 
 import glob
+import re
 
 import pytest
 
@@ -77,6 +78,32 @@ def test_layer_norm_and_softmax_backward(dump_dir):
     torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-4)
     for got, want in zip(leaves, ref_leaves):
         torch.testing.assert_close(got.grad, want.grad, rtol=1e-4, atol=1e-4)
+
+
+def test_bf16_layer_norm_backward_keeps_its_rows_on_chip(dump_dir):
+    # The input gradient is one row-wise kernel computing the normalised input and the fp32
+    # gradient from the bf16 inputs; no full-size intermediate is stored for other kernels to
+    # read (the weight and bias gradients recompute what they need).
+    g = torch.Generator().manual_seed(4)
+    x = torch.randn(4, 128, 256, generator=g).bfloat16()
+    w, b = torch.randn(256, generator=g).bfloat16(), torch.randn(256, generator=g).bfloat16()
+    dy = torch.randn(4, 128, 256, generator=g).bfloat16()
+    leaves = [t.clone().requires_grad_() for t in (x, w, b)]
+    _native(lambda *a: F.layer_norm(a[0], (256,), *a[1:]), *leaves, dump_dir=dump_dir) \
+        .backward(dy)
+    # Each kernel's closing line: }) {..., kind = "..."} : () -> tensor<...>
+    kernels = re.findall(r'kind = "(\w+)"\} : \(\) -> tensor<([0-9x]+)x',
+                         _trn(dump_dir, "backward"))
+    assert [kind for kind, _ in kernels].count("rows") == 1
+    assert [shape for _, shape in kernels].count("4x128x256") == 1, kernels
+    ref = [t.float().requires_grad_() for t in (x, w, b)]
+    F.layer_norm(ref[0], (256,), *ref[1:]).backward(dy.float())
+    for got, want in zip(leaves, ref):
+        # Within a bf16 rounding (2^-8 relative) or two of each gradient's largest magnitude:
+        # the sums over 512 rows are rounded once, from fp32.
+        scale = want.grad.abs().max().item()
+        torch.testing.assert_close(got.grad.float(), want.grad, rtol=2 ** -7,
+                                   atol=scale * 2 ** -7)
 
 
 def test_multi_head_attention_block(dump_dir):

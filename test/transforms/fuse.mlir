@@ -54,16 +54,16 @@ func.func @chain(%x: tensor<8xf32>) -> tensor<8xf32> {
 // -----
 
 // Tests that an op joining two chains lands in exactly one kernel: the first chain takes the
-// join, the second chain stops before it.
+// join, and the second, a cheap op of the input read only there, is computed in that kernel
+// rather than stored by one of its own.
 // CHECK-LABEL: func.func @join
-// CHECK: %[[S:.*]] = "trn.kernel"() ({
-// CHECK-NEXT: "trn.tensor_scalar"(%arg0)
-// CHECK-NEXT: "trn.yield"
 // CHECK: %[[J:.*]] = "trn.kernel"() ({
 // CHECK-NEXT: "trn.activation"(%arg0)
 // CHECK-NEXT: "trn.tensor_tensor"({{.*}}, %arg0) {op = "mul"}
+// CHECK-NEXT: %[[S:.*]] = "trn.tensor_scalar"(%arg0)
 // CHECK-NEXT: "trn.tensor_tensor"({{.*}}, %[[S]]) {op = "add"}
 // CHECK-NEXT: "trn.yield"
+// CHECK-NOT: "trn.kernel"
 // CHECK: return %[[J]]
 func.func @join(%x: tensor<8xf32>) -> tensor<8xf32> {
   %e = "trn.activation"(%x) {func = "sigmoid", scale = 1.0 : f32, bias = 0.0 : f32} : (tensor<8xf32>) -> tensor<8xf32>
@@ -522,4 +522,89 @@ func.func @shared_residual(%a: tensor<4x64xbf16>, %b: tensor<4x64xbf16>) -> (ten
   %mb = "trn.broadcast"(%m) {dimensions = array<i64: 1>} : (tensor<4xf32>) -> tensor<4x64xf32>
   %d = "trn.tensor_tensor"(%c, %mb) {op = "sub"} : (tensor<4x64xbf16>, tensor<4x64xf32>) -> tensor<4x64xf32>
   return %d, %c : tensor<4x64xf32>, tensor<4x64xbf16>
+}
+
+// -----
+
+// Tests layer norm's backward: the input gradient is one row-wise kernel holding both row
+// reductions and computing the fp32 gradient and the normalised input from the bf16 inputs
+// (read by several kernels, they are recomputed in each, not stored); the weight and bias
+// gradients are one reduction kernel each, also reading the bf16 inputs.
+// CHECK-LABEL: func.func @norm_backward
+// CHECK-NOT: kind = "elementwise"
+// CHECK: %[[DX:.*]] = "trn.kernel"() ({
+// CHECK-DAG: "trn.convert"(%arg0)
+// CHECK-DAG: "trn.convert"(%arg1)
+// CHECK: "trn.reduce"({{.*}}) {dimensions = array<i64: 1>
+// CHECK: "trn.reduce"({{.*}}) {dimensions = array<i64: 1>
+// CHECK: }) {kind = "rows"}
+// CHECK-NEXT: %[[DW:.*]] = "trn.kernel"() ({
+// CHECK-NEXT: "trn.convert"(%arg0)
+// CHECK-NEXT: "trn.convert"(%arg1)
+// CHECK: "trn.reduce"({{.*}}) {dimensions = array<i64: 0>
+// CHECK-NEXT: "trn.yield"
+// CHECK-NEXT: }) {kind = "reduce"}
+// CHECK-NEXT: %[[DB:.*]] = "trn.kernel"() ({
+// CHECK-NEXT: %[[G:.*]] = "trn.convert"(%arg0)
+// CHECK-NEXT: "trn.reduce"(%[[G]]) {dimensions = array<i64: 0>
+// CHECK-NEXT: "trn.yield"
+// CHECK-NEXT: }) {kind = "reduce"}
+// CHECK-NEXT: return %[[DX]], %[[DW]], %[[DB]]
+func.func @norm_backward(%dy: tensor<128x64xbf16>, %x: tensor<128x64xbf16>, %mean: tensor<128xf32>, %rstd: tensor<128xf32>, %w: tensor<64xf32>) -> (tensor<128x64xf32>, tensor<64xf32>, tensor<64xf32>) {
+  %dyf = "trn.convert"(%dy) : (tensor<128x64xbf16>) -> tensor<128x64xf32>
+  %xf = "trn.convert"(%x) : (tensor<128x64xbf16>) -> tensor<128x64xf32>
+  %mb = "trn.broadcast"(%mean) {dimensions = array<i64: 1>} : (tensor<128xf32>) -> tensor<128x64xf32>
+  %c = "trn.tensor_tensor"(%xf, %mb) {op = "sub"} : (tensor<128x64xf32>, tensor<128x64xf32>) -> tensor<128x64xf32>
+  %rb = "trn.broadcast"(%rstd) {dimensions = array<i64: 1>} : (tensor<128xf32>) -> tensor<128x64xf32>
+  %xhat = "trn.tensor_tensor"(%c, %rb) {op = "mul"} : (tensor<128x64xf32>, tensor<128x64xf32>) -> tensor<128x64xf32>
+  %wb = "trn.broadcast"(%w) {dimensions = array<i64: 0>} : (tensor<64xf32>) -> tensor<128x64xf32>
+  %g = "trn.tensor_tensor"(%dyf, %wb) {op = "mul"} : (tensor<128x64xf32>, tensor<128x64xf32>) -> tensor<128x64xf32>
+  %s1 = "trn.reduce"(%g) {op = "add", dimensions = array<i64: 1>} : (tensor<128x64xf32>) -> tensor<128xf32>
+  %gx = "trn.tensor_tensor"(%g, %xhat) {op = "mul"} : (tensor<128x64xf32>, tensor<128x64xf32>) -> tensor<128x64xf32>
+  %s2 = "trn.reduce"(%gx) {op = "add", dimensions = array<i64: 1>} : (tensor<128x64xf32>) -> tensor<128xf32>
+  %s1b = "trn.broadcast"(%s1) {dimensions = array<i64: 1>} : (tensor<128xf32>) -> tensor<128x64xf32>
+  %s2b = "trn.broadcast"(%s2) {dimensions = array<i64: 1>} : (tensor<128xf32>) -> tensor<128x64xf32>
+  %t = "trn.tensor_tensor"(%g, %s1b) {op = "sub"} : (tensor<128x64xf32>, tensor<128x64xf32>) -> tensor<128x64xf32>
+  %u = "trn.tensor_tensor"(%xhat, %s2b) {op = "mul"} : (tensor<128x64xf32>, tensor<128x64xf32>) -> tensor<128x64xf32>
+  %dx = "trn.tensor_tensor"(%t, %u) {op = "sub"} : (tensor<128x64xf32>, tensor<128x64xf32>) -> tensor<128x64xf32>
+  %dgx = "trn.tensor_tensor"(%dyf, %xhat) {op = "mul"} : (tensor<128x64xf32>, tensor<128x64xf32>) -> tensor<128x64xf32>
+  %dw = "trn.reduce"(%dgx) {op = "add", dimensions = array<i64: 0>} : (tensor<128x64xf32>) -> tensor<64xf32>
+  %db = "trn.reduce"(%dyf) {op = "add", dimensions = array<i64: 0>} : (tensor<128x64xf32>) -> tensor<64xf32>
+  return %dx, %dw, %db : tensor<128x64xf32>, tensor<64xf32>, tensor<64xf32>
+}
+
+// -----
+
+// Tests that a rounding read by several kernels is not recomputed from its wider source (the
+// readers would move twice the bytes): it is stored once, rounded, and both reductions read it.
+// CHECK-LABEL: func.func @shared_rounding
+// CHECK: %[[R:.*]] = "trn.kernel"() ({
+// CHECK-NEXT: "trn.convert"(%arg0)
+// CHECK-NEXT: "trn.yield"
+// CHECK: "trn.reduce"(%[[R]]) {dimensions = array<i64: 0>
+// CHECK: "trn.reduce"(%[[R]]) {dimensions = array<i64: 1>
+func.func @shared_rounding(%x: tensor<128x64xf32>) -> (tensor<64xf32>, tensor<128xf32>) {
+  %r = "trn.convert"(%x) : (tensor<128x64xf32>) -> tensor<128x64xbf16>
+  %a = "trn.reduce"(%r) {op = "add", dimensions = array<i64: 0>} : (tensor<128x64xbf16>) -> tensor<64xf32>
+  %b = "trn.reduce"(%r) {op = "max", dimensions = array<i64: 1>} : (tensor<128x64xbf16>) -> tensor<128xf32>
+  return %a, %b : tensor<64xf32>, tensor<128xf32>
+}
+
+// -----
+
+// Tests that an elementwise op read only by a reduction, and the ops after the reduction,
+// are one kernel: the reduced input never reaches HBM.
+// CHECK-LABEL: func.func @through_reduce
+// CHECK: %[[K:.*]] = "trn.kernel"() ({
+// CHECK-NEXT: "trn.activation"(%arg0)
+// CHECK-NEXT: "trn.reduce"
+// CHECK-NEXT: "trn.tensor_scalar"
+// CHECK-NEXT: "trn.yield"
+// CHECK-NEXT: }) {kind = "reduce"}
+// CHECK-NEXT: return %[[K]]
+func.func @through_reduce(%x: tensor<128x64xf32>) -> tensor<64xf32> {
+  %e = "trn.activation"(%x) {func = "exp", scale = 1.0 : f32, bias = 0.0 : f32} : (tensor<128x64xf32>) -> tensor<128x64xf32>
+  %s = "trn.reduce"(%e) {op = "add", dimensions = array<i64: 0>} : (tensor<128x64xf32>) -> tensor<64xf32>
+  %m = "trn.tensor_scalar"(%s) {op = "mul", scalar = 0.0078125 : f32, reverse = false} : (tensor<64xf32>) -> tensor<64xf32>
+  return %m : tensor<64xf32>
 }
