@@ -23,6 +23,10 @@ from torchneuron.compiler.kernels.tile_ops import (
 from torchneuron.compiler.kernels.transfers import load_tile
 from torchneuron.compiler.kernels.views import HbmView
 
+# SBUF per partition that operands broadcast across partitions, kept for every partition
+# block, may take (1 / this of a partition).
+BROADCAST_BUDGET_SHARE = 16
+
 # Maps a view over the kernel's result shape to the part one tile covers: [P, free dims...].
 Locate = Callable[[HbmView], HbmView]
 
@@ -36,6 +40,8 @@ class Epilogue:
         self.aliases.update(widening_aliases(chain, stored))
         self.consts = ConstantVectors(em)
         self.vectors: dict[tuple, Tile] = {}
+        self.broadcasts: dict[tuple, Tile] = {}
+        self.broadcast_bytes = 0
 
     def run(self, acc: Tile, partitions: tuple[int, int], locate: Locate) -> dict:
         """Apply the chain to `acc` ([pn, fn], for the rows `partitions` = (p0, pn) of the
@@ -117,10 +123,21 @@ class Epilogue:
         if view is None:
             raise CompileError("epilogue operand is neither computed in the kernel nor in HBM")
         part = locate(view)
-        if part.rank == 2 and part.buffer is not None:
-            tile = load_tile(self.em, part, view.element_type)
-        else:
-            tile = load_leaf(self.em, part)
+        # The same for every partition (a bias over output features along the free axis): the
+        # tile is the same for every partition block, so it is loaded once per free range.
+        key = (value, part.offset, part.shape, part.strides) \
+            if part.buffer is not None and part.strides[0] == 0 else None
+        tile = self.broadcasts.get(key) if key is not None else None
+        if tile is None:
+            if part.rank == 2 and part.buffer is not None:
+                tile = load_tile(self.em, part, view.element_type)
+            else:
+                tile = load_leaf(self.em, part)
+            size = tile.free * U.element_bytes(tile.element_type)
+            if key is not None and self.broadcast_bytes + size <= \
+                    self.em.target.sbuf_partition_bytes // BROADCAST_BUDGET_SHARE:
+                self.broadcasts[key] = tile
+                self.broadcast_bytes += size
         tiles[value] = tile
         return tile
 

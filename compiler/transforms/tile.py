@@ -105,8 +105,16 @@ def annotate(kernel: ir.Operation, target: Target) -> None:
 
 
 def choose_orientation(body: list[ir.Operation]) -> str:
-    """"nm" when an operand of the matmul's epilogue varies along N only (a bias)."""
-    return "nm" if epilogue_operand_along(body, "n") else "mn"
+    """"nm" (N on partitions) when an operand of the matmul's epilogue varies along N only (a
+    bias: a per-partition operand there, which ACT folds into the PSUM evacuation) and the
+    kernel stores its result other than row-major; else "mn". A row-major [M, N] result
+    computed as "nm" goes back through the PE in 128 x 128 blocks, each copied out of PSUM
+    by ACT or DVE, to be stored in runs of N: dearer than "mn" reading the bias as a
+    broadcast [M-tile, N-tile] beside PSUM (one DVE add per tile, at the PSUM rate)."""
+    yielded = body[-1].operands[0] if body and body[-1].name == "trn.yield" else None
+    row_major = yielded is not None and (U.defining_op(yielded) is None or
+                                         U.defining_op(yielded).name not in VIEW_OPS)
+    return "nm" if epilogue_operand_along(body, "n") and not row_major else "mn"
 
 
 def epilogue_operand_along(body: list[ir.Operation], axis: str) -> bool:

@@ -967,3 +967,25 @@ func.func @mlp(%arg0: tensor<256x128xbf16>, %arg1: tensor<512x128xbf16>, %arg2: 
 }
 
 // ERRMLP: trn_to_nisa-invalid-mlp.mlir:5:10: error: convert-trn-to-nisa: an mlp kernel holds two matmuls
+
+// -----
+
+// Tests that a bias over the output features of an "mn" matmul (constant along the
+// partitions) is loaded once, as a tile broadcast across partitions, and read by the
+// evacuating add of every 128-row block, not loaded again for each block.
+// CHECK-LABEL: func.func @bias_mn
+// CHECK: "nisa.dma"(%[[BIAS:[0-9]+]], %arg2) {aps = [array<i64: 0, 128, 64, 1, 128>, array<i64: 0, 0, 64, 1, 128>]
+// CHECK: "nisa.dma"(%[[BIAS]], %arg2) {aps = [array<i64: 8192, 128, 64, 1, 128>, array<i64: 0, 0, 64, 1, 128>]
+// CHECK: "nisa.tensor_tensor"(%{{[0-9]+}}, %[[BIAS]], %{{[0-9]+}}) {{{.*}}engine = "dve", op = "add"}
+// CHECK-NOT: "nisa.dma"({{.*}}, %arg2)
+// CHECK: "nisa.tensor_tensor"(%{{[0-9]+}}, %[[BIAS]], %{{[0-9]+}}) {{{.*}}engine = "dve", op = "add"}
+// CHECK: return
+func.func @bias_mn(%x: tensor<256x128xf32>, %w: tensor<128x128xf32>, %b: tensor<128xf32>) -> tensor<256x128xf32> {
+  %k = "trn.kernel"() ({
+    %bb = "trn.broadcast"(%b) {dimensions = array<i64: 0>} : (tensor<128xf32>) -> tensor<256x128xf32>
+    %y = "trn.matmul"(%x, %w) : (tensor<256x128xf32>, tensor<128x128xf32>) -> tensor<256x128xf32>
+    %z = "trn.tensor_tensor"(%bb, %y) {op = "add"} : (tensor<256x128xf32>, tensor<256x128xf32>) -> tensor<256x128xf32>
+    "trn.yield"(%z) : (tensor<256x128xf32>) -> ()
+  }) {kind = "matmul", orientation = "mn"} : () -> tensor<256x128xf32>
+  return %k : tensor<256x128xf32>
+}

@@ -12,10 +12,11 @@
 // RUN: not neuron-opt --trn-tile %S/Inputs/tile-invalid-resident.mlir 2>&1 | FileCheck %s --check-prefix=RESIDENT
 // RESIDENT: tile-invalid-resident.mlir:3:8: error: trn-tile: unknown gemm_resident 'k' (expected p or f)
 
-// Tests that a bias constant along M puts N on partitions ("nm"), so the activation engine
-// can add it per partition.
+// Tests that a bias constant along M, with the result stored row-major, keeps M on
+// partitions ("mn"): the bias is read as a [M-tile, N-tile] broadcast beside PSUM, rather than
+// per partition by an "nm" product that would go back through the PE to be stored.
 // CHECK-LABEL: func.func @bias_over_features
-// CHECK: }) {gemm_block = 1 : i64, gemm_resident = "p", kind = "matmul", orientation = "nm"}
+// CHECK: }) {gemm_block = 1 : i64, gemm_resident = "p", kind = "matmul", orientation = "mn"}
 func.func @bias_over_features(%x: tensor<4x8xf32>, %w: tensor<8x16xf32>, %b: tensor<16xf32>) -> tensor<4x16xf32> {
   %k = "trn.kernel"() ({
     %bb = "trn.broadcast"(%b) {dimensions = array<i64: 0>} : (tensor<16xf32>) -> tensor<4x16xf32>
@@ -24,6 +25,24 @@ func.func @bias_over_features(%x: tensor<4x8xf32>, %w: tensor<8x16xf32>, %b: ten
     "trn.yield"(%z) : (tensor<4x16xf32>) -> ()
   }) {kind = "matmul"} : () -> tensor<4x16xf32>
   return %k : tensor<4x16xf32>
+}
+
+// -----
+
+// Tests that a bias constant along M, with the result stored transposed, puts N on
+// partitions ("nm"): the activation engine adds it per partition and the tiles are stored as
+// they are.
+// CHECK-LABEL: func.func @bias_over_features_stored_transposed
+// CHECK: }) {{{.*}}kind = "matmul", orientation = "nm"}
+func.func @bias_over_features_stored_transposed(%x: tensor<4x8xf32>, %w: tensor<8x16xf32>, %b: tensor<16xf32>) -> tensor<16x4xf32> {
+  %k = "trn.kernel"() ({
+    %bb = "trn.broadcast"(%b) {dimensions = array<i64: 0>} : (tensor<16xf32>) -> tensor<4x16xf32>
+    %y = "trn.matmul"(%x, %w) : (tensor<4x8xf32>, tensor<8x16xf32>) -> tensor<4x16xf32>
+    %z = "trn.tensor_tensor"(%bb, %y) {op = "add"} : (tensor<4x16xf32>, tensor<4x16xf32>) -> tensor<4x16xf32>
+    %t = "trn.transpose"(%z) {permutation = array<i64: 1, 0>} : (tensor<4x16xf32>) -> tensor<16x4xf32>
+    "trn.yield"(%t) : (tensor<16x4xf32>) -> ()
+  }) {kind = "matmul"} : () -> tensor<16x4xf32>
+  return %k : tensor<16x4xf32>
 }
 
 // -----
