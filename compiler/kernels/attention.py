@@ -243,8 +243,18 @@ def lower_attention(em: Emitter, body: list[ir.Operation], views: dict,
         # softmax's division, deferred by the row part to this [rows, Dv] product (it is
         # linear in each row of P): Dv columns divided instead of Sk. Where the epilogue only
         # rounds, the division is the evacuation (DVE rounds its fp32 quotient as it writes).
+        # With all heads' outputs gathered as token rows, this head's columns of its query
+        # block's rows tile; the division writes there directly.
+        slot = None
+        if rows_out is not None:
+            outer, head = divmod(b, heads)
+            if (outer, q0) not in rows_tiles:
+                rows_tiles[outer, q0] = [em.alloc("sbuf", qn, heads * dv,
+                                                  out_view.element_type), 0]
+            slot = rows_tiles[outer, q0][0].columns(head * dv, dv)
         if divisor is not None and rounding_only:
-            quotient = em.alloc("sbuf", qn, dv, U.element_type(yielded))
+            quotient = slot if slot is not None and slot.element_type == \
+                U.element_type(yielded) else em.alloc("sbuf", qn, dv, U.element_type(yielded))
             em.tensor_scalar(quotient, acc, "div", divisor)
             results = {yielded: quotient}
         else:
@@ -252,14 +262,12 @@ def lower_attention(em: Emitter, body: list[ir.Operation], views: dict,
                 em.tensor_scalar(acc, acc, "div", divisor)
             results = epilogue2.run(acc, (q0, qn),
                                     lambda v, b=b: pick(v, b).slice(0, q0, qn))
-        if rows_out is None:
+        if slot is None:
             store_tile(em, pick(out_view, b).slice(0, q0, qn), results[yielded])
             return
-        outer, head = divmod(b, heads)
-        if (outer, q0) not in rows_tiles:
-            rows_tiles[outer, q0] = [em.alloc("sbuf", qn, heads * dv, out_view.element_type), 0]
+        if results[yielded] != slot:
+            em.copy(slot, results[yielded])
         entry = rows_tiles[outer, q0]
-        em.copy(entry[0].columns(head * dv, dv), results[yielded])
         entry[1] += 1
         if entry[1] == heads:
             store_tile(em, pick(rows_out, outer).slice(0, q0, qn), entry[0])
