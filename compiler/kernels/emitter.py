@@ -57,6 +57,11 @@ class Tile:
     def rows(self, count: int) -> "Tile":
         return Tile(self.buffer, count, self.free, self.col)
 
+    def partition_slice(self, start: int, count: int) -> "Tile":
+        """Partitions [start, start + count) of this tile (an access pattern's offset counts
+        whole partition rows, then elements within the row)."""
+        return Tile(self.buffer, count, self.free, self.col + start * self.row)
+
 
 @dataclasses.dataclass(frozen=True)
 class TilePattern:

@@ -54,12 +54,27 @@ class _Staged:
         tile = self.cache.get(key)
         if tile is None:
             if self.transposed:
-                tile = self._transposed_tile(k0, kn, f0, fn)
+                tile = self._part_of_k_tile(k0, kn, f0, fn) or \
+                    self._transposed_tile(k0, kn, f0, fn)
             else:
                 tile = load_tile(self.em, self.view.slice(0, k0, kn).slice(1, f0, fn),
                                  self.element_type)
             self.cache[key] = tile
         return tile
+
+    def _part_of_k_tile(self, k0: int, kn: int, f0: int, fn: int) -> Tile | None:
+        """Rows k0..k0+kn of the 128-aligned K-tile holding them, when they are only part of
+        it (one head's d = 64 rows of Q^T, its neighbour's in the other half): the whole
+        K-tile is transposed and copied out of PSUM, which costs the PE and ACT/DVE no more
+        than a part of it (TARGET.md: neither cost shrinks with fewer partitions), and the
+        rows are read where they lie, from their start partition (None where that is not
+        an allowed start, or the K-tile runs past K)."""
+        tk = self.em.target.pe_rows
+        kb = k0 // tk * tk
+        if kn >= tk or k0 + kn > kb + tk or kb + tk > self.view.shape[0] or \
+                k0 - kb not in self.em.target.allowed_start_partitions(kn):
+            return None
+        return self.tile(kb, tk, f0, fn).partition_slice(k0 - kb, kn)
 
     def _transposed_tile(self, k0: int, kn: int, f0: int, fn: int) -> Tile:
         em = self.em

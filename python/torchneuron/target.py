@@ -142,6 +142,17 @@ class Target:
             return flops * self.pe_fp8_speedup
         return flops
 
+    def allowed_start_partitions(self, count: int) -> tuple[int, ...]:
+        """Partitions a compute engine's on-chip operand of `count` partitions may start at
+        (TARGET.md): 0 if it uses more than half of them, 0 or half if more than a quarter,
+        a multiple of a quarter otherwise (0/64, 0/32/64/96 for 128)."""
+        half, quarter = self.num_partitions // 2, self.num_partitions // 4
+        if count > half:
+            return (0,)
+        if count > quarter:
+            return (0, half)
+        return (0, quarter, half, 3 * quarter)
+
     def engine_ghz(self, engine: str) -> float:
         return {"pe": self.pe_ghz, "act": self.act_ghz, "dve": self.dve_ghz,
                 "pool": self.pool_ghz, "sp": self.act_ghz}[engine]

@@ -989,3 +989,46 @@ func.func @bias_mn(%x: tensor<256x128xf32>, %w: tensor<128x128xf32>, %b: tensor<
   }) {kind = "matmul", orientation = "mn"} : () -> tensor<256x128xf32>
   return %k : tensor<256x128xf32>
 }
+
+// -----
+
+// Tests that heads narrower than a K-tile share its transposes: Q and K of four heads of 32
+// are each transposed once as one [128, 128] block (the PE and the copy out of PSUM cost no
+// more for 128 rows than for 32), and head h's scores matmul reads its rows of the transposed
+// blocks from partition 32 h, stationary and moving alike.
+// CHECK-LABEL: func.func @attention_heads_share_transposes
+// CHECK: "nisa.dma"(%[[Q:[0-9]+]], %arg0)
+// CHECK: "nisa.transpose"(%{{[0-9]+}}, %[[Q]]) {aps = [array<i64: 0, 128, 128, 1, 128>, array<i64: 0, 128, 128, 1, 128>]
+// CHECK: "nisa.dma"(%[[K:[0-9]+]], %arg1)
+// CHECK: "nisa.transpose"(%{{[0-9]+}}, %[[K]]) {aps = [array<i64: 0, 128, 128, 1, 128>, array<i64: 0, 128, 128, 1, 128>]
+// CHECK: "nisa.matmul"(%{{[0-9]+}}, %[[QT:[0-9]+]], %[[KT:[0-9]+]]) {accumulate = false, aps = [array<i64: 0, 128, 128, 1, 128>, array<i64: 0, 128, 32, 1, 128>, array<i64: 0, 128, 32, 1, 128>]
+// CHECK-NOT: "nisa.transpose"(%{{[0-9]+}}, %[[Q]])
+// CHECK: "nisa.matmul"(%{{[0-9]+}}, %[[QT]], %[[KT]]) {accumulate = false, aps = [array<i64: 0, 128, 128, 1, 128>, array<i64: 4096, 128, 32, 1, 128>, array<i64: 4096, 128, 32, 1, 128>]
+// CHECK-NOT: "nisa.transpose"(%{{[0-9]+}}, %[[K]])
+// CHECK: "nisa.matmul"(%{{[0-9]+}}, %[[QT]], %[[KT]]) {accumulate = false, aps = [array<i64: 0, 128, 128, 1, 128>, array<i64: 8192, 128, 32, 1, 128>, array<i64: 8192, 128, 32, 1, 128>]
+// CHECK-NOT: "nisa.transpose"(%{{[0-9]+}}, %[[Q]])
+// CHECK: "nisa.matmul"(%{{[0-9]+}}, %[[QT]], %[[KT]]) {accumulate = false, aps = [array<i64: 0, 128, 128, 1, 128>, array<i64: 12288, 128, 32, 1, 128>, array<i64: 12288, 128, 32, 1, 128>]
+// CHECK: return
+func.func @attention_heads_share_transposes(%q: tensor<128x128xbf16>, %k: tensor<128x128xbf16>, %v: tensor<128x128xbf16>) -> tensor<4x128x32xbf16> {
+  %k0 = "trn.kernel"() ({
+    %qr = "trn.reshape"(%q) : (tensor<128x128xbf16>) -> tensor<128x4x32xbf16>
+    %qh = "trn.transpose"(%qr) {permutation = array<i64: 1, 0, 2>} : (tensor<128x4x32xbf16>) -> tensor<4x128x32xbf16>
+    %kr = "trn.reshape"(%k) : (tensor<128x128xbf16>) -> tensor<128x4x32xbf16>
+    %kh = "trn.transpose"(%kr) {permutation = array<i64: 1, 2, 0>} : (tensor<128x4x32xbf16>) -> tensor<4x32x128xbf16>
+    %vr = "trn.reshape"(%v) : (tensor<128x128xbf16>) -> tensor<128x4x32xbf16>
+    %vh = "trn.transpose"(%vr) {permutation = array<i64: 1, 0, 2>} : (tensor<128x4x32xbf16>) -> tensor<4x128x32xbf16>
+    %s = "trn.matmul"(%qh, %kh) : (tensor<4x128x32xbf16>, tensor<4x32x128xbf16>) -> tensor<4x128x128xf32>
+    %m = "trn.reduce"(%s) {op = "max", dimensions = array<i64: 2>} : (tensor<4x128x128xf32>) -> tensor<4x128xf32>
+    %mb = "trn.broadcast"(%m) {dimensions = array<i64: 2>} : (tensor<4x128xf32>) -> tensor<4x128x128xf32>
+    %d = "trn.tensor_tensor"(%s, %mb) {op = "sub"} : (tensor<4x128x128xf32>, tensor<4x128x128xf32>) -> tensor<4x128x128xf32>
+    %e = "trn.activation"(%d) {bias = 0.000000e+00 : f32, func = "exp", scale = 1.000000e+00 : f32} : (tensor<4x128x128xf32>) -> tensor<4x128x128xf32>
+    %z = "trn.reduce"(%e) {op = "add", dimensions = array<i64: 2>} : (tensor<4x128x128xf32>) -> tensor<4x128xf32>
+    %zb = "trn.broadcast"(%z) {dimensions = array<i64: 2>} : (tensor<4x128xf32>) -> tensor<4x128x128xf32>
+    %p = "trn.tensor_tensor"(%e, %zb) {op = "div"} : (tensor<4x128x128xf32>, tensor<4x128x128xf32>) -> tensor<4x128x128xf32>
+    %pb = "trn.convert"(%p) : (tensor<4x128x128xf32>) -> tensor<4x128x128xbf16>
+    %o = "trn.matmul"(%pb, %vh) : (tensor<4x128x128xbf16>, tensor<4x128x32xbf16>) -> tensor<4x128x32xf32>
+    %ob = "trn.convert"(%o) : (tensor<4x128x32xf32>) -> tensor<4x128x32xbf16>
+    "trn.yield"(%ob) : (tensor<4x128x32xbf16>) -> ()
+  }) {kind = "attention"} : () -> tensor<4x128x32xbf16>
+  return %k0 : tensor<4x128x32xbf16>
+}

@@ -57,6 +57,27 @@ def test_matmul_contraction_beyond_pe_rows_is_rejected():
         small.execute(load(b.to_bytes()), [])
 
 
+def test_matmul_operands_on_different_partitions_are_rejected():
+    # Partition p feeds PE row p: a K = 64 contraction pairs rows 0..63 of both operands, or
+    # rows 64..127 of both, never the one with the other.
+    one(lambda b, loc: b.matmul(psum(32, [64]), sbuf(64, [32], "bf16"),
+                                sbuf(64, [64], "bf16", offset=256, start=64), loc=loc),
+        "pe[0] matmul", "stationary starts at partition 0 but moving at 64")
+
+
+def test_matmul_operands_on_the_upper_partitions_are_accepted():
+    b = NeffBuilder("upper")
+    y = b.output("y", (32, 64))
+    ones, product, done = b.semaphore(), b.semaphore(), b.semaphore()
+    b.memset(sbuf(64, [32], "bf16", start=64), 1.0)
+    b.memset(sbuf(64, [64], "bf16", offset=256, start=64), 2.0, signal=ones)
+    b.matmul(psum(32, [64]), sbuf(64, [32], "bf16", start=64),
+             sbuf(64, [64], "bf16", offset=256, start=64), waits=[(ones, 1)], signal=product)
+    b.copy(sbuf(32, [64], offset=512), psum(32, [64]), waits=[(product, 1)], signal=done)
+    b.dma(b.view(y), sbuf(32, [64], offset=512), waits=[(done, 1)])
+    assert (execute(b, []).outputs[0] == 128.0).all()      # 64 rows of 1 x 2
+
+
 def test_matmul_stationary_free_size_beyond_pe_columns_is_rejected():
     one(lambda b, loc: b.matmul(psum(128, [64]), sbuf(128, [129], "bf16"),
                                 sbuf(128, [64], "bf16", offset=512), loc=loc),

@@ -17,7 +17,8 @@ Rules (figures from the `Target`, never literals):
 - start partition of a compute engine's on-chip operand: 0 if it uses more than half the
   partitions, 0 or half if more than a quarter, a multiple of a quarter otherwise
   (0/64, 0/32/64/96 for 128 partitions);
-- matmul: stationary [K, M] and moving [K, N] in SBUF, K <= pe_rows, M <= pe_cols,
+- matmul: stationary [K, M] and moving [K, N] in SBUF on the same partitions (partition p
+  feeds PE row p), K <= pe_rows, M <= pe_cols,
   N <= matmul_max_moving, float inputs with fp32 only paired with fp32, dst fp32 [M, N] in
   PSUM within one bank; PE transpose: src [P, F] in SBUF, P <= pe_rows, F <= pe_cols,
   dst [F, P] in PSUM within one bank, fp32 or the src dtype;
@@ -74,15 +75,6 @@ REDUCE_OPS = (isa.AluOp.ADD, isa.AluOp.MUL, isa.AluOp.MAX, isa.AluOp.MIN, isa.Al
               isa.AluOp.OR, isa.AluOp.XOR)
 PE_INPUT_DTYPES = (isa.DType.F32, isa.DType.BF16, isa.DType.F16, isa.DType.F8E4M3,
                    isa.DType.F8E5M2)
-
-
-def allowed_start_partitions(count: int, num_partitions: int) -> tuple[int, ...]:
-    half, quarter = num_partitions // 2, num_partitions // 4
-    if count > half:
-        return (0,)
-    if count > quarter:
-        return (0, half)
-    return (0, quarter, half, 3 * quarter)
 
 
 def pattern_extent(sizes, strides) -> tuple[int, int]:
@@ -183,7 +175,7 @@ def decode_operand(ins, engine: isa.Engine, slot: int, role: str, fields: tuple,
                        f"{label} partition holds ({partition_bytes // isz} of "
                        f"{isa_dtype.label})")
     if engine != isa.Engine.DMA:
-        allowed = allowed_start_partitions(count, target.num_partitions)
+        allowed = target.allowed_start_partitions(count)
         if start not in allowed:
             raise ins.error(f"{what} {text}: bad start partition {start} for {count} "
                            f"partitions (allowed: {', '.join(map(str, allowed))})")
@@ -319,6 +311,10 @@ def _check_matmul(ins, ops, target: Target) -> None:
     k, m, n = st.partitions, st.free_size, mv.free_size
     if mv.partitions != k:
         raise ins.error(f"stationary has K={k} partitions but moving has {mv.partitions}")
+    if mv.p0 != st.p0:
+        # Partition p feeds PE row p: the contraction pairs the operands' rows there.
+        raise ins.error(f"stationary starts at partition {st.p0} but moving at {mv.p0}: "
+                        "both feed the same PE rows")
     if k > target.pe_rows:
         raise ins.error(f"contraction K={k} exceeds the {target.pe_rows} PE rows")
     if m > target.pe_cols:
