@@ -31,6 +31,10 @@ from torchneuron.dialects.common import (
 from torchneuron.dialects.trn import ACTIVATION_FUNCS, ALU_OPS, REDUCE_OPS
 
 MEMORIES = ("hbm", "sbuf", "psum")
+# tensor_scalar_reduce (NKI's nki.isa.tensor_scalar_reduce): an arithmetic op0, and the
+# reductions it can make of its results.
+ARITHMETIC_OPS = ("add", "sub", "mul", "div", "max", "min", "pow", "mod")
+SCALAR_REDUCE_OPS = REDUCE_OPS
 ENGINES = ("pe", "act", "dve", "pool", "sp", "dma")
 MAX_FREE_DIMS = 4
 
@@ -99,12 +103,18 @@ _SPECS: dict[str, tuple[tuple[str, ...], tuple[str, ...], dict[str, tuple[str, .
     "nisa.tensor_tensor": (("dst", "lhs", "rhs"), ("dve", "pool"), {}),
     "nisa.tensor_scalar": (("dst", "src", "operand0?", "operand1?"), ("dve", "pool", "act"), {}),
     "nisa.tensor_reduce": (("dst", "src"), ("dve", "pool"), {}),
+    "nisa.tensor_scalar_reduce": (("dst", "src", "reduce", "operand0?"), ("dve",), {}),
     "nisa.tensor_copy": (("dst", "src"), ("act", "dve", "pool"), {}),
     "nisa.memset": (("dst",), ("act", "dve", "pool"), {}),
     "nisa.iota": (("dst",), ("pool",), {}),
     "nisa.select": (("dst", "mask", "on_true", "on_false"), ("dve", "pool"), {}),
     "nisa.nop": ((), ENGINES, {}),
 }
+
+
+# The roles an instruction writes (every other operand is read; an accumulating matmul also
+# reads its dst).
+WRITTEN_ROLES = ("dst", "accum", "reduce")
 
 
 def instruction_roles(op) -> list[str]:
@@ -326,6 +336,34 @@ class TensorReduceOp(Nisa.Operation, name="tensor_reduce"):
     op: ir.StringAttr
     reduce_dims: ir.IntegerAttr
     verify_invariants = _instruction_verifier(_check_tensor_reduce)
+
+
+def _check_tensor_scalar_reduce(op) -> None:
+    require(string(op, "op0") in ARITHMETIC_OPS,
+            f"tensor_scalar_reduce's op0 must be arithmetic, not '{string(op, 'op0')}'")
+    require(string(op, "reduce_op") in SCALAR_REDUCE_OPS,
+            f"tensor_scalar_reduce reduces with {'/'.join(SCALAR_REDUCE_OPS)}, not "
+            f"'{string(op, 'reduce_op')}'")
+    float_value(op, "imm0")
+    int_value(op, "reverse0")
+    int_value(op, "negate")
+
+
+class TensorScalarReduceOp(Nisa.Operation, name="tensor_scalar_reduce"):
+    """DVE: dst = src <op0> s0 (an immediate or per-partition operand0), and `reduce` [P, 1]
+    receives the reduction of dst with `reduce_op`, negated when `negate` is set."""
+    dst: Buffer
+    src: Buffer
+    reduce: Buffer
+    engine: ir.StringAttr
+    aps: ir.ArrayAttr
+    op0: ir.StringAttr
+    imm0: ir.FloatAttr
+    reverse0: ir.IntegerAttr
+    reduce_op: ir.StringAttr
+    negate: ir.IntegerAttr
+    operand0: Optional[Buffer] = None
+    verify_invariants = _instruction_verifier(_check_tensor_scalar_reduce)
 
 
 class TensorCopyOp(Nisa.Operation, name="tensor_copy"):

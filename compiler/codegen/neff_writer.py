@@ -169,12 +169,13 @@ _OPCODES = {
     "nisa.tensor_reduce": isa.Opcode.TENSOR_REDUCE, "nisa.tensor_copy": isa.Opcode.TENSOR_COPY,
     "nisa.memset": isa.Opcode.MEMSET, "nisa.iota": isa.Opcode.IOTA,
     "nisa.select": isa.Opcode.SELECT, "nisa.nop": isa.Opcode.NOP,
+    "nisa.tensor_scalar_reduce": isa.Opcode.TENSOR_SCALAR_REDUCE,
 }
 # Operand slot of each role (isa.py's instruction table).
 _SLOTS = {
     "dst": 0, "src": 1, "stationary": 1, "moving": 2, "lhs": 1, "rhs": 2, "bias": 2,
     "scale": 3, "accum": 4, "operand0": 2, "operand1": 3, "mask": 1, "on_true": 2,
-    "on_false": 3, "index": 2,
+    "on_false": 3, "index": 2, "reduce": 3,
 }
 
 
@@ -213,6 +214,14 @@ def _instruction(op: ir.Operation, tensor_of: dict, base: dict) -> isa.Instructi
             ins.flags |= isa.FLAG_REVERSE0
         if ir.BoolAttr(op.attributes["reverse1"]).value:
             ins.flags |= isa.FLAG_REVERSE1
+    elif name == "nisa.tensor_scalar_reduce":
+        ins.alu0 = isa.AluOp.parse(U.str_attr(op, "op0"))
+        ins.alu1 = isa.AluOp.parse(U.str_attr(op, "reduce_op"))
+        ins.imm = (U.float_attr(op, "imm0"), 0.0, 0.0, 0.0)
+        if ir.BoolAttr(op.attributes["reverse0"]).value:
+            ins.flags |= isa.FLAG_REVERSE0
+        if ir.BoolAttr(op.attributes["negate"]).value:
+            ins.flags |= isa.FLAG_NEGATE
     elif name == "nisa.memset":
         ins.imm = (U.float_attr(op, "value"), 0.0, 0.0, 0.0)
     elif name == "nisa.iota":

@@ -189,11 +189,17 @@ def lower_attention(em: Emitter, body: list[ir.Operation], views: dict,
         if op.name in VIEW_OPS and op.operands[0] in scores_leaves:
             scores_leaves.add(op.results[0])
 
-    def produce(value: ir.Value, view: HbmView) -> Tile | None:
+    # The scores' epilogue only rounds them (or there is none): an evacuation can also scale
+    # them and take their max (rows.py asks for that where a softmax's exp reads them).
+    rounding_scores = not in_place and isinstance(scores_type, ir.FloatType) and (
+        not chain1 or [op.name for op in chain1] == ["trn.convert"])
+
+    def produce(value: ir.Value, view: HbmView, scale: float | None = None):
         if value not in scores_leaves:
             return None
         b, q0, qn = locate(view)
         q_t, k_t, _, h0 = operands_of(b)
+        fused = scale is not None and sk <= tf and rounding_scores
         tile = None
         for f0 in range(0, sk, tf):
             fn = min(tf, sk - f0)
@@ -201,6 +207,14 @@ def lower_attention(em: Emitter, body: list[ir.Operation], views: dict,
             for k0, kn in k_tiles:
                 em.matmul(acc, q_t.tile(h0 + k0, kn, q0, qn), k_t.tile(h0 + k0, kn, f0, fn),
                           accumulate=k0 > 0)
+            if fused:
+                # scale * round(s) == round(scale * s) for a power of two: one DVE pass
+                # writes the scaled scores in their type and their negated row max.
+                tile = em.alloc("sbuf", qn, sk, scores_type)
+                negated_max = em.alloc("sbuf", qn, 1, ir.F32Type.get())
+                em.tensor_scalar_reduce(tile, acc, "mul", scale, "max", negated_max,
+                                        negate=True)
+                return tile, negated_max
             part = acc
             if in_place and fn == sk:
                 # The scores stay in PSUM, each unary op rewriting them there: the row
@@ -208,17 +222,18 @@ def lower_attention(em: Emitter, body: list[ir.Operation], views: dict,
                 # element, not two), and no evacuation copy is made.
                 for op in chain1:
                     emit_elementwise(em, op, [acc], acc, epilogue1.consts, share=True)
-                return acc
+                return acc if scale is None else (acc, None)
             if chain1:
                 part = epilogue1.run(acc, (q0, qn), lambda v, b=b, f0=f0, fn=fn:
                                      pick(v, b).slice(0, q0, qn).slice(1, f0, fn))[scores]
                 if fn == sk and part.memory == "sbuf" and part.element_type == scores_type:
-                    return part                        # the whole row in one evacuation
+                    # the whole row in one evacuation
+                    return part if scale is None else (part, None)
             if tile is None:
                 tile = em.alloc("sbuf", qn, sk, scores_type)
             em.copy(tile.columns(f0, fn), part)        # rounds to the scores' type
 
-        return tile
+        return tile if scale is None else (tile, None)
 
     def consume(probs_tile: Tile, view: HbmView, divisor: Tile | None) -> None:
         b, q0, qn = locate(view)

@@ -266,6 +266,24 @@ class Emitter:
                     imm1=U.f32(imms[1]), reverse0=U.bool_attr(reverse0),
                     reverse1=U.bool_attr(reverse1))
 
+    def tensor_scalar_reduce(self, dst: Tile, src: Tile, op0: str, operand0: float | Tile,
+                             reduce_op: str, reduced: Tile, negate: bool = False,
+                             reverse0: bool = False) -> None:
+        """DVE: dst = src <op0> operand0 and `reduced` [P, 1] = the `reduce_op` reduction of
+        what dst receives (negated with `negate`), in one pass."""
+        operands = [(dst.buffer, dst.ap()), (src.buffer, src.ap()),
+                    (reduced.buffer, reduced.ap())]
+        imm = 0.0
+        if isinstance(operand0, Tile):
+            operands.append((operand0.buffer, operand0.ap()))
+        else:
+            imm = float(operand0)
+        self._instr("nisa.tensor_scalar_reduce", "dve", operands,
+                    segments=[1, 1, 1, int(isinstance(operand0, Tile))],
+                    cycles=dst.free + self.target.min_ii,
+                    op0=U.string(op0), imm0=U.f32(imm), reverse0=U.bool_attr(reverse0),
+                    reduce_op=U.string(reduce_op), negate=U.bool_attr(negate))
+
     def copy(self, dst: Tile, src: Tile, engine: str | None = None) -> None:
         """Copy (with dtype conversion), on `engine` or whichever of DVE and ACT would finish
         it first."""

@@ -58,7 +58,7 @@ class _Layout:
 def lower_rows(em: Emitter, body: list[ir.Operation], views: dict,
                view_of: Callable[[ir.Operation, HbmView], HbmView],
                output: tuple[ir.Value, HbmView],
-               produce: Callable[[ir.Value, HbmView], Tile | None] | None = None,
+               produce: Callable[..., Tile | tuple[Tile, Tile] | None] | None = None,
                consume: Callable[[Tile, HbmView, Tile | None], None] | None = None,
                defer_division: bool = False) -> None:
     """`body`: the kernel's ops (without trn.yield); `views`: HbmViews of the values defined
@@ -67,7 +67,10 @@ def lower_rows(em: Emitter, body: list[ir.Operation], views: dict,
 
     A kernel that computes the rows' inputs or uses the result on chip (an attention kernel)
     passes `produce(value, view)`, which returns the tile of a row leaf for the rows `view`
-    covers (or None: load it), and `consume(tile, view, divisor)`, which takes each result
+    covers (or None: load it); `produce(value, view, c)` returns the tile of c * value and
+    the [P, 1] tile of its negated row max (asked where the max only feeds a softmax's exp,
+    c a power of two), or the tile of value and None where it cannot.
+    `consume(tile, view, divisor)` takes each result
     tile in place of its store to `view`. With `defer_division`, a result that is a row
     value divided by a per-row one (softmax's e / sum(e)) is handed over undivided, in the
     result's type, with the [P, 1] divisor: a consumer that contracts the row (attention's
@@ -188,6 +191,21 @@ def lower_rows(em: Emitter, body: list[ir.Operation], views: dict,
                 all(u in scaled_subs and u.operands[1] == b for b in spread
                     for u in users.get(b, [])):
             bias_only.add(op)
+    # ... and where that x is a leaf a producer evacuates from PSUM (attention's scores) and c
+    # a power of two no above 1, the evacuation writes c x (exactly c times the rounded x:
+    # such a scaling commutes with rounding) and its negated max in one DVE pass
+    # (tensor_scalar_reduce): that is the bias -m as it is, and f reads c x at scale 1. No
+    # reduction pass and no [P, 1] multiply.
+    prescaled = {}                    # leaf x -> c
+    if produce is not None:
+        for op in bias_only:
+            x, c = scaled[scaled_names[op.operands[0]]]
+            y = scaled_names[op.operands[0]]
+            reduces_of_y = [u for v in [y] + alias_of.get(y, []) for u in users.get(v, [])
+                            if u.name == "trn.reduce"]
+            if x in leaves and _power_of_two_at_most_one(c) and reduces_of_y == [op] and \
+                    len(users.get(x, [])) == 1:
+                prescaled[x] = c
     safe = _safe_softmax(compute, users, broadcast_of, per_row_alias, biased, accumulated,
                          scaled_names, storage, leaf_views, {yielded, output[0]})
     safe_exp = {act: select for select, (_, act, _) in safe.items()}
@@ -237,10 +255,17 @@ def lower_rows(em: Emitter, body: list[ir.Operation], views: dict,
             pn = min(tp, layout.rows - p0)
             tiles: dict = {v: t.rows(pn) for v, t in resident.items()}
             unscaled_by: dict = {}     # a bias-only max (bias_only) -> the c it omits
+            negated_max: dict = {}     # x of `prescaled` -> the [P, 1] -max(c x) produced
             for v in leaves:
                 if v not in tiles and v not in unread:
                     view = _tile_view(leaf_views[v], layout, kept_rank, index, p0, pn,
                                       row=is_row(v))
+                    if v in prescaled:
+                        # (None where the producer cannot: then the tile holds x as it is.)
+                        tiles[v], negmax = produce(v, view, prescaled[v])
+                        if negmax is not None:
+                            negated_max[v] = negmax
+                        continue
                     tile = produce(v, view) if produce is not None else None
                     tiles[v] = tile if tile is not None else load_leaf(em, view)
 
@@ -269,9 +294,12 @@ def lower_rows(em: Emitter, body: list[ir.Operation], views: dict,
                         sub = biased[op]
                         x, scale = scaled[scaled_names[sub.operands[0]]]
                         source = operand(x)
-                        bias = em.alloc("sbuf", pn, 1, ir.F32Type.get())
                         m = broadcast_of[sub.operands[1]]
-                        em.tensor_scalar(bias, tiles[m], "mul", -unscaled_by.get(m, 1.0))
+                        if x in negated_max:        # x's tile holds c x already
+                            scale, bias = 1.0, negated_max[x]
+                        else:
+                            bias = em.alloc("sbuf", pn, 1, ir.F32Type.get())
+                            em.tensor_scalar(bias, tiles[m], "mul", -unscaled_by.get(m, 1.0))
                     else:
                         sub = biased[op]
                         source = operand(sub.operands[0])
@@ -301,6 +329,8 @@ def lower_rows(em: Emitter, body: list[ir.Operation], views: dict,
                     tiles[select.results[0]] = dst
                 elif op.name == "trn.reduce" and op in bias_only:
                     x, factor = scaled[scaled_names[op.operands[0]]]
+                    if x in negated_max:            # produced with x (prescaled)
+                        continue
                     em.tensor_reduce(dst, operand(x), "max")
                     unscaled_by[result] = factor
                 elif op.name == "trn.reduce" and op.operands[0] in scaled_names:
@@ -354,6 +384,11 @@ def lower_rows(em: Emitter, body: list[ir.Operation], views: dict,
 
 _FLT_MAX = 3.4028234663852886e38            # the largest fp32
 _FLT_MIN_NORMAL = 1.1754943508222875e-38    # the smallest normal fp32
+
+
+def _power_of_two_at_most_one(c: float) -> bool:
+    mantissa, _ = math.frexp(c)
+    return 0.0 < c <= 1.0 and mantissa == 0.5
 
 
 def _safe_softmax(compute, users, broadcast_of, per_row_alias, biased, accumulated,

@@ -23,7 +23,7 @@ from torch_mlir import ir
 from torchneuron.compiler import ir_utils as U
 from torchneuron.compiler.passes import Pass, register
 from torchneuron.dialects.common import memref_info
-from torchneuron.dialects.nisa import INSTRUCTION_OPS, instruction_roles
+from torchneuron.dialects.nisa import INSTRUCTION_OPS, WRITTEN_ROLES, instruction_roles
 
 ENGINE_STREAMS = ("pe", "act", "dve", "pool", "sp")
 MAX_WAITS = 4
@@ -245,7 +245,7 @@ def box_dependencies(records: list[list[tuple]], address_range) -> list[list[int
                                                buffer):
                         state.inherited.update(states[previous].accesses)
             needs.update(state.inherited)
-            write = role == "dst" or role == "accum"
+            write = role in WRITTEN_ROLES
             state.writes.overlapping(box, needs)
             if write:
                 state.reads.overlapping(box, needs)

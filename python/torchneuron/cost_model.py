@@ -18,6 +18,8 @@ partition of the main input (dst for memset and iota), MIN_II = `target.min_ii`:
     activate        max(MIN_II, N), + MIN_II when it also accumulates (slot 4)
     tensor_scalar, tensor_copy, memset
                     max(MIN_II, N)
+    tensor_scalar_reduce
+                    max(MIN_II, N) + MIN_II (NKI ISA reference, nki.isa.tensor_scalar_reduce)
     tensor_tensor   max(MIN_II, N) if an input is in PSUM, or all operands are bf16 in SBUF
                     and the op is add/sub/mul; else max(MIN_II, 2N)
     select          as tensor_tensor (fast only with an input in PSUM: it has no ALU op)
@@ -99,6 +101,8 @@ def compute_cycles(ins, target: Target) -> float:
         return max(min_ii, n) + (min_ii if ops[4] is not None else 0)
     if opcode in (Op.TENSOR_SCALAR, Op.TENSOR_COPY, Op.MEMSET):
         return max(min_ii, n)
+    if opcode == Op.TENSOR_SCALAR_REDUCE:
+        return max(min_ii, n) + min_ii
     if opcode in (Op.TENSOR_TENSOR, Op.SELECT):
         inputs = [a for a in ops[1:] if a is not None]
         fast = any(a.memory == isa.Memory.PSUM for a in inputs)

@@ -727,15 +727,19 @@ func.func @softmax_max_reused(%x: tensor<128x96xf32>) -> tensor<128x96xf32> {
 // scores matmul accumulates in PSUM and is evacuated into one SBUF row tile (rounded to bf16),
 // the softmax runs on that tile, each 128-column block of the probabilities is transposed on
 // PE to be the stationary operand against the values' rows, and only the result is stored.
-// Nothing is stored to a scratch buffer in between. The softmax's division waits for the
-// product: exp (with its row sum) writes the undivided probabilities in bf16, and the
-// [128, 32] product is divided by the sum as it leaves PSUM, not the [128, 128] row.
+// Nothing is stored to a scratch buffer in between. The evacuation also applies the scaling
+// by 1/8 (a power of two: the same as scaling the rounded scores) and takes the negated row
+// max in the same DVE pass, which the exp takes as its bias at scale 1: no separate max and
+// no [128, 1] multiply. The softmax's division waits for the product: exp (with its row sum)
+// writes the undivided probabilities in bf16, and the [128, 32] product is divided by the
+// sum as it leaves PSUM, not the [128, 128] row.
 // CHECK-LABEL: func.func @attention
 // CHECK-NOT: memory = "hbm"
-// CHECK: "nisa.matmul"
-// CHECK: "nisa.tensor_copy"
-// CHECK: "nisa.tensor_reduce"({{.*}}op = "max"
-// CHECK: "nisa.activation"(%[[E:[0-9]+]], %{{[0-9]+}}, %{{[0-9]+}}, %[[SUM:[0-9]+]]) {{.*}}func = "exp"{{.*}} : (memref<128x128xbf16, "sbuf">
+// CHECK: "nisa.matmul"(%[[S:[0-9]+]],
+// CHECK: "nisa.tensor_scalar_reduce"(%[[X:[0-9]+]], %[[S]], %[[NEGMAX:[0-9]+]]) {{{.*}}engine = "dve", imm0 = 1.250000e-01 : f32, negate = true, op0 = "mul", {{.*}}reduce_op = "max"
+// CHECK-NOT: "nisa.tensor_reduce"
+// CHECK-NOT: "nisa.tensor_scalar"
+// CHECK: "nisa.activation"(%[[E:[0-9]+]], %[[X]], %[[NEGMAX]], %[[SUM:[0-9]+]]) {{.*}}func = "exp"{{.*}}scale = 1.000000e+00 : f32} : (memref<128x128xbf16, "sbuf">
 // CHECK-NOT: op0 = "div"
 // CHECK: "nisa.transpose"(%{{[0-9]+}}, %[[E]])
 // CHECK: "nisa.matmul"(%[[O:[0-9]+]],
@@ -1031,4 +1035,37 @@ func.func @attention_heads_share_transposes(%q: tensor<128x128xbf16>, %k: tensor
     "trn.yield"(%ob) : (tensor<4x128x32xbf16>) -> ()
   }) {kind = "attention"} : () -> tensor<4x128x32xbf16>
   return %k0 : tensor<4x128x32xbf16>
+}
+
+// -----
+
+// Tests that an attention kernel whose softmax scales its scores by other than a power of two
+// evacuates them as they are rounded (the scaling would not commute with the rounding): a
+// copy, the max of the rounded scores, and the exp's bias -0.2 max as one [128, 1] multiply,
+// the exp applying the scale.
+// CHECK-LABEL: func.func @attention_scale_not_a_power_of_two
+// CHECK-NOT: "nisa.tensor_scalar_reduce"
+// CHECK: "nisa.matmul"(%[[S:[0-9]+]],
+// CHECK: "nisa.tensor_copy"(%[[X:[0-9]+]], %[[S]])
+// CHECK: "nisa.tensor_reduce"(%[[M:[0-9]+]], %[[X]]) {{{.*}}op = "max"
+// CHECK: "nisa.tensor_scalar"(%[[B:[0-9]+]], %[[M]]) {{{.*}}imm0 = -2.000000e-01 : f32{{.*}}op0 = "mul"
+// CHECK: "nisa.activation"(%{{[0-9]+}}, %[[X]], %[[B]], %{{[0-9]+}}) {{.*}}func = "exp"{{.*}}scale = 2.000000e-01 : f32}
+func.func @attention_scale_not_a_power_of_two(%q: tensor<1x128x32xbf16>, %kt: tensor<1x32x128xbf16>, %v: tensor<1x128x32xbf16>) -> tensor<1x128x32xbf16> {
+  %k = "trn.kernel"() ({
+    %s = "trn.matmul"(%q, %kt) : (tensor<1x128x32xbf16>, tensor<1x32x128xbf16>) -> tensor<1x128x128xf32>
+    %sb = "trn.convert"(%s) : (tensor<1x128x128xf32>) -> tensor<1x128x128xbf16>
+    %x = "trn.tensor_scalar"(%sb) {op = "mul", reverse = false, scalar = 2.000000e-01 : f32} : (tensor<1x128x128xbf16>) -> tensor<1x128x128xf32>
+    %m = "trn.reduce"(%x) {op = "max", dimensions = array<i64: 2>} : (tensor<1x128x128xf32>) -> tensor<1x128xf32>
+    %mb = "trn.broadcast"(%m) {dimensions = array<i64: 2>} : (tensor<1x128xf32>) -> tensor<1x128x128xf32>
+    %d = "trn.tensor_tensor"(%x, %mb) {op = "sub"} : (tensor<1x128x128xf32>, tensor<1x128x128xf32>) -> tensor<1x128x128xf32>
+    %e = "trn.activation"(%d) {bias = 0.000000e+00 : f32, func = "exp", scale = 1.000000e+00 : f32} : (tensor<1x128x128xf32>) -> tensor<1x128x128xf32>
+    %z = "trn.reduce"(%e) {op = "add", dimensions = array<i64: 2>} : (tensor<1x128x128xf32>) -> tensor<1x128xf32>
+    %zb = "trn.broadcast"(%z) {dimensions = array<i64: 2>} : (tensor<1x128xf32>) -> tensor<1x128x128xf32>
+    %p = "trn.tensor_tensor"(%e, %zb) {op = "div"} : (tensor<1x128x128xf32>, tensor<1x128x128xf32>) -> tensor<1x128x128xf32>
+    %pb = "trn.convert"(%p) : (tensor<1x128x128xf32>) -> tensor<1x128x128xbf16>
+    %o = "trn.matmul"(%pb, %v) : (tensor<1x128x128xbf16>, tensor<1x128x32xbf16>) -> tensor<1x128x32xf32>
+    %ob = "trn.convert"(%o) : (tensor<1x128x32xf32>) -> tensor<1x128x32xbf16>
+    "trn.yield"(%ob) : (tensor<1x128x32xbf16>) -> ()
+  }) {kind = "attention"} : () -> tensor<1x128x32xbf16>
+  return %k : tensor<1x128x32xbf16>
 }

@@ -48,3 +48,14 @@ func.func @missing_ap() {
   "nisa.tensor_copy"(%a, %a) {engine = "dve", aps = [array<i64: 0, 64, 64, 1, 32>]} : (memref<128x64xf32, "sbuf">, memref<128x64xf32, "sbuf">) -> ()
   return
 }
+
+// -----
+
+// Tests that tensor_scalar_reduce reduces only with add, mul, max or min.
+// CHECK: error: 'nisa.tensor_scalar_reduce' op tensor_scalar_reduce reduces with add/max/min/mul, not 'xor'
+func.func @scalar_reduce_xor() {
+  %a = "nisa.alloc"() {memory = "sbuf"} : () -> memref<64x64xf32, "sbuf">
+  %r = "nisa.alloc"() {memory = "sbuf"} : () -> memref<64x1xf32, "sbuf">
+  "nisa.tensor_scalar_reduce"(%a, %a, %r) {engine = "dve", op0 = "mul", imm0 = 1.0 : f32, reverse0 = false, reduce_op = "xor", negate = false, operandSegmentSizes = array<i32: 1, 1, 1, 0>, aps = [array<i64: 0, 64, 64, 1, 64>, array<i64: 0, 64, 64, 1, 64>, array<i64: 0, 1, 64, 1, 1>]} : (memref<64x64xf32, "sbuf">, memref<64x64xf32, "sbuf">, memref<64x1xf32, "sbuf">) -> ()
+  return
+}

@@ -10,6 +10,7 @@
 // CHECK: "nisa.tensor_tensor"({{.*}}) {{{.*}}engine = "dve", op = "add"}
 // CHECK: "nisa.tensor_scalar"({{.*}}) {{{.*}}engine = "pool", imm0 = 2.000000e+00 : f32, imm1 = 0.000000e+00 : f32, op0 = "mul", op1 = "bypass", operandSegmentSizes = array<i32: 1, 1, 0, 0>, reverse0 = false, reverse1 = false}
 // CHECK: "nisa.tensor_reduce"({{.*}}) {{{.*}}engine = "dve", op = "max", reduce_dims = 1 : i64}
+// CHECK: "nisa.tensor_scalar_reduce"({{.*}}) {{{.*}}engine = "dve", imm0 = 1.250000e-01 : f32, negate = true, op0 = "mul", operandSegmentSizes = array<i32: 1, 1, 1, 0>, reduce_op = "max", reverse0 = false}
 // CHECK: "nisa.tensor_copy"({{.*}}) {{{.*}}engine = "act"}
 // CHECK: "nisa.memset"({{.*}}) {{{.*}}engine = "pool", value = 0.000000e+00 : f32}
 // CHECK: "nisa.iota"({{.*}}) {{{.*}}base = 0.000000e+00 : f32, engine = "pool", free_step = 1.000000e+00 : f32, partition_step = 6.400000e+01 : f32}
@@ -29,6 +30,7 @@ func.func @instructions(%x: memref<128x64xf32, "hbm">, %y: memref<64x128xf32, "h
   "nisa.tensor_tensor"(%o, %o, %p) {engine = "dve", op = "add", aps = [array<i64: 0, 64, 64, 1, 64>, array<i64: 0, 64, 64, 1, 64>, array<i64: 0, 64, 64, 1, 64>]} : (memref<64x64xf32, "sbuf">, memref<64x64xf32, "sbuf">, memref<64x64xf32, "psum">) -> ()
   "nisa.tensor_scalar"(%o, %o) {engine = "pool", op0 = "mul", imm0 = 2.0 : f32, op1 = "bypass", imm1 = 0.0 : f32, reverse0 = false, reverse1 = false, operandSegmentSizes = array<i32: 1, 1, 0, 0>, aps = [array<i64: 0, 64, 64, 1, 64>, array<i64: 0, 64, 64, 1, 64>]} : (memref<64x64xf32, "sbuf">, memref<64x64xf32, "sbuf">) -> ()
   "nisa.tensor_reduce"(%b, %o) {engine = "dve", op = "max", reduce_dims = 1 : i64, aps = [array<i64: 0, 1, 64, 1, 1>, array<i64: 0, 64, 64, 1, 64>]} : (memref<128x1xf32, "sbuf">, memref<64x64xf32, "sbuf">) -> ()
+  "nisa.tensor_scalar_reduce"(%o, %p, %b) {engine = "dve", op0 = "mul", imm0 = 0.125 : f32, reverse0 = false, reduce_op = "max", negate = true, operandSegmentSizes = array<i32: 1, 1, 1, 0>, aps = [array<i64: 0, 64, 64, 1, 64>, array<i64: 0, 64, 64, 1, 64>, array<i64: 0, 1, 64, 1, 1>]} : (memref<64x64xf32, "sbuf">, memref<64x64xf32, "psum">, memref<128x1xf32, "sbuf">) -> ()
   "nisa.tensor_copy"(%a, %o) {engine = "act", aps = [array<i64: 0, 64, 64, 1, 64>, array<i64: 0, 64, 64, 1, 64>]} : (memref<128x64xf32, "sbuf">, memref<64x64xf32, "sbuf">) -> ()
   "nisa.memset"(%o) {engine = "pool", value = 0.0 : f32, aps = [array<i64: 0, 64, 64, 1, 64>]} : (memref<64x64xf32, "sbuf">) -> ()
   "nisa.iota"(%o) {engine = "pool", base = 0.0 : f32, partition_step = 64.0 : f32, free_step = 1.0 : f32, aps = [array<i64: 0, 64, 64, 1, 64>]} : (memref<64x64xf32, "sbuf">) -> ()

@@ -180,6 +180,16 @@ class NeffBuilder:
                          alu1=isa.AluOp.parse(op1), imm=(imm0, imm1, 0.0, 0.0), flags=flags,
                          **sync)
 
+    def tensor_scalar_reduce(self, dst, src, op0, s0, reduce_op, reduced, *, negate=False,
+                             reverse0=False, engine="dve", **sync) -> Instruction:
+        """`s0` an immediate (float) or a per-partition operand; `reduced` the [P, 1] slot."""
+        imm0 = float(s0) if isinstance(s0, (int, float)) else 0.0
+        ops = [dst, src, None if isinstance(s0, (int, float)) else s0, reduced]
+        flags = (isa.FLAG_REVERSE0 if reverse0 else 0) | (isa.FLAG_NEGATE if negate else 0)
+        return self._ins(Opcode.TENSOR_SCALAR_REDUCE, engine, ops, alu0=isa.AluOp.parse(op0),
+                         alu1=isa.AluOp.parse(reduce_op), imm=(imm0, 0.0, 0.0, 0.0),
+                         flags=flags, **sync)
+
     def tensor_reduce(self, dst, src, op, dims=1, engine="dve", **sync) -> Instruction:
         return self._ins(Opcode.TENSOR_REDUCE, engine, [dst, src], alu0=isa.AluOp.parse(op),
                          reduce_dims=dims, **sync)

@@ -272,6 +272,22 @@ def test_dma_element_counts_must_match():
           inputs=[np.zeros((4, 4), np.float32)])
 
 
+def test_tensor_scalar_reduce_rules():
+    one(lambda b, loc: b.tensor_scalar_reduce(sbuf(8, [16]), sbuf(8, [16], offset=64), "mul",
+                                              1.0, "max", sbuf(8, [2], offset=128), loc=loc),
+        "must be a per-partition scalar [8, 1]")
+    one(lambda b, loc: b.tensor_scalar_reduce(sbuf(8, [16]), sbuf(8, [16], offset=64), "mul",
+                                              1.0, "xor", sbuf(8, [1], offset=128), loc=loc),
+        "reduces with add/mul/max/min, not xor")
+    one(lambda b, loc: b.tensor_scalar_reduce(sbuf(8, [16]), sbuf(8, [16], offset=64), "eq",
+                                              1.0, "max", sbuf(8, [1], offset=128), loc=loc),
+        "computes arithmetic, not eq")
+    one(lambda b, loc: b.tensor_scalar_reduce(sbuf(8, [16]), sbuf(8, [16], offset=64), "mul",
+                                              1.0, "max", sbuf(8, [1], offset=128),
+                                              engine="act", loc=loc),
+        "tensor_scalar_reduce", "act")
+
+
 def test_tensor_reduce_rules():
     one(lambda b, loc: b.tensor_reduce(sbuf(128, [1]), sbuf(128, [8], offset=64), "sub",
                                        loc=loc), "cannot reduce with sub")

@@ -140,6 +140,39 @@ def test_tensor_scalar_on_act_with_single_op():
     np.testing.assert_array_equal(out["y"], np.maximum(x, F32(0.25)))
 
 
+def test_tensor_scalar_reduce_takes_the_max_of_what_it_writes_negated():
+    # bf16 output: the reduction is of the rounded values (max commutes with rounding, so
+    # -max equals the negated rounded max of the fp32 products exactly).
+    x = randn(128, 3, 40)
+    s = np.abs(randn(128, 1)) + 0.5
+
+    def body(b, i, o, waits, signal):
+        b.tensor_scalar_reduce(o["y"], i["x"], "mul", i["s"], "max", o["m"], negate=True,
+                               waits=waits, signal=signal)
+
+    out, _ = run_kernel({"x": x, "s": s}, {"y": ((128, 3, 40), "bf16"), "m": ((128, 1), "f32")},
+                        body)
+    want = (x * s[:, :, None]).astype(BF16)
+    np.testing.assert_array_equal(out["y"], want)
+    np.testing.assert_array_equal(out["m"][:, 0],
+                                  -want.astype(np.float32).reshape(128, -1).max(axis=1))
+
+
+@pytest.mark.parametrize("op, ref", [("add", np.sum), ("min", np.min), ("mul", np.prod)])
+def test_tensor_scalar_reduce_reductions_and_reverse(op, ref):
+    x = randn(64, 24) * 0.5 + 1.0
+
+    def body(b, i, o, waits, signal):
+        # y = 2 - x: the immediate on the left (reverse0).
+        b.tensor_scalar_reduce(o["y"], i["x"], "sub", 2.0, op, o["r"], reverse0=True,
+                               waits=waits, signal=signal)
+
+    out, _ = run_kernel({"x": x}, {"y": ((64, 24), "f32"), "r": ((64, 1), "f32")}, body)
+    np.testing.assert_array_equal(out["y"], F32(2.0) - x)
+    np.testing.assert_allclose(out["r"][:, 0], ref((F32(2.0) - x).astype(np.float64), axis=1),
+                               rtol=1e-5)
+
+
 @pytest.mark.parametrize("op, ref", [("add", np.sum), ("max", np.max), ("min", np.min),
                                      ("mul", np.prod)])
 @pytest.mark.parametrize("dims", [1, 2])

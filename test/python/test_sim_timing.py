@@ -10,6 +10,7 @@ from neff_builder import NeffBuilder, execute, hbm, psum, sbuf
 from torchneuron.format import isa
 from torchneuron.format.container import stream_name
 from torchneuron.sim import DeadlockError
+from torchneuron.sim.rules import WRITE_SLOTS
 from torchneuron.target import TRN1, TRN2
 
 T = TRN2
@@ -27,7 +28,7 @@ def duration_of(add_instruction, target="trn2"):
     ins = add_instruction(b)
     b.streams = {}
     ready = b.semaphore()
-    written = (0, 4) if ins.opcode == isa.Opcode.ACTIVATE else (0,)
+    written = WRITE_SLOTS[ins.opcode]
     reads = [op for slot, op in enumerate(ins.operands) if op is not None and slot not in written]
     for op in reads:
         b.memset(op, 1.0, engine="pool", signal=ready)
@@ -74,6 +75,12 @@ COSTS = [
         accum=sbuf(128, [1], offset=4096)), 256 + 64),
     ("tensor_scalar N=512", lambda b: b.tensor_scalar(
         sbuf(128, [512]), sbuf(128, [512], offset=2048), "add", 1.0), 512),
+    ("tensor_scalar_reduce N=512: + MIN_II", lambda b: b.tensor_scalar_reduce(
+        bf16(128, [512]), psum(128, [512]), "mul", 0.125, "max", sbuf(128, [1], offset=4096),
+        negate=True), 512 + 64),
+    ("tensor_scalar_reduce N=32: MIN_II + MIN_II", lambda b: b.tensor_scalar_reduce(
+        sbuf(128, [32]), sbuf(128, [32], offset=512), "add", 1.0, "add",
+        sbuf(128, [1], offset=4096)), 64 + 64),
     ("tensor_copy N=100", lambda b: b.copy(sbuf(128, [100]), sbuf(128, [100], offset=512)),
      100),
     ("memset tiny N=8: MIN_II + overhead", lambda b: b.memset(sbuf(128, [8]), 0.0), 64 + 100),

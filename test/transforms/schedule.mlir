@@ -65,3 +65,26 @@ func.func @reuse_pieces(%x: memref<128x64xf32, "hbm">) attributes {nisa.target =
 }
 
 // ERR: schedule-invalid.mlir:{{[0-9]+}}:{{[0-9]+}}: error: 'nisa.nop' op attribute 'waits' must hold (semaphore, value) pairs
+
+// -----
+
+// Tests that a tensor_scalar_reduce writes its reduction operand: the activation reading it as
+// its bias waits for the tensor_scalar_reduce (not merely for the memset before it, which
+// wrote the activation's other input), and the DMA that refills the [128, 1] tile afterwards
+// waits for the activation that read it (write-after-read).
+// CHECK-LABEL: func.func @scalar_reduce_writes_its_reduction
+// CHECK: "nisa.memset"({{.*}}engine = "dve", value = 1.000000e+00 : f32}
+// CHECK: "nisa.tensor_scalar_reduce"({{.*}}signal = 2 : i64}
+// CHECK: "nisa.activation"({{.*}}signal = 1 : i64, waits = array<i64: 2, 1>}
+// CHECK: "nisa.dma"({{.*}}queue = 0 : i64, waits = array<i64: 1, 1>}
+func.func @scalar_reduce_writes_its_reduction(%x: memref<128x1xf32, "hbm">) attributes {nisa.target = "trn2"} {
+  %a = "nisa.alloc"() {memory = "sbuf", address = 0 : i64} : () -> memref<128x64xf32, "sbuf">
+  %b = "nisa.alloc"() {memory = "sbuf", address = 256 : i64} : () -> memref<128x64xf32, "sbuf">
+  %c = "nisa.alloc"() {memory = "sbuf", address = 768 : i64} : () -> memref<128x64xf32, "sbuf">
+  %r = "nisa.alloc"() {memory = "sbuf", address = 512 : i64} : () -> memref<128x1xf32, "sbuf">
+  "nisa.memset"(%a) {engine = "dve", value = 1.0 : f32, aps = [array<i64: 0, 64, 128, 1, 64>]} : (memref<128x64xf32, "sbuf">) -> ()
+  "nisa.tensor_scalar_reduce"(%b, %a, %r) {engine = "dve", op0 = "mul", imm0 = 0.5 : f32, reverse0 = false, reduce_op = "max", negate = true, operandSegmentSizes = array<i32: 1, 1, 1, 0>, aps = [array<i64: 0, 64, 128, 1, 64>, array<i64: 0, 64, 128, 1, 64>, array<i64: 0, 1, 128, 1, 1>]} : (memref<128x64xf32, "sbuf">, memref<128x64xf32, "sbuf">, memref<128x1xf32, "sbuf">) -> ()
+  "nisa.activation"(%c, %a, %r) {engine = "act", func = "exp", scale = 1.0 : f32, operandSegmentSizes = array<i32: 1, 1, 1, 0, 0>, aps = [array<i64: 0, 64, 128, 1, 64>, array<i64: 0, 64, 128, 1, 64>, array<i64: 0, 1, 128, 1, 1>]} : (memref<128x64xf32, "sbuf">, memref<128x64xf32, "sbuf">, memref<128x1xf32, "sbuf">) -> ()
+  "nisa.dma"(%r, %x) {engine = "dma", queue = 0 : i64, aps = [array<i64: 0, 1, 128, 1, 1>, array<i64: 0, 1, 128, 1, 1>]} : (memref<128x1xf32, "sbuf">, memref<128x1xf32, "hbm">) -> ()
+  return
+}

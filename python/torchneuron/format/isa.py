@@ -55,6 +55,11 @@ Instruction semantics (operand slots 0..4; "-" = unused; N = free elements per p
     TENSOR_REDUCE  0 dst, 1 src              reduce src with alu0 over its innermost
                                              `reduce_dims` free axes; dst has src's partitions
                                              and remaining free axes. Engine DVE or POOL.
+    TENSOR_SCALAR_ 0 dst, 1 src,             dst = src <alu0> s0 (s0 slot 2 or imm[0];
+    REDUCE (DVE)   2 s0 [P,1] (optional),    FLAG_REVERSE0 swaps), and slot 3 receives the
+                   3 reduce [P,1]            reduction with alu1 (add, mul, max, min) of the
+                                             values written to dst over all its free axes,
+                                             negated when FLAG_NEGATE is set.
     TENSOR_COPY    0 dst, 1 src              dst = src (with dtype conversion). ACT/DVE/POOL.
     MEMSET         0 dst                     dst = imm[0]. ACT/DVE/POOL.
     IOTA (POOL)    0 dst                     dst[p, i] = imm[0] + imm[1] * p + imm[2] * i, with
@@ -200,6 +205,7 @@ class Opcode(IntEnum):
     MEMSET = 9
     IOTA = 10
     SELECT = 11
+    TENSOR_SCALAR_REDUCE = 12
 
     @property
     def label(self) -> str:
@@ -220,6 +226,7 @@ OPCODE_ENGINES: dict[Opcode, tuple[Engine, ...]] = {
     Opcode.MEMSET: (Engine.ACT, Engine.DVE, Engine.POOL),
     Opcode.IOTA: (Engine.POOL,),
     Opcode.SELECT: (Engine.DVE, Engine.POOL),
+    Opcode.TENSOR_SCALAR_REDUCE: (Engine.DVE,),
 }
 
 
@@ -295,6 +302,7 @@ FLAG_ACCUMULATE = 1 << 0   # MATMUL: add into dst instead of overwriting it
 FLAG_REVERSE0 = 1 << 1     # TENSOR_SCALAR: compute s0 <alu0> src
 FLAG_REVERSE1 = 1 << 2     # TENSOR_SCALAR: compute s1 <alu1> (...)
 FLAG_INDIRECT = 1 << 3     # DMA: the HBM side's partitions are rows chosen by the index operand
+FLAG_NEGATE = 1 << 4       # TENSOR_SCALAR_REDUCE: the reduction is written negated
 
 NO_SIGNAL = -1
 

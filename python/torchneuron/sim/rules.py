@@ -64,12 +64,14 @@ OPERAND_ROLES: dict[isa.Opcode, tuple[tuple[str, ...], tuple[int, ...]]] = {
     Op.MEMSET: (("dst",), (0,)),
     Op.IOTA: (("dst",), (0,)),
     Op.SELECT: (("dst", "mask", "a", "b"), (0, 1, 2, 3)),
+    Op.TENSOR_SCALAR_REDUCE: (("dst", "src", "s0", "reduce"), (0, 1, 3)),
 }
 
 # Slots an opcode writes; every other slot is read (MATMUL also reads dst when accumulating).
 WRITE_SLOTS: dict[isa.Opcode, tuple[int, ...]] = {op: (0,) for op in isa.Opcode}
 WRITE_SLOTS[Op.NOP] = ()
 WRITE_SLOTS[Op.ACTIVATE] = (0, 4)
+WRITE_SLOTS[Op.TENSOR_SCALAR_REDUCE] = (0, 3)
 
 REDUCE_OPS = (isa.AluOp.ADD, isa.AluOp.MUL, isa.AluOp.MAX, isa.AluOp.MIN, isa.AluOp.AND,
               isa.AluOp.OR, isa.AluOp.XOR)
@@ -370,6 +372,25 @@ def _check_tensor_scalar(ins, ops, target) -> None:
         raise ins.error("operand 3 (s1) is given but alu1 is bypass")
 
 
+# What TENSOR_SCALAR_REDUCE's second op may reduce with (NKI's tensor_scalar_reduce), and
+# the arithmetic its first op may be (no bitwise operation, no comparison).
+SCALAR_REDUCE_OPS = (isa.AluOp.ADD, isa.AluOp.MUL, isa.AluOp.MAX, isa.AluOp.MIN)
+ARITHMETIC_OPS = (isa.AluOp.ADD, isa.AluOp.SUB, isa.AluOp.MUL, isa.AluOp.DIV, isa.AluOp.MAX,
+                  isa.AluOp.MIN, isa.AluOp.POW, isa.AluOp.MOD)
+
+
+def _check_tensor_scalar_reduce(ins, ops, target) -> None:
+    _same_shape(ins, ops[1], ops[0])
+    _per_partition(ins, ops[1], ops[2], ops[3])
+    if ins.alu0 not in ARITHMETIC_OPS:
+        raise ins.error(f"tensor_scalar_reduce computes arithmetic, not "
+                        f"{isa.AluOp(ins.alu0).label}")
+    if ins.alu1 not in SCALAR_REDUCE_OPS:
+        raise ins.error(f"tensor_scalar_reduce reduces with "
+                        f"{'/'.join(a.label for a in SCALAR_REDUCE_OPS)}, not "
+                        f"{isa.AluOp(ins.alu1).label}")
+
+
 def _check_tensor_reduce(ins, ops, target) -> None:
     dst, src = ops[0], ops[1]
     alu = ins.alu0
@@ -430,6 +451,7 @@ _OPCODE_CHECKS = {
     Op.TENSOR_TENSOR: _check_tensor_tensor,
     Op.TENSOR_SCALAR: _check_tensor_scalar,
     Op.TENSOR_REDUCE: _check_tensor_reduce,
+    Op.TENSOR_SCALAR_REDUCE: _check_tensor_scalar_reduce,
     Op.TENSOR_COPY: _check_copy,
     Op.SELECT: _check_select,
 }

@@ -321,6 +321,17 @@ def op_tensor_reduce(ins, m: Machine) -> None:
     m.write(dst, _REDUCE[ins.alu0](x, axes))
 
 
+def op_tensor_scalar_reduce(ins, m: Machine) -> None:
+    dst, src, s0, reduced = ins.ops[0], ins.ops[1], ins.ops[2], ins.ops[3]
+    x = m.read_f32(ins, src)
+    v0 = _scalar(m, ins, s0, ins.imm[0])
+    m.write(dst, ALU[ins.alu0](v0, x) if ins.flags & isa.FLAG_REVERSE0 else ALU[ins.alu0](x, v0))
+    # Reduced as written: the values dst holds, in fp32.
+    written = m.read_f32(ins, dst).reshape(dst.partitions, -1)
+    r = _REDUCE[ins.alu1](written, (1,)).reshape(dst.partitions, 1)
+    m.write(reduced, -r if ins.flags & isa.FLAG_NEGATE else r)
+
+
 def op_tensor_copy(ins, m: Machine) -> None:
     m.write(ins.ops[0], m.read_f32(ins, ins.ops[1]))
 
@@ -435,4 +446,5 @@ SEMANTICS = {
     Op.MEMSET: op_memset,
     Op.IOTA: op_iota,
     Op.SELECT: op_select,
+    Op.TENSOR_SCALAR_REDUCE: op_tensor_scalar_reduce,
 }
