@@ -76,6 +76,7 @@ class Fuse(Pass):
     def run(self, module: ir.Operation) -> None:
         for func in U.functions(module):
             narrow_matmul_operands(func)
+            recognise_tanh_gelu(func, self.keep_roundings)
             fold_scales_into_activations(func)
             if self.matmul_epilogue or self.elementwise:
                 sink_views(func)
@@ -297,6 +298,93 @@ def fold_reshape_chains(func: ir.Operation) -> None:
         if source.type == op.results[0].type:
             op.results[0].replace_all_uses_with(source)
             op.erase()
+
+
+_SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
+_GELU_TANH_CUBIC = 0.044715
+
+
+def recognise_tanh_gelu(func: ir.Operation, keep_roundings: bool = False) -> None:
+    """0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3))) written out in ops (GPT-2's gelu_new)
+    -> activation(x) with func gelu_tanh: ACT's table computes that function in one pass
+    (within 2 ulp of it), where the written-out form took eight ACT/DVE passes over the
+    tensor. The steps compute in fp32; roundings of a bf16 model between them (each read by
+    the next step alone) go too, as a fused kernel elides them anyway (not with
+    `keep_roundings`). Only where every step is read by the next one alone."""
+    def step(value: ir.Value, taken: list) -> ir.Operation | None:
+        """The op computing `value`, through a narrowing rounding read only by it."""
+        producer = U.defining_op(value)
+        if producer is not None and producer.name == "trn.convert" and not keep_roundings \
+                and _width(producer.operands[0]) > _width(value) and \
+                isinstance(U.element_type(value), ir.FloatType):
+            taken.append(producer)
+            producer = U.defining_op(producer.operands[0])
+        if producer is not None:
+            taken.append(producer)
+        return producer
+
+    def scalar_op(value: ir.Value, op: str, constant: float, taken: list) -> ir.Value | None:
+        """The operand of `value` = operand <op> constant (a tensor_scalar), else None."""
+        producer = step(value, taken)
+        if producer is None or producer.name != "trn.tensor_scalar" or \
+                U.str_attr(producer, "op") != op or \
+                ir.BoolAttr(producer.attributes["reverse"]).value or \
+                not math.isclose(U.float_attr(producer, "scalar"), constant, rel_tol=1e-6):
+            return None
+        return producer.operands[0]
+
+    def tanh_argument(value: ir.Value, taken: list) -> ir.Value | None:
+        """s where value = tanh(sqrt(2 / pi) s), the scaling a multiply or the scale."""
+        act = step(value, taken)
+        if act is None or act.name != "trn.activation" or U.str_attr(act, "func") != "tanh" \
+                or U.float_attr(act, "bias") != 0.0:
+            return None
+        scale = U.float_attr(act, "scale")
+        if math.isclose(scale, _SQRT_2_OVER_PI, rel_tol=1e-6):
+            return act.operands[0]
+        return scalar_op(act.operands[0], "mul", _SQRT_2_OVER_PI, taken) if scale == 1.0 \
+            else None
+
+    def match(y_op: ir.Operation, half: ir.Value, one_plus: ir.Value) -> tuple | None:
+        taken = [y_op]
+        x = scalar_op(half, "mul", 0.5, taken)
+        h = scalar_op(one_plus, "add", 1.0, taken) if x is not None else None
+        s = tanh_argument(h, taken) if h is not None else None
+        add = step(s, taken) if s is not None else None
+        if add is None or add.name != "trn.tensor_tensor" or U.str_attr(add, "op") != "add":
+            return None
+        terms = list(add.operands)
+        # x itself, or its rounding (both sides read the same rounded x).
+        if x not in terms:
+            return None
+        cubic = terms[1] if terms[0] == x else terms[0]
+        cube = scalar_op(cubic, "mul", _GELU_TANH_CUBIC, taken)
+        if cube is None or scalar_op(cube, "pow", 3.0, taken) != x:
+            return None
+        return x, taken
+
+    for y_op in U.body_ops(func):
+        if y_op.name != "trn.tensor_tensor" or U.str_attr(y_op, "op") != "mul":
+            continue
+        for half, one_plus in (tuple(y_op.operands), tuple(y_op.operands)[::-1]):
+            found = match(y_op, half, one_plus)
+            if found is None:
+                continue
+            x, taken = found
+            # Every step but x is read by the next one alone; the arithmetic is in fp32.
+            if any(len(list(op.results[0].uses)) != 1 for op in taken[1:]) or \
+                    any(op.name != "trn.convert" and str(U.element_type(op.results[0])) != "f32"
+                        for op in taken):
+                continue
+            with ir.InsertionPoint(y_op), y_op.location:
+                gelu = U.create("trn.activation", [y_op.results[0].type], [x],
+                                {"func": U.string("gelu_tanh"), "scale": U.f32(1.0),
+                                 "bias": U.f32(0.0)})
+            y_op.results[0].replace_all_uses_with(gelu.results[0])
+            # (Consumers before producers: `taken` lists them walking back from y.)
+            for op in sorted(set(taken), key=taken.index):
+                op.erase()
+            break
 
 
 def fold_scales_into_activations(func: ir.Operation) -> None:

@@ -419,11 +419,12 @@ func.func @mlp_residual_first(%x: tensor<256x128xbf16>, %w1: tensor<128x512xbf16
 
 // -----
 
-// Tests that GELU's tanh form after a Linear whose output is viewed 3-D joins the matmul's
-// epilogue: the view moves below the ops that read it (x^3, x + ..., 0.5 x: several users,
-// each other operand a reshape from the same shape), and the DAG of ops that together
-// consume every use of the matmul's value is evaluated with it, so only the GELU's result
-// leaves the chip (and is viewed 3-D for the caller).
+// Tests that a DAG of GELU's tanh form after a Linear whose output is viewed 3-D joins the
+// matmul's epilogue (its cubic coefficient is 0.0447, not GELU's 0.044715, so that it stays
+// written out rather than becoming ACT's gelu_tanh): the view moves below the ops that read
+// it (x^3, x + ..., 0.5 x: several users, each other operand a reshape from the same shape),
+// and the DAG of ops that together consume every use of the matmul's value is evaluated with
+// it, so only the DAG's result leaves the chip (and is viewed 3-D for the caller).
 // CHECK-LABEL: func.func @gelu_new
 // CHECK: "trn.kernel"() ({
 // CHECK-NEXT: %[[M:.*]] = "trn.matmul"
@@ -452,7 +453,7 @@ func.func @gelu_new(%x: tensor<256x128xbf16>, %w: tensor<128x512xbf16>) -> tenso
   %r = "trn.reshape"(%c) : (tensor<256x512xbf16>) -> tensor<1x256x512xbf16>
   %h = "trn.tensor_scalar"(%r) {op = "mul", reverse = false, scalar = 5.000000e-01 : f32} : (tensor<1x256x512xbf16>) -> tensor<1x256x512xf32>
   %p = "trn.tensor_scalar"(%r) {op = "pow", reverse = false, scalar = 3.000000e+00 : f32} : (tensor<1x256x512xbf16>) -> tensor<1x256x512xf32>
-  %q = "trn.tensor_scalar"(%p) {op = "mul", reverse = false, scalar = 4.471500e-02 : f32} : (tensor<1x256x512xf32>) -> tensor<1x256x512xf32>
+  %q = "trn.tensor_scalar"(%p) {op = "mul", reverse = false, scalar = 4.470000e-02 : f32} : (tensor<1x256x512xf32>) -> tensor<1x256x512xf32>
   %a = "trn.tensor_tensor"(%r, %q) {op = "add"} : (tensor<1x256x512xbf16>, tensor<1x256x512xf32>) -> tensor<1x256x512xf32>
   %b = "trn.tensor_scalar"(%a) {op = "mul", reverse = false, scalar = 0.797884583 : f32} : (tensor<1x256x512xf32>) -> tensor<1x256x512xf32>
   %t = "trn.activation"(%b) {bias = 0.000000e+00 : f32, func = "tanh", scale = 1.000000e+00 : f32} : (tensor<1x256x512xf32>) -> tensor<1x256x512xf32>
@@ -607,4 +608,56 @@ func.func @through_reduce(%x: tensor<128x64xf32>) -> tensor<64xf32> {
   %s = "trn.reduce"(%e) {op = "add", dimensions = array<i64: 0>} : (tensor<128x64xf32>) -> tensor<64xf32>
   %m = "trn.tensor_scalar"(%s) {op = "mul", scalar = 0.0078125 : f32, reverse = false} : (tensor<64xf32>) -> tensor<64xf32>
   return %m : tensor<64xf32>
+}
+
+// -----
+
+// Tests that GPT-2's tanh GELU written out, 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))),
+// with a bf16 model's rounding after every step, becomes one activation of the table's
+// gelu_tanh (the rounded steps would be elided inside the kernel anyway); with
+// keep-roundings it stays written out.
+// CHECK-LABEL: func.func @gelu_tanh_written_out
+// CHECK: "trn.kernel"() ({
+// CHECK-NEXT: %[[G:.*]] = "trn.activation"(%arg0) {bias = 0.000000e+00 : f32, func = "gelu_tanh", scale = 1.000000e+00 : f32} : (tensor<4x64xbf16>) -> tensor<4x64xf32>
+// CHECK-NEXT: "trn.convert"(%[[G]])
+// CHECK-NEXT: "trn.yield"
+// CHECK-NOT: "trn.tensor_scalar"
+// KEEP-LABEL: func.func @gelu_tanh_written_out
+// KEEP: "trn.activation"({{.*}}func = "tanh"
+func.func @gelu_tanh_written_out(%x: tensor<4x64xbf16>) -> tensor<4x64xbf16> {
+  %m = "trn.tensor_scalar"(%x) {op = "mul", reverse = false, scalar = 5.000000e-01 : f32} : (tensor<4x64xbf16>) -> tensor<4x64xf32>
+  %mr = "trn.convert"(%m) : (tensor<4x64xf32>) -> tensor<4x64xbf16>
+  %p = "trn.tensor_scalar"(%x) {op = "pow", reverse = false, scalar = 3.000000e+00 : f32} : (tensor<4x64xbf16>) -> tensor<4x64xf32>
+  %pr = "trn.convert"(%p) : (tensor<4x64xf32>) -> tensor<4x64xbf16>
+  %q = "trn.tensor_scalar"(%pr) {op = "mul", reverse = false, scalar = 4.471500e-02 : f32} : (tensor<4x64xbf16>) -> tensor<4x64xf32>
+  %qr = "trn.convert"(%q) : (tensor<4x64xf32>) -> tensor<4x64xbf16>
+  %s = "trn.tensor_tensor"(%x, %qr) {op = "add"} : (tensor<4x64xbf16>, tensor<4x64xbf16>) -> tensor<4x64xf32>
+  %sr = "trn.convert"(%s) : (tensor<4x64xf32>) -> tensor<4x64xbf16>
+  %t = "trn.tensor_scalar"(%sr) {op = "mul", reverse = false, scalar = 0.797884583 : f32} : (tensor<4x64xbf16>) -> tensor<4x64xf32>
+  %tr = "trn.convert"(%t) : (tensor<4x64xf32>) -> tensor<4x64xbf16>
+  %h = "trn.activation"(%tr) {bias = 0.000000e+00 : f32, func = "tanh", scale = 1.000000e+00 : f32} : (tensor<4x64xbf16>) -> tensor<4x64xf32>
+  %hr = "trn.convert"(%h) : (tensor<4x64xf32>) -> tensor<4x64xbf16>
+  %a = "trn.tensor_scalar"(%hr) {op = "add", reverse = false, scalar = 1.000000e+00 : f32} : (tensor<4x64xbf16>) -> tensor<4x64xf32>
+  %ar = "trn.convert"(%a) : (tensor<4x64xf32>) -> tensor<4x64xbf16>
+  %y = "trn.tensor_tensor"(%mr, %ar) {op = "mul"} : (tensor<4x64xbf16>, tensor<4x64xbf16>) -> tensor<4x64xf32>
+  %yr = "trn.convert"(%y) : (tensor<4x64xf32>) -> tensor<4x64xbf16>
+  return %yr : tensor<4x64xbf16>
+}
+
+// -----
+
+// Tests that the written-out tanh GELU is left alone where a step is read elsewhere too (here
+// the tanh, also returned): the activation would not compute it.
+// CHECK-LABEL: func.func @gelu_tanh_step_read_twice
+// CHECK: func = "tanh"
+// CHECK-NOT: gelu_tanh
+func.func @gelu_tanh_step_read_twice(%x: tensor<4x64xf32>) -> (tensor<4x64xf32>, tensor<4x64xf32>) {
+  %m = "trn.tensor_scalar"(%x) {op = "mul", reverse = false, scalar = 5.000000e-01 : f32} : (tensor<4x64xf32>) -> tensor<4x64xf32>
+  %p = "trn.tensor_scalar"(%x) {op = "pow", reverse = false, scalar = 3.000000e+00 : f32} : (tensor<4x64xf32>) -> tensor<4x64xf32>
+  %q = "trn.tensor_scalar"(%p) {op = "mul", reverse = false, scalar = 4.471500e-02 : f32} : (tensor<4x64xf32>) -> tensor<4x64xf32>
+  %s = "trn.tensor_tensor"(%q, %x) {op = "add"} : (tensor<4x64xf32>, tensor<4x64xf32>) -> tensor<4x64xf32>
+  %h = "trn.activation"(%s) {bias = 0.000000e+00 : f32, func = "tanh", scale = 0.797884583 : f32} : (tensor<4x64xf32>) -> tensor<4x64xf32>
+  %a = "trn.tensor_scalar"(%h) {op = "add", reverse = false, scalar = 1.000000e+00 : f32} : (tensor<4x64xf32>) -> tensor<4x64xf32>
+  %y = "trn.tensor_tensor"(%a, %m) {op = "mul"} : (tensor<4x64xf32>, tensor<4x64xf32>) -> tensor<4x64xf32>
+  return %y, %h : tensor<4x64xf32>, tensor<4x64xf32>
 }
