@@ -192,8 +192,8 @@ def lower_rows(em: Emitter, body: list[ir.Operation], views: dict,
                     for u in users.get(b, [])):
             bias_only.add(op)
     # ... and where that x is a leaf a producer evacuates from PSUM (attention's scores) and c
-    # a power of two no above 1, the evacuation writes c x (exactly c times the rounded x:
-    # such a scaling commutes with rounding) and its negated max in one DVE pass
+    # a power of two no greater than 1, the evacuation writes c x (exactly c times the
+    # rounded x: such a scaling commutes with rounding) and its negated max in one DVE pass
     # (tensor_scalar_reduce): that is the bias -m as it is, and f reads c x at scale 1. No
     # reduction pass and no [P, 1] multiply.
     prescaled = {}                    # leaf x -> c
@@ -260,9 +260,10 @@ def lower_rows(em: Emitter, body: list[ir.Operation], views: dict,
                 if v not in tiles and v not in unread:
                     view = _tile_view(leaf_views[v], layout, kept_rank, index, p0, pn,
                                       row=is_row(v))
-                    if v in prescaled:
-                        # (None where the producer cannot: then the tile holds x as it is.)
-                        tiles[v], negmax = produce(v, view, prescaled[v])
+                    got = produce(v, view, prescaled[v]) if v in prescaled else None
+                    if got is not None:
+                        # (No max where the producer cannot: then the tile holds x as it is.)
+                        tiles[v], negmax = got
                         if negmax is not None:
                             negated_max[v] = negmax
                         continue
