@@ -31,10 +31,9 @@ from torchneuron.dialects.common import (
 from torchneuron.dialects.trn import ACTIVATION_FUNCS, ALU_OPS, REDUCE_OPS
 
 MEMORIES = ("hbm", "sbuf", "psum")
-# tensor_scalar_reduce (NKI's nki.isa.tensor_scalar_reduce): an arithmetic op0, and the
-# reductions it can make of its results.
+# tensor_scalar_reduce's op0 (NKI's nki.isa.tensor_scalar_reduce): arithmetic only; it
+# reduces with any of REDUCE_OPS.
 ARITHMETIC_OPS = ("add", "sub", "mul", "div", "max", "min", "pow", "mod")
-SCALAR_REDUCE_OPS = REDUCE_OPS
 ENGINES = ("pe", "act", "dve", "pool", "sp", "dma")
 MAX_FREE_DIMS = 4
 
@@ -341,8 +340,8 @@ class TensorReduceOp(Nisa.Operation, name="tensor_reduce"):
 def _check_tensor_scalar_reduce(op) -> None:
     require(string(op, "op0") in ARITHMETIC_OPS,
             f"tensor_scalar_reduce's op0 must be arithmetic, not '{string(op, 'op0')}'")
-    require(string(op, "reduce_op") in SCALAR_REDUCE_OPS,
-            f"tensor_scalar_reduce reduces with {'/'.join(SCALAR_REDUCE_OPS)}, not "
+    require(string(op, "reduce_op") in REDUCE_OPS,
+            f"tensor_scalar_reduce reduces with {'/'.join(REDUCE_OPS)}, not "
             f"'{string(op, 'reduce_op')}'")
     float_value(op, "imm0")
     int_value(op, "reverse0")

@@ -354,8 +354,7 @@ def recognise_tanh_gelu(func: ir.Operation, keep_roundings: bool = False) -> Non
         if add is None or add.name != "trn.tensor_tensor" or U.str_attr(add, "op") != "add":
             return None
         terms = list(add.operands)
-        # x itself, or its rounding (both sides read the same rounded x).
-        if x not in terms:
+        if x not in terms:          # x + 0.044715 x^3 of the same x that 0.5 x reads
             return None
         cubic = terms[1] if terms[0] == x else terms[0]
         cube = scalar_op(cubic, "mul", _GELU_TANH_CUBIC, taken)

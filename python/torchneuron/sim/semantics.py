@@ -291,14 +291,18 @@ def op_tensor_tensor(ins, m: Machine) -> None:
     m.write(dst, ALU[ins.alu0](m.read_f32(ins, a), m.read_f32(ins, b)))
 
 
+def _with_scalar(alu: Alu, x: np.ndarray, v, reverse: bool) -> np.ndarray:
+    """x <alu> v, or v <alu> x when `reverse` (a FLAG_REVERSE0/1 operand order)."""
+    return ALU[alu](v, x) if reverse else ALU[alu](x, v)
+
+
 def op_tensor_scalar(ins, m: Machine) -> None:
     dst, src, s0, s1 = ins.ops[0], ins.ops[1], ins.ops[2], ins.ops[3]
-    x = m.read_f32(ins, src)
-    v0 = _scalar(m, ins, s0, ins.imm[0])
-    y = ALU[ins.alu0](v0, x) if ins.flags & isa.FLAG_REVERSE0 else ALU[ins.alu0](x, v0)
+    y = _with_scalar(ins.alu0, m.read_f32(ins, src), _scalar(m, ins, s0, ins.imm[0]),
+                     bool(ins.flags & isa.FLAG_REVERSE0))
     if ins.alu1 != Alu.BYPASS:
-        v1 = _scalar(m, ins, s1, ins.imm[1])
-        y = ALU[ins.alu1](v1, y) if ins.flags & isa.FLAG_REVERSE1 else ALU[ins.alu1](y, v1)
+        y = _with_scalar(ins.alu1, y, _scalar(m, ins, s1, ins.imm[1]),
+                         bool(ins.flags & isa.FLAG_REVERSE1))
     m.write(dst, y)
 
 
@@ -323,9 +327,8 @@ def op_tensor_reduce(ins, m: Machine) -> None:
 
 def op_tensor_scalar_reduce(ins, m: Machine) -> None:
     dst, src, s0, reduced = ins.ops[0], ins.ops[1], ins.ops[2], ins.ops[3]
-    x = m.read_f32(ins, src)
-    v0 = _scalar(m, ins, s0, ins.imm[0])
-    m.write(dst, ALU[ins.alu0](v0, x) if ins.flags & isa.FLAG_REVERSE0 else ALU[ins.alu0](x, v0))
+    m.write(dst, _with_scalar(ins.alu0, m.read_f32(ins, src), _scalar(m, ins, s0, ins.imm[0]),
+                              bool(ins.flags & isa.FLAG_REVERSE0)))
     # Reduced as written: the values dst holds, in fp32.
     written = m.read_f32(ins, dst).reshape(dst.partitions, -1)
     r = _REDUCE[ins.alu1](written, (1,)).reshape(dst.partitions, 1)
