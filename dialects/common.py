@@ -104,18 +104,51 @@ _cache = threading.local()
 
 @contextlib.contextmanager
 def memref_info_cache():
-    """Within the block (on this thread), `memref_info` remembers each type's answer. A
-    compilation asks about the same few buffer types hundreds of thousands of times, and the
-    bindings build every answer anew (printing an element type alone takes microseconds).
-    The cache holds the types, and so their context, only until the block ends."""
+    """Within the block (on this thread), `memref_info` remembers each type's answer, and
+    `memo` tables hold what passes derive from attributes and types alone. A compilation asks
+    about the same few buffer types and access patterns hundreds of thousands of times, and
+    the bindings build every answer anew (printing an element type alone takes
+    microseconds). MLIR uniques types and attributes in their context, so equal keys are the
+    same IR; the tables hold them, and so their context, only until the block ends."""
     outer = getattr(_cache, "types", None)
     if outer is None:
         _cache.types = {}
+        _cache.memos = {}
     try:
         yield
     finally:
         if outer is None:
             _cache.types = None
+            _cache.memos = None
+
+
+def memo(table: str) -> dict | None:
+    """The memo table named `table` of the enclosing `memref_info_cache` block (created on
+    first use), or None outside one. Its keys must be uniqued IR (types, attributes, names)
+    and its values depend on those keys alone."""
+    memos = getattr(_cache, "memos", None)
+    if memos is None:
+        return None
+    found = memos.get(table)
+    if found is None:
+        found = memos[table] = {}
+    return found
+
+
+def access_patterns(op) -> tuple[tuple[int, ...], ...]:
+    """An instruction's `aps` attribute (an array of array<i64: ...>) as tuples, remembered
+    per attribute within a `memref_info_cache` block. Raises KeyError without the attribute,
+    ValueError or TypeError when it is not such an array."""
+    aps = op.attributes["aps"]
+    table = memo("aps")
+    if table is not None:
+        decoded = table.get(aps)
+        if decoded is not None:
+            return decoded
+    decoded = tuple(tuple(ir.DenseI64ArrayAttr(a)) for a in ir.ArrayAttr(aps))
+    if table is not None:
+        table[aps] = decoded
+    return decoded
 
 
 def memref_info(t: ir.Type) -> MemRefInfo:

@@ -25,8 +25,8 @@ from torch_mlir import ir
 from torch_mlir.dialects import ext
 
 from torchneuron.dialects.common import (
-    AnyAttr, VerifyError, attr, float_value, i64_array, int_value, memref_info, require, string,
-    verifier,
+    AnyAttr, VerifyError, access_patterns, attr, float_value, i64_array, int_value, memo,
+    memref_info, require, string, verifier,
 )
 from torchneuron.dialects.trn import ACTIVATION_FUNCS, ALU_OPS, REDUCE_OPS
 
@@ -119,13 +119,19 @@ WRITTEN_ROLES = ("dst", "accum", "reduce")
 def instruction_roles(op) -> list[str]:
     """Role names of the operands `op` actually has, in operand order."""
     roles, _, _ = _SPECS[op.name]
+    if not any(r.endswith("?") for r in roles):
+        return list(roles)
+    segments = op.attributes["operandSegmentSizes"]
+    table = memo("nisa.roles")
+    if table is not None:
+        found = table.get((op.name, segments))
+        if found is not None:
+            return list(found)
     present = []
-    if any(r.endswith("?") for r in roles):
-        sizes = list(ir.DenseI32ArrayAttr(op.attributes["operandSegmentSizes"]))
-        for role, n in zip(roles, sizes):
-            present += [role.rstrip("?")] * n
-    else:
-        present = list(roles)
+    for role, n in zip(roles, ir.DenseI32ArrayAttr(segments)):
+        present += [role.rstrip("?")] * n
+    if table is not None:
+        table[(op.name, segments)] = tuple(present)
     return present
 
 
@@ -134,10 +140,44 @@ def _check_instruction(op) -> None:
     engine = string(op, "engine")
     require(engine in engines,
             f"cannot run on engine '{engine}'; allowed: {', '.join(engines)}")
+    # What the operands and their access patterns must satisfy depends on the op's name,
+    # engine, operand segments, patterns and buffer types alone: checked once per such key
+    # within a compilation (dialects/common.memo), for each instruction outside one.
+    table = memo("nisa.operands")
+    if table is not None:
+        attributes = op.attributes
+        key = (op.name, engine,
+               attributes["operandSegmentSizes"] if "operandSegmentSizes" in attributes
+               else None,
+               attributes["aps"] if "aps" in attributes else None,
+               tuple(v.type for v in op.operands))
+        found = table.get(key)
+        if found is None:
+            try:
+                _check_operands(op, engine, memories)
+                found = ""
+            except VerifyError as exc:
+                found = str(exc)
+            table[key] = found
+        if found:
+            raise VerifyError(found)
+    else:
+        _check_operands(op, engine, memories)
+    if engine == "dma":
+        int_value(op, "queue")
+    if "waits" in op.attributes:
+        waits = i64_array(op, "waits")
+        require(len(waits) % 2 == 0 and all(w >= 0 for w in waits),
+                "attribute 'waits' must hold (semaphore, value) pairs")
+    if "signal" in op.attributes:
+        require(int_value(op, "signal") >= 0, "attribute 'signal' must be a semaphore index")
+
+
+def _check_operands(op, engine: str, memories: dict) -> None:
     present = instruction_roles(op)
-    aps = attr(op, "aps")
+    attr(op, "aps")
     try:
-        aps = [list(ir.DenseI64ArrayAttr(a)) for a in ir.ArrayAttr(aps)]
+        aps = access_patterns(op)
     except (ValueError, TypeError):
         raise VerifyError("attribute 'aps' must be an array of array<i64: ...>") from None
     require(len(aps) == len(present),
@@ -147,16 +187,8 @@ def _check_instruction(op) -> None:
         allowed = memories.get(role, MEMORIES if engine == "dma" else _ONCHIP)
         require(memory in allowed,
                 f"{role} is in {memory}; {engine} may use {role} only in {', '.join(allowed)}")
-        check_access_pattern(ap, value, role,
+        check_access_pattern(list(ap), value, role,
                              dynamic_rows=op.name == "nisa.dma_indirect" and memory == "hbm")
-    if engine == "dma":
-        int_value(op, "queue")
-    if "waits" in op.attributes:
-        waits = i64_array(op, "waits")
-        require(len(waits) % 2 == 0 and all(w >= 0 for w in waits),
-                "attribute 'waits' must hold (semaphore, value) pairs")
-    if "signal" in op.attributes:
-        require(int_value(op, "signal") >= 0, "attribute 'signal' must be a semaphore index")
 
 
 def _instruction_verifier(extra=None):

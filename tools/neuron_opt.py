@@ -108,6 +108,7 @@ def main(argv: list[str] | None = None) -> int:
         PassOptionError, build_pass_manager, load_all_passes, parse_options, parse_pipeline,
     )
     from torchneuron.dialects import make_context
+    from torchneuron.dialects.common import memref_info_cache
 
     registry = load_all_passes()
     argv = sys.argv[1:] if argv is None else argv
@@ -141,7 +142,7 @@ def main(argv: list[str] | None = None) -> int:
     failed = False
     for first_line, chunk in chunks:
         context = make_context()
-        with context:
+        with context, memref_info_cache():
             padded = "\n" * first_line + chunk
             try:
                 module = ir.Module.parse(padded)

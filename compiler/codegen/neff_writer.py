@@ -13,7 +13,7 @@ import torchneuron
 from torchneuron.compiler import ir_utils as U
 from torchneuron.compiler.errors import CompileError
 from torchneuron.compiler.transforms.schedule import stream_names, stream_of
-from torchneuron.dialects.common import memref_info
+from torchneuron.dialects.common import access_patterns, memo, memref_info
 from torchneuron.dialects.nisa import INSTRUCTION_OPS, instruction_roles, memory_of
 from torchneuron.format import isa
 from torchneuron.format.container import Neff, Stream, TensorDecl, write_neff
@@ -186,8 +186,7 @@ def _instruction(op: ir.Operation, tensor_of: dict, base: dict) -> isa.Instructi
     ins = isa.Instruction(opcode=_OPCODES[name], engine=engine)
     if engine == isa.Engine.DMA:
         ins.queue = U.int_attr(op, "queue")
-    aps = [list(ir.DenseI64ArrayAttr(a)) for a in ir.ArrayAttr(op.attributes["aps"])]
-    for role, buffer, ap in zip(instruction_roles(op), op.operands, aps):
+    for role, buffer, ap in zip(instruction_roles(op), op.operands, access_patterns(op)):
         ins.operands[_SLOTS[role]] = _operand(buffer, ap, tensor_of, base, op)
     if "waits" in op.attributes:
         w = U.array_attr(op, "waits")
@@ -230,15 +229,10 @@ def _instruction(op: ir.Operation, tensor_of: dict, base: dict) -> isa.Instructi
     return ins
 
 
-def _operand(buffer: ir.Value, ap: list[int], tensor_of: dict, base: dict,
+def _operand(buffer: ir.Value, ap: tuple[int, ...], tensor_of: dict, base: dict,
              op: ir.Operation) -> isa.Operand:
-    info = memref_info(buffer.type)
-    dtype = dtype_of(info.element)
-    memory = memory_of(buffer)
-    offset, (pstride, pcount) = ap[0], (ap[1], ap[2])
-    free = [(ap[i], ap[i + 1]) for i in range(3, len(ap), 2)]
-    strides = tuple(s for s, _ in free)
-    sizes = tuple(n for _, n in free)
+    memory, dtype, pstride, pcount, sizes, strides, row = _pattern_fields(buffer, ap)
+    offset = ap[0]
     if memory == "hbm":
         if buffer not in tensor_of:
             raise CompileError("HBM operand is not a program tensor", op.location)
@@ -247,10 +241,28 @@ def _operand(buffer: ir.Value, ap: list[int], tensor_of: dict, base: dict,
     if buffer not in base:
         raise CompileError("on-chip operand has no address (run trn-plan-memory first)",
                            op.location)
-    row = info.shape[1]
     return isa.Operand(isa.Memory.SBUF if memory == "sbuf" else isa.Memory.PSUM, dtype, pcount,
                        sizes, strides, offset=base[buffer] + (offset % row) * dtype.itemsize,
                        partition_start=offset // row)
+
+
+def _pattern_fields(buffer: ir.Value, ap: tuple[int, ...]) -> tuple:
+    """What an operand's encoding takes from its buffer type and access pattern alone
+    (remembered per pair within a memref_info_cache block): memory, dtype, partition stride
+    and count, free sizes and strides, and the tile row length (elements; on chip)."""
+    table = memo("neff.patterns")
+    key = (buffer.type, ap)
+    if table is not None:
+        found = table.get(key)
+        if found is not None:
+            return found
+    info = memref_info(buffer.type)
+    free = ap[3:]
+    found = (memory_of(buffer), dtype_of(info.element), ap[1], ap[2], tuple(free[1::2]),
+             tuple(free[0::2]), info.shape[1] if len(info.shape) == 2 else 0)
+    if table is not None:
+        table[key] = found
+    return found
 
 
 @dataclasses.dataclass(frozen=True)
@@ -282,8 +294,7 @@ class InstructionCost:
 def cost_view(op: ir.Operation) -> InstructionCost:
     """An instruction op as the cost model sees it (see torchneuron/cost_model.py)."""
     ops: list = [None] * isa.NUM_OPERANDS
-    aps = [list(ir.DenseI64ArrayAttr(a)) for a in ir.ArrayAttr(op.attributes["aps"])]
-    for role, buffer, ap in zip(instruction_roles(op), op.operands, aps):
+    for role, buffer, ap in zip(instruction_roles(op), op.operands, access_patterns(op)):
         info = memref_info(buffer.type)
         dtype = dtype_of(info.element)
         itemsize = dtype.itemsize

@@ -22,7 +22,7 @@ from torch_mlir import ir
 
 from torchneuron.compiler import ir_utils as U
 from torchneuron.compiler.passes import Pass, register
-from torchneuron.dialects.common import memref_info
+from torchneuron.dialects.common import access_patterns, memo, memref_info
 from torchneuron.dialects.nisa import INSTRUCTION_OPS, WRITTEN_ROLES, instruction_roles
 
 ENGINE_STREAMS = ("pe", "act", "dve", "pool", "sp")
@@ -177,7 +177,7 @@ class _BufferState:
         self.inherited: set[int] = set()
 
 
-def _box(buffer: ir.Value, ap: list[int]) -> tuple[int, int, int, int]:
+def _box(buffer: ir.Value, ap: tuple[int, ...]) -> tuple[int, int, int, int]:
     """Partition and byte extent an access pattern touches within its buffer."""
     info = memref_info(buffer.type)
     itemsize, shape = info.itemsize, info.shape
@@ -216,11 +216,21 @@ def dependencies(instructions: list[ir.Operation], allocs: dict) -> list[list[in
     """For each instruction (in the given order), the earlier instructions it must wait for:
     writers of what it reads, readers and writers of what it writes (by the bytes the access
     patterns touch), and every access to a buffer that lived before at its address."""
+    boxes = memo("schedule.boxes")
+    if boxes is None:
+        boxes = {}
+
+    def box(buffer: ir.Value, ap: tuple[int, ...]) -> tuple[int, int, int, int]:
+        key = (buffer.type, ap)
+        found = boxes.get(key)
+        if found is None:
+            found = boxes[key] = _box(buffer, ap)
+        return found
+
     records = []
     for op in instructions:
-        aps = [list(ir.DenseI64ArrayAttr(a)) for a in ir.ArrayAttr(op.attributes["aps"])]
-        records.append([(buffer, role, _box(buffer, ap))
-                        for role, buffer, ap in zip(instruction_roles(op), op.operands, aps)])
+        records.append([(buffer, role, box(buffer, ap)) for role, buffer, ap in
+                        zip(instruction_roles(op), op.operands, access_patterns(op))])
     return box_dependencies(records, lambda buffer: _address_range(allocs[buffer])
                             if buffer in allocs else None)
 
@@ -395,7 +405,9 @@ def list_schedule(instructions: list[ir.Operation], preds: list[list[int]], targ
 
     n = len(instructions)
     engines = [U.str_attr(op, "engine") for op in instructions]
-    costs = [_cost(op, engine, target, cost_model) for op, engine in zip(instructions, engines)]
+    known: dict = {}       # one target's costs: not kept beyond this schedule
+    costs = [_cost(op, engine, target, cost_model, known)
+             for op, engine in zip(instructions, engines)]
     succs: list[list[int]] = [[] for _ in range(n)]
     indegree = [len(p) for p in preds]
     for i, ps in enumerate(preds):
@@ -473,14 +485,26 @@ def list_schedule(instructions: list[ir.Operation], preds: list[list[int]], targ
     return order
 
 
-def _cost(op: ir.Operation, engine: str, target, cost_model) -> float:
-    """Estimated ns an instruction occupies its engine (a DMA: its transfer time)."""
+def _cost(op: ir.Operation, engine: str, target, cost_model, known: dict) -> float:
+    """Estimated ns an instruction occupies its engine (a DMA: its transfer time). `known`
+    remembers the answer per what the cost model reads (cost_view): the op's name, engine,
+    ALU op, access patterns and buffer types."""
     from torchneuron.compiler.codegen.neff_writer import cost_view
 
+    attributes = op.attributes
+    alu = attributes["op"] if "op" in attributes else \
+        attributes["op0"] if "op0" in attributes else None
+    key = (op.name, engine, alu, attributes["aps"], tuple(v.type for v in op.operands))
+    found = known.get(key)
+    if found is not None:
+        return found
     ins = cost_view(op)
     if engine == "dma":
-        return cost_model.dma_transfer_ns(ins.ops, target,
-                                          indirect=op.name == "nisa.dma_indirect")[0]
-    return cost_model.compute_cycles(ins, target) / target.engine_ghz(engine)
+        found = cost_model.dma_transfer_ns(ins.ops, target,
+                                           indirect=op.name == "nisa.dma_indirect")[0]
+    else:
+        found = cost_model.compute_cycles(ins, target) / target.engine_ghz(engine)
+    known[key] = found
+    return found
 
 

@@ -59,3 +59,21 @@ func.func @scalar_reduce_xor() {
   "nisa.tensor_scalar_reduce"(%a, %a, %r) {engine = "dve", op0 = "mul", imm0 = 1.0 : f32, reverse0 = false, reduce_op = "xor", negate = false, operandSegmentSizes = array<i32: 1, 1, 1, 0>, aps = [array<i64: 0, 64, 64, 1, 64>, array<i64: 0, 64, 64, 1, 64>, array<i64: 0, 1, 64, 1, 1>]} : (memref<64x64xf32, "sbuf">, memref<64x64xf32, "sbuf">, memref<64x1xf32, "sbuf">) -> ()
   return
 }
+
+// -----
+
+// Tests that an access pattern's error is reported for every instruction that has it: within
+// one run the operand checks are made once per (op, engine, patterns, buffer types), and the
+// remembered failure is raised again at the second instruction's own location.
+// CHECK: nisa-invalid.mlir:[[# @LINE + 3]]:3: error: 'nisa.dma' op src access pattern [0, 64, 129, 1, 64] reaches elements 0..8255 of a 8192-element buffer
+func.func @same_bad_pattern_first(%x: memref<128x64xf32, "hbm">) {
+  %a = "nisa.alloc"() {memory = "sbuf"} : () -> memref<128x64xf32, "sbuf">
+  "nisa.dma"(%a, %x) {engine = "dma", queue = 0 : i64, aps = [array<i64: 0, 64, 128, 1, 64>, array<i64: 0, 64, 129, 1, 64>]} : (memref<128x64xf32, "sbuf">, memref<128x64xf32, "hbm">) -> ()
+  return
+}
+// CHECK: nisa-invalid.mlir:[[# @LINE + 3]]:3: error: 'nisa.dma' op src access pattern [0, 64, 129, 1, 64] reaches elements 0..8255 of a 8192-element buffer
+func.func @same_bad_pattern_second(%x: memref<128x64xf32, "hbm">) {
+  %a = "nisa.alloc"() {memory = "sbuf"} : () -> memref<128x64xf32, "sbuf">
+  "nisa.dma"(%a, %x) {engine = "dma", queue = 1 : i64, aps = [array<i64: 0, 64, 128, 1, 64>, array<i64: 0, 64, 129, 1, 64>]} : (memref<128x64xf32, "sbuf">, memref<128x64xf32, "hbm">) -> ()
+  return
+}

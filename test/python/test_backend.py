@@ -175,3 +175,36 @@ def test_backend_is_found_by_name_with_only_torch_imported():
             "import sys; assert 'torchneuron.backend' in sys.modules\n")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr[-2000:]
+
+
+def test_compiling_sets_the_older_heap_aside_from_the_cycle_collector(monkeypatch):
+    """While the backend compiles, objects that existed before are frozen (a full collection
+    would walk all of PyTorch's); afterwards they are handed back. A heap the program froze
+    itself stays frozen."""
+    import gc
+
+    seen = []
+    real = backend._compile_fx_graph
+
+    def spy(*args, **kwargs):
+        seen.append(gc.get_freeze_count())
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(backend, "_compile_fx_graph", spy)
+    monkeypatch.setenv("TORCHNEURON_CACHE_DIR", "off")
+    assert gc.get_freeze_count() == 0
+    torch._dynamo.reset()
+    x = torch.randn(8, 16)
+    out = torch.compile(lambda a: torch.relu(a) * 2.0, backend="neuron")(x)
+    torch.testing.assert_close(out, torch.relu(x) * 2.0)
+    assert seen and all(count > 0 for count in seen)
+    assert gc.get_freeze_count() == 0
+
+    gc.freeze()
+    try:
+        torch._dynamo.reset()
+        torch.compile(lambda a: torch.relu(a) + 1.0, backend="neuron")(x)
+        # (Frozen objects that die leave the count; an unfreeze would empty it.)
+        assert len(seen) == 2 and gc.get_freeze_count() > 0
+    finally:
+        gc.unfreeze()

@@ -154,5 +154,35 @@ def test_memref_info_is_remembered_only_within_its_cache_block():
         # Outside the block nothing holds the type (nor its context) any longer.
         assert common._cache.types is None
         assert common.memref_info(tile) is not first
+        assert common.memo("aps") is None
         with pytest.raises(ValueError, match="must be a memref"):
             common.memref_info(ir.Type.parse("f32"))
+
+
+def test_access_patterns_are_decoded_once_per_attribute_within_a_cache_block():
+    from torch_mlir import ir
+
+    from torchneuron.dialects import common, make_context
+
+    with make_context():
+        module = ir.Module.parse("""
+        func.func @f(%x: memref<128x64xf32, "hbm">) {
+          %a = "nisa.alloc"() {memory = "sbuf"} : () -> memref<128x64xf32, "sbuf">
+          "nisa.dma"(%a, %x) {engine = "dma", queue = 0 : i64, aps = [array<i64: 0, 64, 128, 1, 64>, array<i64: 0, 64, 128, 1, 64>]} : (memref<128x64xf32, "sbuf">, memref<128x64xf32, "hbm">) -> ()
+          "nisa.dma"(%x, %a) {engine = "dma", queue = 1 : i64, aps = [array<i64: 0, 64, 128, 1, 64>, array<i64: 0, 64, 128, 1, 64>]} : (memref<128x64xf32, "hbm">, memref<128x64xf32, "sbuf">) -> ()
+          return
+        }""")
+        body = module.body.operations[0].regions[0].blocks[0].operations
+        load, store = body[1].operation, body[2].operation
+        expected = ((0, 64, 128, 1, 64), (0, 64, 128, 1, 64))
+        with common.memref_info_cache():
+            first = common.access_patterns(load)
+            assert first == expected
+            # The same (uniqued) attribute on another instruction: the same decoded tuple.
+            assert common.access_patterns(store) is first
+            assert len(common.memo("aps")) == 1
+        assert common.memo("aps") is None
+        assert common.access_patterns(load) == expected
+        del load.attributes["aps"]
+        with pytest.raises(KeyError):
+            common.access_patterns(load)

@@ -198,3 +198,48 @@ def test_readme_runtime_api_example_runs(tmp_path, monkeypatch):
                                                                 ExecutionResult)
     np.testing.assert_array_equal(scope["result"].outputs[0], 2 * x)
     assert (tmp_path / "trace.json").exists()
+
+
+def test_stream_encoding_decodes_to_the_same_instructions():
+    """isa.encode fills the records a field at a time over the whole stream: every field of
+    every instruction must land in its own record, absent operands all zero but `memory`."""
+    from torchneuron.format import isa
+
+    def operand(i: int, ndim: int) -> isa.Operand:
+        return isa.Operand(isa.Memory.SBUF if i % 2 else isa.Memory.HBM, isa.DType.BF16,
+                           64 + i, tuple(range(2, 2 + ndim)), tuple(range(1, 1 + ndim)),
+                           offset=-8 * i, partition_start=i % 3, partition_stride=128 * i,
+                           tensor=i)
+
+    stream = [isa.Instruction(isa.Opcode.ACTIVATE, isa.Engine.ACT,
+                              operands=[operand(i, 1 + i % 4), None, operand(i + 7, 2), None,
+                                        None][:isa.NUM_OPERANDS],
+                              queue=i % 4, flags=i, func=isa.ActFunc(i % 3), alu0=isa.AluOp(i % 5),
+                              alu1=isa.AluOp((i + 1) % 5), reduce_dims=i % 2,
+                              imm=(0.5 * i, -1.0, 2.0, 0.0), waits=[(j, 10 * i + j)
+                                                                    for j in range(i % 5)],
+                              signal=i % 6 - 1, loc=i)
+              for i in range(9)]
+    records = isa.decode_records(isa.encode(stream))
+    assert [isa.decode_instruction(r) for r in records] == stream
+    absent = records["operands"][:, 1]
+    assert (absent["memory"] == isa.Memory.NONE).all()
+    for name in absent.dtype.names:
+        if name != "memory":
+            assert not absent[name].any(), name
+    assert isa.encode([]) == b""
+
+
+def test_stream_encoding_rejects_what_a_record_cannot_hold():
+    from torchneuron.format import isa
+
+    def ins(**fields) -> isa.Instruction:
+        return isa.Instruction(isa.Opcode.NOP, isa.Engine.PE, **fields)
+
+    with pytest.raises(isa.IsaError, match="at most 4 semaphore waits"):
+        isa.encode([ins(), ins(waits=[(0, 1)] * 5)])
+    wide = isa.Operand(isa.Memory.SBUF, isa.DType.F32, 1, (1,) * 5, (1,) * 5)
+    with pytest.raises(isa.IsaError, match="at most 4 free dims"):
+        isa.encode([ins(operands=[wide] + [None] * (isa.NUM_OPERANDS - 1))])
+    with pytest.raises(OverflowError):
+        isa.encode([ins(), ins(queue=300)])

@@ -401,52 +401,55 @@ class Instruction:
     loc: int = 0
 
 
-def encode_operand(rec: np.void, op: Operand | None) -> None:
-    if op is None:
-        rec["memory"] = Memory.NONE
-        return
-    ndim = len(op.sizes)
-    if ndim > MAX_FREE_DIMS or len(op.strides) != ndim:
-        raise IsaError(f"operand {op.describe()}: at most {MAX_FREE_DIMS} free dims, "
-                       "one stride per size")
-    rec["memory"] = op.memory
-    rec["dtype"] = op.dtype
-    rec["ndim"] = ndim
-    rec["partition_start"] = op.partition_start
-    rec["partition_count"] = op.partition_count
-    rec["tensor"] = op.tensor
-    rec["offset"] = op.offset
-    rec["partition_stride"] = op.partition_stride
-    strides = list(op.strides) + [0] * (MAX_FREE_DIMS - ndim)
-    sizes = list(op.sizes) + [1] * (MAX_FREE_DIMS - ndim)
-    rec["strides"] = strides
-    rec["sizes"] = sizes
+def _operand_columns(ops: list[Operand | None]) -> dict[str, list]:
+    """The OPERAND_DTYPE fields of one operand slot of a stream, one list per field."""
+    cols: dict[str, list] = {name: [] for name in (
+        "memory", "dtype", "ndim", "partition_start", "partition_count", "tensor", "offset",
+        "partition_stride", "strides", "sizes")}
+    zeros, ones = [0] * MAX_FREE_DIMS, [1] * MAX_FREE_DIMS
+    for op in ops:
+        if op is None:        # only `memory` says so; every other field stays zero
+            values = (Memory.NONE, 0, 0, 0, 0, 0, 0, 0, zeros, zeros)
+        else:
+            ndim = len(op.sizes)
+            if ndim > MAX_FREE_DIMS or len(op.strides) != ndim:
+                raise IsaError(f"operand {op.describe()}: at most {MAX_FREE_DIMS} free dims, "
+                               "one stride per size")
+            pad = MAX_FREE_DIMS - ndim
+            values = (op.memory, op.dtype, ndim, op.partition_start, op.partition_count,
+                      op.tensor, op.offset, op.partition_stride,
+                      [*op.strides, *zeros[:pad]], [*op.sizes, *ones[:pad]])
+        for column, value in zip(cols.values(), values):
+            column.append(value)
+    return cols
 
 
 def encode(instructions: list[Instruction]) -> bytes:
-    """Fixed-width records of one stream."""
-    arr = np.zeros(len(instructions), dtype=INSTRUCTION_DTYPE)
+    """Fixed-width records of one stream. (Filled a field at a time over all records: a
+    value out of its field's range raises OverflowError, as a record at a time would.)"""
+    n = len(instructions)
+    arr = np.zeros(n, dtype=INSTRUCTION_DTYPE)
+    if not n:
+        return arr.tobytes()
+    wait_sem = [[0] * MAX_WAITS for _ in range(n)]
+    wait_value = [[0] * MAX_WAITS for _ in range(n)]
     for i, ins in enumerate(instructions):
-        rec = arr[i]
         if len(ins.waits) > MAX_WAITS:
             raise IsaError(f"{ins.opcode.label}: at most {MAX_WAITS} semaphore waits")
-        rec["opcode"] = ins.opcode
-        rec["engine"] = ins.engine
-        rec["queue"] = ins.queue
-        rec["flags"] = ins.flags
-        rec["func"] = ins.func
-        rec["alu0"] = ins.alu0
-        rec["alu1"] = ins.alu1
-        rec["reduce_dims"] = ins.reduce_dims
-        rec["nwaits"] = len(ins.waits)
-        rec["signal"] = ins.signal
         for j, (sem, value) in enumerate(ins.waits):
-            rec["wait_sem"][j] = sem
-            rec["wait_value"][j] = value
-        rec["imm"] = ins.imm
-        rec["loc"] = ins.loc
-        for j, op in enumerate(ins.operands):
-            encode_operand(rec["operands"][j], op)
+            wait_sem[i][j] = sem
+            wait_value[i][j] = value
+    for name in ("opcode", "engine", "queue", "flags", "func", "alu0", "alu1", "reduce_dims",
+                 "signal", "imm", "loc"):
+        arr[name] = [getattr(ins, name) for ins in instructions]
+    arr["nwaits"] = [len(ins.waits) for ins in instructions]
+    arr["wait_sem"] = wait_sem
+    arr["wait_value"] = wait_value
+    operands = arr["operands"]
+    for j in range(NUM_OPERANDS):
+        slot = operands[:, j]
+        for name, column in _operand_columns([ins.operands[j] for ins in instructions]).items():
+            slot[name] = column
     return arr.tobytes()
 
 
