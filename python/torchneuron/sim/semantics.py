@@ -380,9 +380,10 @@ def bound_step(ins, views: dict[int, np.ndarray]):
 
     Covered, as most of a model's instructions are: copies that keep the dtype (a direct DMA,
     a TRANSPOSE, an fp32 TENSOR_COPY), where the semantic function's conversion is the
-    identity, and matmuls, whose product the BLAS writes straight into PSUM (the same call
-    with another output stride, so the same sums) and whose accumulation adds the product
-    and PSUM in the semantic function's operand order."""
+    identity; fp32 activations without accum, computed into a scratch array made once; and
+    matmuls, whose product the BLAS writes straight into PSUM (the same call with another
+    output stride, so the same sums) and whose accumulation adds the product and PSUM in
+    the semantic function's operand order."""
     op, ops = ins.opcode, ins.ops
     if op == Op.DMA and not ins.flags & isa.FLAG_INDIRECT:
         dst, src = ops[0], ops[1]
@@ -400,7 +401,38 @@ def bound_step(ins, views: dict[int, np.ndarray]):
             return _bound_copy(views[id(dst)], _as_shape(views[id(src)], dst.shape))
     elif op == Op.MATMUL:
         return _bound_matmul(ins, views)
+    elif op == Op.ACTIVATE:
+        return _bound_activate(ins, views)
     return None
+
+
+def _bound_activate(ins, views: dict[int, np.ndarray]):
+    """op_activate on fp32 operands without accum: the same numpy calls in the same order
+    (`src * scale`, `+= bias`, the function, in fp32 or float64 as op_activate chooses),
+    into a scratch array made once instead of fresh ones on every call."""
+    dst, src, bias, scale, accum = ins.ops
+    if accum is not None or any(a is not None and a.dtype != F32 for a in (dst, src, bias, scale)):
+        return None
+    shape = (src.partitions, src.free_size)
+    x_in = _as_shape(views[id(src)], shape)
+    out = _as_shape(views[id(dst)], (dst.partitions, dst.free_size))
+    if x_in is None or out is None or out.shape != shape:
+        return None
+    s = np.float32(ins.imm[0]) if scale is None else \
+        _as_shape(views[id(scale)], (scale.partitions, scale.free_size))
+    b = None if bias is None else _as_shape(views[id(bias)], (bias.partitions, bias.free_size))
+    if s is None or (bias is not None and b is None):
+        return None
+    fn = ACTIVATIONS[ins.func]
+    in_fp32 = ins.func in EXACT_IN_FP32
+    x = np.empty(shape, F32)
+
+    def activate():
+        np.multiply(x_in, s, out=x)
+        if b is not None:
+            np.add(x, b, out=x)
+        np.copyto(out, fn(x) if in_fp32 else fn(x.astype(F64)).astype(F32))
+    return activate
 
 
 def _bound_matmul(ins, views: dict[int, np.ndarray]):
