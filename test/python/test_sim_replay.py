@@ -184,12 +184,19 @@ def test_bound_steps_give_the_semantic_functions_bits():
     covered = set()
     torch.manual_seed(0)
     models = [(Block(), torch.randn(48, 64)), (Block().bfloat16(), torch.randn(48, 64).bfloat16()),
-              (MatVec(), torch.randn(1, 300)), (MatVec(), torch.randn(7, 300))]
+              (MatVec(), torch.randn(1, 300)), (MatVec(), torch.randn(7, 300)),
+              (torch.nn.Sequential(torch.nn.Linear(64, 96), torch.nn.ReLU()), torch.randn(48, 64))]
+    functions = set()
     for model, x in models:
+        # Compiled afresh: Dynamo would reuse an earlier test's graph for a model of the same
+        # code, and compiled_graphs()[-1] would then be that test's last graph.
+        torch._dynamo.reset()
+        first = len(backend.compiled_graphs())
         compiled = torch.compile(model, backend="neuron")
         with torch.no_grad():
             compiled(x)
             compiled(x)
+        assert len(backend.compiled_graphs()) == first + 1
         replay = backend.compiled_graphs()[-1].program.prepared().replay
         assert isinstance(replay, Replay)
         views = replay.machine._views
@@ -200,6 +207,8 @@ def test_bound_steps_give_the_semantic_functions_bits():
                     continue
                 accumulate = bool(ins.flags & isa.FLAG_ACCUMULATE)
                 covered.add((ins.opcode, accumulate, ins.ops[1].dtype.name))
+                if ins.opcode == isa.Opcode.ACTIVATE:
+                    functions.add(ins.func)
                 dst = views[id(ins.ops[0])]
                 for slot, a in enumerate(ins.ops):
                     if a is not None and (slot not in WRITE_SLOTS[ins.opcode] or accumulate):
@@ -214,4 +223,6 @@ def test_bound_steps_give_the_semantic_functions_bits():
     assert covered >= {(Op.DMA, False, "float32"), (Op.DMA, False, "bfloat16"),
                        (Op.TRANSPOSE, False, "float32"), (Op.TENSOR_COPY, False, "float32"),
                        (Op.MATMUL, False, "float32"), (Op.MATMUL, True, "float32"),
-                       (Op.MATMUL, False, "bfloat16")}
+                       (Op.MATMUL, False, "bfloat16"), (Op.ACTIVATE, False, "float32")}
+    # Functions evaluated in fp32 and in float64 (sim/semantics.EXACT_IN_FP32).
+    assert {isa.ActFunc.RELU, isa.ActFunc.RSQRT} <= functions
