@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import itertools
 import math
 
@@ -44,7 +43,7 @@ def lower_elementwise(em: Emitter, compute: list[ir.Operation], views: dict,
                                f"iteration space of shape {list(shape)}")
 
     shape2, strides = _tiling_layout(shape, [v.strides for v in all_views])
-    merged = [dataclasses.replace(v, shape=shape2, strides=s) for v, s in zip(all_views, strides)]
+    merged = [v.relaid(v.offset, shape2, s) for v, s in zip(all_views, strides)]
     leaf_views = dict(zip(leaves, merged[:len(leaves)]))
     out_views = [(v, view) for (v, _), view in zip(outputs, merged[len(leaves):])]
 

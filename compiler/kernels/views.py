@@ -44,15 +44,20 @@ class HbmView:
     def rank(self) -> int:
         return len(self.shape)
 
+    def relaid(self, offset: int, shape: tuple[int, ...], strides: tuple[int, ...]) -> "HbmView":
+        """The view of the same storage with another layout (dataclasses.replace does the
+        same, several times slower: kernels derive hundreds of thousands of views)."""
+        return HbmView(self.buffer, offset, shape, strides, self.element_type_hint, self.fill)
+
     def transpose(self, permutation: list[int]) -> "HbmView":
-        return dataclasses.replace(self, shape=tuple(self.shape[p] for p in permutation),
-                                   strides=tuple(self.strides[p] for p in permutation))
+        return self.relaid(self.offset, tuple(self.shape[p] for p in permutation),
+                           tuple(self.strides[p] for p in permutation))
 
     def broadcast(self, dimensions: list[int], shape: tuple[int, ...]) -> "HbmView":
         strides, src = [], iter(self.strides)
         for d in range(len(shape)):
             strides.append(0 if d in dimensions else next(src))
-        return dataclasses.replace(self, shape=tuple(shape), strides=tuple(strides))
+        return self.relaid(self.offset, tuple(shape), tuple(strides))
 
     def reshape(self, shape: tuple[int, ...]) -> "HbmView | None":
         """The same elements with a new row-major shape, or None when no strided view can
@@ -60,21 +65,21 @@ class HbmView:
         strides = reshape_strides(self.shape, self.strides, tuple(shape))
         if strides is None:
             return None
-        return dataclasses.replace(self, shape=tuple(shape), strides=strides)
+        return self.relaid(self.offset, tuple(shape), strides)
 
     def select(self, dim: int, index: int) -> "HbmView":
         """The view with dim `dim` fixed at `index` (the dim is removed)."""
-        return dataclasses.replace(self, offset=self.offset + index * self.strides[dim],
-                                   shape=self.shape[:dim] + self.shape[dim + 1:],
-                                   strides=self.strides[:dim] + self.strides[dim + 1:])
+        return self.relaid(self.offset + index * self.strides[dim],
+                           self.shape[:dim] + self.shape[dim + 1:],
+                           self.strides[:dim] + self.strides[dim + 1:])
 
     def slice(self, dim: int, start: int, size: int, step: int = 1) -> "HbmView":
         shape = list(self.shape)
         shape[dim] = size
         strides = list(self.strides)
         strides[dim] *= step
-        return dataclasses.replace(self, offset=self.offset + start * self.strides[dim],
-                                   shape=tuple(shape), strides=tuple(strides))
+        return self.relaid(self.offset + start * self.strides[dim], tuple(shape),
+                           tuple(strides))
 
     def affine(self, coefficients: list[tuple[int, list[int]]],
                shape: tuple[int, ...]) -> "HbmView":
@@ -83,7 +88,7 @@ class HbmView:
         offset = self.offset + sum(st * c for st, (c, _) in zip(self.strides, coefficients))
         strides = tuple(sum(st * a[j] for st, (_, a) in zip(self.strides, coefficients))
                         for j in range(len(shape)))
-        return dataclasses.replace(self, offset=offset, shape=tuple(shape), strides=strides)
+        return self.relaid(offset, tuple(shape), strides)
 
     def access_pattern(self, partition_dim: int | None, free_dims: list[int]) -> list[int]:
         """A DMA access pattern [offset, pstride, partitions, (stride, size)...] walking the

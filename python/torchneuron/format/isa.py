@@ -401,27 +401,29 @@ class Instruction:
     loc: int = 0
 
 
-def _operand_columns(ops: list[Operand | None]) -> dict[str, list]:
-    """The OPERAND_DTYPE fields of one operand slot of a stream, one list per field."""
-    cols: dict[str, list] = {name: [] for name in (
-        "memory", "dtype", "ndim", "partition_start", "partition_count", "tensor", "offset",
-        "partition_stride", "strides", "sizes")}
-    zeros, ones = [0] * MAX_FREE_DIMS, [1] * MAX_FREE_DIMS
+_OPERAND_COLUMNS = ("memory", "dtype", "ndim", "partition_start", "partition_count", "tensor",
+                    "offset", "partition_stride", "strides", "sizes")
+
+
+def _operand_columns(ops: list[Operand | None]) -> dict[str, tuple]:
+    """The OPERAND_DTYPE fields of one operand slot of a stream, one sequence per field."""
+    zeros, ones = (0,) * MAX_FREE_DIMS, (1,) * MAX_FREE_DIMS
+    # (only `memory` says an operand is absent; every other field stays zero)
+    absent = (Memory.NONE, 0, 0, 0, 0, 0, 0, 0, zeros, zeros)
+    rows = []
     for op in ops:
-        if op is None:        # only `memory` says so; every other field stays zero
-            values = (Memory.NONE, 0, 0, 0, 0, 0, 0, 0, zeros, zeros)
-        else:
-            ndim = len(op.sizes)
-            if ndim > MAX_FREE_DIMS or len(op.strides) != ndim:
-                raise IsaError(f"operand {op.describe()}: at most {MAX_FREE_DIMS} free dims, "
-                               "one stride per size")
-            pad = MAX_FREE_DIMS - ndim
-            values = (op.memory, op.dtype, ndim, op.partition_start, op.partition_count,
-                      op.tensor, op.offset, op.partition_stride,
-                      [*op.strides, *zeros[:pad]], [*op.sizes, *ones[:pad]])
-        for column, value in zip(cols.values(), values):
-            column.append(value)
-    return cols
+        if op is None:
+            rows.append(absent)
+            continue
+        ndim = len(op.sizes)
+        if ndim > MAX_FREE_DIMS or len(op.strides) != ndim:
+            raise IsaError(f"operand {op.describe()}: at most {MAX_FREE_DIMS} free dims, "
+                           "one stride per size")
+        pad = MAX_FREE_DIMS - ndim
+        rows.append((op.memory, op.dtype, ndim, op.partition_start, op.partition_count,
+                     op.tensor, op.offset, op.partition_stride, tuple(op.strides) + zeros[:pad],
+                     tuple(op.sizes) + ones[:pad]))
+    return dict(zip(_OPERAND_COLUMNS, zip(*rows)))
 
 
 def encode(instructions: list[Instruction]) -> bytes:
