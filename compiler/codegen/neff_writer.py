@@ -306,9 +306,18 @@ def cost_view(op: ir.Operation) -> InstructionCost:
         pstride = ap[1] * itemsize if memory == isa.Memory.HBM else info.shape[1] * itemsize
         ops[_SLOTS[role]] = OperandCost(memory, dtype, dtype.numpy(), (ap[2], *sizes),
                                         (pstride, *(s * itemsize for s in ap[3::2])), free_size)
-    alu = "bypass"
-    if "op" in op.attributes:
-        alu = U.str_attr(op, "op")
-    elif "op0" in op.attributes:
-        alu = U.str_attr(op, "op0")
-    return InstructionCost(_OPCODES[op.name], isa.AluOp.parse(alu), tuple(ops))
+    alu = cost_alu_attribute(op)
+    return InstructionCost(_OPCODES[op.name],
+                           isa.AluOp.parse(ir.StringAttr(alu).value if alu else "bypass"),
+                           tuple(ops))
+
+
+def cost_alu_attribute(op: ir.Operation):
+    """The ALU attribute the cost model reads: "op", else the first stage "op0", else None (bypass).
+    Schedulers key their cost memo on it, so both must take it from here."""
+    attributes = op.attributes
+    if "op" in attributes:
+        return attributes["op"]
+    if "op0" in attributes:
+        return attributes["op0"]
+    return None

@@ -489,12 +489,10 @@ def _cost(op: ir.Operation, engine: str, target, cost_model, known: dict) -> flo
     """Estimated ns an instruction occupies its engine (a DMA: its transfer time). `known`
     remembers the answer per what the cost model reads (cost_view): the op's name, engine,
     ALU op, access patterns and buffer types."""
-    from torchneuron.compiler.codegen.neff_writer import cost_view
+    from torchneuron.compiler.codegen.neff_writer import cost_alu_attribute, cost_view
 
-    attributes = op.attributes
-    alu = attributes["op"] if "op" in attributes else \
-        attributes["op0"] if "op0" in attributes else None
-    key = (op.name, engine, alu, attributes["aps"], tuple(v.type for v in op.operands))
+    key = (op.name, engine, cost_alu_attribute(op), op.attributes["aps"],
+           tuple(v.type for v in op.operands))
     found = known.get(key)
     if found is not None:
         return found
