@@ -9,7 +9,7 @@ from torch_mlir import ir
 
 from torchneuron.compiler import ir_utils as U
 from torchneuron.compiler.errors import CompileError
-from torchneuron.compiler.kernels.emitter import Emitter, Tile
+from torchneuron.compiler.kernels.emitter import Emitter, Tile, contiguous_runs
 from torchneuron.compiler.kernels.tile_ops import (
     ConstantVectors, emit_elementwise, rounding_writes, widening_aliases,
 )
@@ -43,13 +43,21 @@ def lower_elementwise(em: Emitter, compute: list[ir.Operation], views: dict,
                                f"iteration space of shape {list(shape)}")
 
     shape2, strides = _tiling_layout(shape, [v.strides for v in all_views])
+    free_rank = 1
+    if all(v.buffer is not None for v in all_views):
+        permuted = _permuted_layout(shape2, strides, [U.element_bytes(v.element_type)
+                                                      for v in all_views], free_tile, em.target)
+        if permuted is not None:
+            shape2, strides, free_rank = permuted
     merged = [v.relaid(v.offset, shape2, s) for v, s in zip(all_views, strides)]
     leaf_views = dict(zip(leaves, merged[:len(leaves)]))
     out_views = [(v, view) for (v, _), view in zip(outputs, merged[len(leaves):])]
 
-    parts, free = shape2[-2], shape2[-1]
+    loops = shape2[:-1 - free_rank]
+    parts, free = shape2[-1 - free_rank], math.prod(shape2[-free_rank:])
     tp = min(parts, em.target.num_partitions)
-    tf = min(free, free_tile)
+    tf = min(free, free_tile)       # several free dims: whole (_permuted_layout keeps free <= tile)
+    free_dims = list(range(1, free_rank + 1))
     consts = ConstantVectors(em)
     storage, aliases = rounding_writes(compute, {v for v, _ in outputs})
     aliases.update(widening_aliases(compute, {v for v, _ in outputs}))
@@ -61,11 +69,12 @@ def lower_elementwise(em: Emitter, compute: list[ir.Operation], views: dict,
             v = aliases[v]
             stored.add(v)
 
-    for outer in itertools.product(*(range(n) for n in shape2[:-2])):
+    for outer in itertools.product(*(range(n) for n in loops)):
         def at(view: HbmView, p0: int, pn: int, f0: int, fn: int) -> HbmView:
             for index in outer:
                 view = view.select(0, index)
-            return view.slice(0, p0, pn).slice(1, f0, fn)
+            view = view.slice(0, p0, pn)
+            return view.slice(1, f0, fn) if free_rank == 1 else view
 
         for p0 in range(0, parts, tp):
             pn = min(tp, parts - p0)
@@ -86,7 +95,7 @@ def lower_elementwise(em: Emitter, compute: list[ir.Operation], views: dict,
                                      share=True)
                     tiles[result] = dst
                 for v, view in out_views:
-                    em.store(at(view, p0, pn, f0, fn), 0, [1], tiles[v])
+                    em.store(at(view, p0, pn, f0, fn), 0, free_dims, tiles[v])
 
 
 def load_leaf(em: Emitter, view: HbmView, computed_on: bool = False) -> Tile:
@@ -197,6 +206,71 @@ def _tiling_layout(shape: tuple[int, ...], strides: list[tuple[int, ...]]):
             dims = dims[:-1] + [parts, n // parts]
             sts = [s[:-1] + [s[-1] * (n // parts), s[-1]] for s in sts]
     return tuple(dims), [tuple(s) for s in sts]
+
+
+# Free dims a permuted tiling may walk in one DMA (the ISA allows MAX_FREE_DIMS = 4).
+_MAX_TILE_FREE_DIMS = 3
+
+
+def _layout_dma_bytes(dims, strides, itemsizes, part: int, free: list[int], target) -> int:
+    """What the DMAs of all views cost, in bytes plus each contiguous run's overhead
+    (cost_model.dma_transfer_ns's formula), when tiles take `part` on partitions and the
+    `free` dims (whole) along the free axis; the other dims loop. A descriptor pays for the
+    larger run count of its two sides, and the SBUF side is one run per partition at least."""
+    tp = min(dims[part], target.num_partitions)
+    tiles = math.prod(n for i, n in enumerate(dims) if i != part and i not in free) * \
+        math.ceil(dims[part] / tp)
+    sizes = (tp, *(dims[i] for i in free))
+    runs = sum(max(tp, contiguous_runs(sizes, (s[part], *(s[i] for i in free))))
+               for s in strides)
+    return math.prod(dims) * sum(itemsizes) + runs * tiles * target.dma_chunk_overhead_bytes
+
+
+def _permuted_layout(dims: tuple[int, ...], strides: list[tuple[int, ...]], itemsizes: list[int],
+                     free_tile: int, target):
+    """A better tiling of a permuting elementwise space (a transpose copy such as heads split
+    out of a projection), or None to keep [loops..., partitions, free].
+
+    The default takes the innermost dim as the free axis, so when views disagree on which dim
+    is contiguous each DMA moves a few short rows (12 heads x 64 elements: 128 B a run, 12
+    partitions). Elementwise work is indifferent to iteration order, so any dim may go on
+    partitions and several inner dims (whole, at most free_tile elements) along the free axis;
+    the cheapest choice by the DMA cost formula wins if it saves at least a fifth. Returns
+    (dims, strides, free_rank) with the dims reordered as [loops..., partition, free...]."""
+    k = len(dims)
+    if k < 3 or any(0 in s for s in strides):
+        return None
+    base = _layout_dma_bytes(dims, strides, itemsizes, k - 2, [k - 1], target)
+    best = None
+    for part in range(k):
+        if dims[part] < 2:
+            continue
+        tp = min(dims[part], target.num_partitions)
+        free: list[int] = []
+        size = 1
+        for i in reversed(range(k)):
+            if i == part:
+                continue
+            if size * dims[i] > free_tile or len(free) == _MAX_TILE_FREE_DIMS:
+                break
+            free.insert(0, i)
+            size *= dims[i]
+            if part == k - 2 and free == [k - 1]:
+                continue            # the default layout
+            cost = _layout_dma_bytes(dims, strides, itemsizes, part, free, target)
+            if 5 * cost > 4 * base:
+                continue
+            # At equal cost: more partitions (compute lanes), then the smaller tile, so that
+            # there are tiles enough for loads, compute and stores to overlap.
+            key = (cost, -tp, size)
+            if best is None or key < best[0]:
+                best = (key, part, list(free))
+    if best is None:
+        return None
+    _, part, free = best
+    order = [i for i in range(k) if i != part and i not in free] + [part] + free
+    return (tuple(dims[i] for i in order), [tuple(s[i] for i in order) for s in strides],
+            len(free))
 
 
 def _partition_split(n: int) -> int:

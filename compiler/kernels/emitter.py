@@ -123,10 +123,15 @@ class Emitter:
         self._store_queues = range(loads, target.dma_queues) or self._load_queues
         self.engine_work = {"act": 0, "dve": 0}
 
-    def _next_queue(self, buffer: ir.Value, ap: list[int], store: bool) -> int:
-        """The queue of its kind (load or store) with the least transfer time queued."""
+    def _next_queue(self, buffer: ir.Value, ap: list[int], store: bool,
+                    hbm_ap: list[int] | None = None) -> int:
+        """The queue of its kind (load or store) with the least transfer time queued. `ap`
+        is the on-chip side's pattern; `hbm_ap`, the HBM side's, whose short rows may make
+        more runs than the on-chip side's one per partition (a transposing copy)."""
         nbytes = _nbytes(buffer, ap)
         runs = ap[2]      # one run per partition at least
+        if hbm_ap is not None:
+            runs = max(runs, contiguous_runs(hbm_ap[2::2], hbm_ap[1::2]))
         queues = self._store_queues if store else self._load_queues
         queue = min(queues, key=self._queued_bytes.__getitem__)
         self._queued_bytes[queue] += nbytes + runs * self.target.dma_chunk_overhead_bytes
@@ -192,7 +197,8 @@ class Emitter:
             count = min(per, parts - p0)
             d = [dst_ap[0] + p0 * dst_ap[1], dst_ap[1], count] + dst_ap[3:]
             s_ = [src_ap[0] + p0 * src_ap[1], src_ap[1], count] + src_ap[3:]
-            queue = self._next_queue(*((src, s_) if store else (dst, d)), store)
+            hbm_side = d if store else s_ if _memory(src) == "hbm" else None
+            queue = self._next_queue(*((src, s_) if store else (dst, d)), store, hbm_side)
             self._instr("nisa.dma", "dma", [(dst, d), (src, s_)], queue=U.i64(queue))
 
     def dma_indirect(self, dst: ir.Value, dst_ap: list[int], src: ir.Value, src_ap: list[int],
@@ -315,6 +321,21 @@ class Emitter:
 # A DMA larger than this is split over several queues (the ~1.3 us fixed latency is paid per
 # piece, but overlaps; a queue moves ~23 B/ns, so 32 KiB takes about as long as the latency).
 _DMA_PIECE_BYTES = 32 * 1024
+
+
+def contiguous_runs(sizes, strides) -> int:
+    """Contiguous runs of an HBM access walking `sizes` with element `strides` (outermost
+    first; adjacent dims merged), as the cost model counts a DMA side's runs."""
+    run, runs, merging = 1, 1, True
+    for n, stride in zip(reversed(sizes), reversed(strides)):
+        if n == 1:
+            continue
+        if merging and stride == run:
+            run *= n
+        else:
+            merging = False
+            runs *= n
+    return runs
 
 
 def _nbytes(buffer: ir.Value, ap: list[int]) -> int:

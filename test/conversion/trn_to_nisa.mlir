@@ -1069,3 +1069,22 @@ func.func @attention_scale_not_a_power_of_two(%q: tensor<1x128x32xbf16>, %kt: te
   }) {kind = "attention"} : () -> tensor<1x128x32xbf16>
   return %k : tensor<1x128x32xbf16>
 }
+
+// -----
+
+// Tests that an elementwise kernel over a permuted view (heads merged back: [B, H, S, D] read
+// as [B, S, H, D]) tiles S on partitions and walks H and D along the free axis (a 3-D DMA
+// pattern), instead of putting the 4 heads on partitions and moving 64-element rows: each
+// tile's store is one contiguous run per partition and there are 4 tiles, not 512.
+// CHECK-LABEL: func.func @heads_merged
+// CHECK: "nisa.dma"(%[[T:.*]], %arg0) {aps = [array<i64: 0, 256, 64, 1, 256>, array<i64: 0, 64, 64, 16384, 4, 1, 64>]
+// CHECK: "nisa.activation"(%[[E:.*]], %[[T]]) {aps = [array<i64: 0, 256, 128, 1, 256>, array<i64: 0, 256, 128, 1, 256>]
+// CHECK: "nisa.dma"(%arg1, %[[E]]) {aps = [array<i64: 0, 256, 64, 64, 4, 1, 64>, array<i64: 0, 256, 64, 1, 256>]
+// CHECK-COUNT-3: "nisa.activation"
+// CHECK-NOT: "nisa.activation"
+// CHECK: return
+func.func @heads_merged(%x: tensor<2x4x256x64xbf16>) -> tensor<2x256x4x64xbf16> {
+  %v = "trn.transpose"(%x) {permutation = array<i64: 0, 2, 1, 3>} : (tensor<2x4x256x64xbf16>) -> tensor<2x256x4x64xbf16>
+  %e = "trn.activation"(%v) {func = "exp", scale = 1.0 : f32, bias = 0.0 : f32} : (tensor<2x256x4x64xbf16>) -> tensor<2x256x4x64xbf16>
+  return %e : tensor<2x256x4x64xbf16>
+}

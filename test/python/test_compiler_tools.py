@@ -186,3 +186,35 @@ def test_access_patterns_are_decoded_once_per_attribute_within_a_cache_block():
         del load.attributes["aps"]
         with pytest.raises(KeyError):
             common.access_patterns(load)
+
+
+def test_emitter_queue_choice_counts_the_hbm_sides_short_runs():
+    # A transposing load (8 partitions x 12 rows of 64 bf16: 96 runs of 128 B) queues about
+    # four times the transfer time of a contiguous one of the same bytes (8 runs, one per
+    # partition). Counting only the on-chip side's runs would rate them equal and put the
+    # thirteenth load back on the transposing one's queue, behind its long transfer.
+    from torch_mlir import ir
+
+    from torchneuron.compiler.kernels.emitter import Emitter
+    from torchneuron.dialects import make_context
+    from torchneuron.target import get_target
+
+    with make_context(), ir.Location.unknown():
+        module = ir.Module.parse("""
+        func.func @f(%x: memref<4x12x512x64xbf16, "hbm">, %y: memref<2048x768xbf16, "hbm">) {
+          return
+        }""")
+        func = module.body.operations[0]
+        block = func.regions[0].blocks[0]
+        x, y = block.arguments
+        with ir.InsertionPoint.at_block_terminator(block):
+            em = Emitter(get_target("trn2"))
+            tile = em.alloc("sbuf", 8, 768, ir.BF16Type.get())
+            sbuf_ap = [0, 768, 8, 1, 768]
+            em.dma(tile.buffer, sbuf_ap, x, [0, 64, 8, 32768, 12, 1, 64])
+            for i in range(12):
+                em.dma(tile.buffer, sbuf_ap, y, [i * 8 * 768, 768, 8, 1, 768])
+        queues = [ir.IntegerAttr(op.attributes["queue"]).value
+                  for op in block.operations if op.name == "nisa.dma"]
+        assert queues[:12] == list(range(12))        # each to the emptiest load queue
+        assert queues[12] != 0

@@ -279,3 +279,22 @@ def test_padded_windows_padded_on_chip_match_eager(op):
     g = torch.Generator().manual_seed(4)
     x, w = torch.randn(2, 6, 9, 11, generator=g) - 1.0, torch.randn(6, 6, 3, 3, generator=g)
     torch.testing.assert_close(_native(op, x, w), op(x, w), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("fn, shapes", [
+    # Heads merged back ([B, H, S, D] -> [B, S, H*D]), S not a multiple of 128.
+    (lambda x: x.permute(0, 2, 1, 3).contiguous().view(2, 200, 288), [(2, 6, 200, 48)]),
+    # Heads split out of a projection ([B, S, 3, H, D] -> q as [B, H, S, D]).
+    (lambda t: t.view(2, 200, 3, 6, 48).permute(2, 0, 3, 1, 4)[1].contiguous(),
+     [(2, 200, 864)]),
+    # Elementwise over a permuted view and a contiguous operand.
+    (lambda x, y: x.permute(0, 2, 1, 3) * 2 + y, [(2, 6, 200, 48), (2, 200, 6, 48)]),
+])
+def test_permuted_elementwise_tilings_are_exact(fn, shapes):
+    # These take the permuted tiling (a partition dim other than the innermost-but-one and
+    # several free dims in one DMA pattern, elementwise._permuted_layout); bf16 copies and an
+    # exactly representable x*2+y must match eager bit for bit.
+    g = torch.Generator().manual_seed(7)
+    args = [torch.randint(-64, 64, s, generator=g).bfloat16() for s in shapes]
+    got = _native(fn, *args)
+    assert torch.equal(got, fn(*args))
