@@ -841,7 +841,9 @@ def _grow_row_group(func: ir.Operation, seed: ir.Operation,
     changed = True
     while changed:
         changed = False
-        for op in list(members):
+        # In block order: which producers fit the budget depends on the order they are
+        # tried in, and a set of ops iterates in address order, which varies between runs.
+        for op in sorted(members, key=position.__getitem__):
             for v in op.operands:
                 producer = U.defining_op(v)
                 if producer is None or producer in members or producer not in position \

@@ -452,7 +452,9 @@ def list_schedule(instructions: list[ir.Operation], preds: list[list[int]], targ
 
     while len(order) < n:
         best = None
-        for engine in set(pending) | set(available):
+        # In first-use order, not a set's: ties between engines must not depend on the
+        # process's string hash seed, or one graph compiles differently from run to run.
+        for engine in dict.fromkeys([*pending, *available]):
             if not pending.get(engine) and not available.get(engine):
                 continue
             start = earliest_start(engine)
