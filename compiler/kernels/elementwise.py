@@ -9,11 +9,12 @@ from torch_mlir import ir
 
 from torchneuron.compiler import ir_utils as U
 from torchneuron.compiler.errors import CompileError
-from torchneuron.compiler.kernels.emitter import Emitter, Tile, contiguous_runs
+from torchneuron.compiler.kernels.emitter import Emitter, Tile
 from torchneuron.compiler.kernels.tile_ops import (
     ConstantVectors, emit_elementwise, rounding_writes, widening_aliases,
 )
 from torchneuron.compiler.kernels.views import HbmView
+from torchneuron.cost_model import strided_runs
 
 # Smallest free extent (elements) worth spreading a 1-D tensor over partitions for.
 _MIN_FREE_PER_PARTITION = 32
@@ -221,7 +222,7 @@ def _layout_dma_bytes(dims, strides, itemsizes, part: int, free: list[int], targ
     tiles = math.prod(n for i, n in enumerate(dims) if i != part and i not in free) * \
         math.ceil(dims[part] / tp)
     sizes = (tp, *(dims[i] for i in free))
-    runs = sum(max(tp, contiguous_runs(sizes, (s[part], *(s[i] for i in free))))
+    runs = sum(max(tp, strided_runs(sizes, (s[part], *(s[i] for i in free))))
                for s in strides)
     return math.prod(dims) * sum(itemsizes) + runs * tiles * target.dma_chunk_overhead_bytes
 

@@ -9,6 +9,7 @@ from torch_mlir import ir
 
 from torchneuron.compiler import ir_utils as U
 from torchneuron.compiler.kernels.views import HbmView
+from torchneuron.cost_model import strided_runs
 from torchneuron.target import Target
 
 
@@ -131,7 +132,7 @@ class Emitter:
         nbytes = _nbytes(buffer, ap)
         runs = ap[2]      # one run per partition at least
         if hbm_ap is not None:
-            runs = max(runs, contiguous_runs(hbm_ap[2::2], hbm_ap[1::2]))
+            runs = max(runs, strided_runs(hbm_ap[2::2], hbm_ap[1::2]))
         queues = self._store_queues if store else self._load_queues
         queue = min(queues, key=self._queued_bytes.__getitem__)
         self._queued_bytes[queue] += nbytes + runs * self.target.dma_chunk_overhead_bytes
@@ -321,21 +322,6 @@ class Emitter:
 # A DMA larger than this is split over several queues (the ~1.3 us fixed latency is paid per
 # piece, but overlaps; a queue moves ~23 B/ns, so 32 KiB takes about as long as the latency).
 _DMA_PIECE_BYTES = 32 * 1024
-
-
-def contiguous_runs(sizes, strides) -> int:
-    """Contiguous runs of an HBM access walking `sizes` with element `strides` (outermost
-    first; adjacent dims merged), as the cost model counts a DMA side's runs."""
-    run, runs, merging = 1, 1, True
-    for n, stride in zip(reversed(sizes), reversed(strides)):
-        if n == 1:
-            continue
-        if merging and stride == run:
-            run *= n
-        else:
-            merging = False
-            runs *= n
-    return runs
 
 
 def _nbytes(buffer: ir.Value, ap: list[int]) -> int:

@@ -138,16 +138,17 @@ def contiguous_runs(a: Access, rows_apart: bool = False) -> int:
     strided dimension, unless the rows are placed independently (`rows_apart`: the rows an
     indirect DMA's index chooses).
     """
-    itemsize = a.dtype.itemsize
-    dims = list(zip(a.shape, a.strides))
     if a.memory != isa.Memory.HBM or rows_apart:
-        outer_runs, dims = a.shape[0], dims[1:]
-    else:
-        outer_runs = 1
-    run = itemsize
-    runs = outer_runs
-    merging = True
-    for n, stride in reversed(dims):
+        return a.shape[0] * strided_runs(a.shape[1:], a.strides[1:], a.dtype.itemsize)
+    return strided_runs(a.shape, a.strides, a.dtype.itemsize)
+
+
+def strided_runs(sizes, strides, element: int = 1) -> int:
+    """Contiguous runs of a walk over `sizes` with `strides` (outermost first, in units of
+    which an element is `element`): adjacent dims merge while each one's stride is the
+    extent of the run inside it."""
+    run, runs, merging = element, 1, True
+    for n, stride in zip(reversed(sizes), reversed(strides)):
         if n == 1:
             continue
         if merging and stride == run:
