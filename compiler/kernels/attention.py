@@ -337,7 +337,7 @@ def _merge_heads(view: HbmView, axis: int) -> HbmView | None:
     shape, strides = list(view.shape), list(view.strides)
     shape[m] *= shape[h]
     del shape[h], strides[h]
-    return dataclasses.replace(view, shape=tuple(shape), strides=tuple(strides))
+    return view.relaid(view.offset, tuple(shape), tuple(strides))
 
 
 def _staged_bytes(heads: int, d: int, dv: int, sq: int, sk: int, qk_type: ir.Type,

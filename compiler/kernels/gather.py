@@ -7,7 +7,6 @@ at `offset + index[p] * row_stride`) from HBM into SBUF; the tile is then stored
 
 from __future__ import annotations
 
-import dataclasses
 import itertools
 import math
 
@@ -26,8 +25,8 @@ def lower_gather(em: Emitter, op: ir.Operation, source: HbmView, index: HbmView,
     if not source.is_contiguous():
         raise CompileError("gather from a non-contiguous view", op.location)
     if index.rank == 0:    # one row (e.g. embedding of a 0-d index): a one-element index
-        index = dataclasses.replace(index, shape=(1,), strides=(1,))
-        out = dataclasses.replace(out, shape=(1, *out.shape), strides=(0, *out.strides))
+        index = index.relaid(index.offset, (1,), (1,))
+        out = out.relaid(out.offset, (1, *out.shape), (0, *out.strides))
     offset = U.int_attr(op, "offset")
     row_stride = U.int_attr(op, "row_stride")
     free_strides = U.array_attr(op, "free_strides")

@@ -271,8 +271,7 @@ class _Window:
             pos += len(group)
         offset = view.offset + sum(view.strides[index[d]] * i
                                    for d, i in zip(self.loop_dims, self.outer))
-        flat = dataclasses.replace(view, offset=offset, shape=tuple(shape),
-                                   strides=tuple(strides))
+        flat = view.relaid(offset, tuple(shape), tuple(strides))
         flat = flat.slice(0, self.p0, self.pn)
         for k, i in enumerate(self.fixed):
             flat = flat.slice(1 + k, i, 1)
@@ -287,12 +286,11 @@ def _kept_view(view: HbmView, kept: list[int], kept_index: dict, part_dim: int, 
     position = {d: i for i, d in enumerate(kept)}
     offset = view.offset + sum(view.strides[position[d]] * i for d, i in kept_index.items())
     pstride = view.strides[position[part_dim]]
-    return dataclasses.replace(view, offset=offset + p0 * pstride, shape=(pn, 1),
-                               strides=(pstride, 1))
+    return view.relaid(offset + p0 * pstride, (pn, 1), (pstride, 1))
 
 
 def _scalar_view(view: HbmView) -> HbmView:
-    return dataclasses.replace(view, shape=(1, 1), strides=(0, 1))
+    return view.relaid(view.offset, (1, 1), (0, 1))
 
 
 def _across_partitions(em: Emitter, partials: Tile, final: Tile, kind: str,

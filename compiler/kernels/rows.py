@@ -557,5 +557,4 @@ def _tile_view(view: HbmView, layout: _Layout, kept_rank: int, index: dict, p0: 
         free_strides = [s for _, s in merged] or [1]
     else:
         sizes, free_strides = [1], [1]
-    return dataclasses.replace(view, offset=offset, shape=(pn, *sizes),
-                               strides=(pstride, *free_strides))
+    return view.relaid(offset, (pn, *sizes), (pstride, *free_strides))
