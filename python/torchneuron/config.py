@@ -104,4 +104,13 @@ SIM_THREADS: Knob[int] = Knob(
     "same bit for bit either way.",
 )
 
-ALL_KNOBS = (DUMP_DIR, TARGET, VERIFY_EACH, CACHE_DIR, TUNING_DB, SIM_REPLAY, SIM_THREADS)
+SIM_BF16_GEMM: Knob[bool] = Knob(
+    "TORCHNEURON_SIM_BF16_GEMM", _bool, True,
+    "Compute bf16 MATMUL instructions with the host's bf16 GEMM (oneDNN, on the CPU's bf16 "
+    "dot-product instructions) where no subnormal can arise (see "
+    "torchneuron/sim/host_gemm.py); 0 widens every operand to fp32 for numpy's BLAS. The "
+    "values are the same sums of exact products either way, in each library's order.",
+)
+
+ALL_KNOBS = (DUMP_DIR, TARGET, VERIFY_EACH, CACHE_DIR, TUNING_DB, SIM_REPLAY, SIM_THREADS,
+             SIM_BF16_GEMM)

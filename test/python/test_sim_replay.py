@@ -206,7 +206,8 @@ def test_bound_steps_give_the_semantic_functions_bits():
                 if step is None:
                     continue
                 accumulate = bool(ins.flags & isa.FLAG_ACCUMULATE)
-                covered.add((ins.opcode, accumulate, ins.ops[1].dtype.name))
+                covered.add((ins.opcode, accumulate, ins.ops[1].dtype.name,
+                             ins.ops[0].dtype.name))
                 if ins.opcode == isa.Opcode.ACTIVATE:
                     functions.add(ins.func)
                 dst = views[id(ins.ops[0])]
@@ -220,9 +221,11 @@ def test_bound_steps_give_the_semantic_functions_bits():
                 step()
                 assert dst.view(np.uint8).tobytes() == want.view(np.uint8).tobytes(), ins.label
     Op = isa.Opcode
-    assert covered >= {(Op.DMA, False, "float32"), (Op.DMA, False, "bfloat16"),
-                       (Op.TRANSPOSE, False, "float32"), (Op.TENSOR_COPY, False, "float32"),
-                       (Op.MATMUL, False, "float32"), (Op.MATMUL, True, "float32"),
-                       (Op.MATMUL, False, "bfloat16"), (Op.ACTIVATE, False, "float32")}
+    f32, bf16 = "float32", "bfloat16"
+    assert covered >= {(Op.DMA, False, f32, f32), (Op.DMA, False, bf16, bf16),
+                       (Op.TRANSPOSE, False, f32, f32), (Op.TENSOR_COPY, False, f32, f32),
+                       (Op.TRANSPOSE, False, bf16, f32), (Op.TENSOR_COPY, False, f32, bf16),
+                       (Op.MATMUL, False, f32, f32), (Op.MATMUL, True, f32, f32),
+                       (Op.MATMUL, False, bf16, f32), (Op.ACTIVATE, False, f32, f32)}
     # Functions evaluated in fp32 and in float64 (sim/semantics.EXACT_IN_FP32).
     assert {isa.ActFunc.RELU, isa.ActFunc.RSQRT} <= functions

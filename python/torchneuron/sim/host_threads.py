@@ -30,7 +30,8 @@ import numpy as np
 from torchneuron.format import isa
 from torchneuron.sim.memory import Access
 from torchneuron.sim.rules import WRITE_SLOTS, pattern_extent
-from torchneuron.sim.semantics import EXACT_IN_FP32
+from torchneuron.sim import host_gemm
+from torchneuron.sim.semantics import BF16, EXACT_IN_FP32
 
 PARTITION_BLOCK = 32        # partitions per dependency-tracking block
 ONCHIP_GRANULE = 512        # bytes of a partition per block
@@ -41,6 +42,7 @@ SCRATCH_GRANULE = 65536     # bytes of HBM scratch per block
 # single-precision BLAS rate, other instructions by the elements they move.
 FIXED_US = 2.0
 MATMUL_FLOPS_PER_US = 50_000.0
+BF16_GEMM_FLOPS_PER_US = 2 * MATMUL_FLOPS_PER_US     # bf16 operands on the host's bf16 GEMM
 ELEMENTS_PER_US = 1_000.0
 FLOAT64_FUNCTION_ELEMENTS_PER_US = 100.0    # ACTIVATE evaluating in float64 (sim/semantics)
 # What a wait on the other thread costs when the awaited instruction is not done yet.
@@ -71,7 +73,10 @@ def estimate_us(ins) -> float:
     op = ins.opcode
     if op == isa.Opcode.MATMUL:
         st, mv = ins.ops[1], ins.ops[2]
-        return FIXED_US + 2.0 * st.partitions * st.free_size * mv.free_size / MATMUL_FLOPS_PER_US
+        rate = MATMUL_FLOPS_PER_US
+        if st.dtype == BF16 and mv.dtype == BF16 and host_gemm.load() is not None:
+            rate = BF16_GEMM_FLOPS_PER_US
+        return FIXED_US + 2.0 * st.partitions * st.free_size * mv.free_size / rate
     elements = max((a.partitions * a.free_size for a in ins.ops if a is not None), default=0)
     if op == isa.Opcode.ACTIVATE and ins.func not in EXACT_IN_FP32:
         return FIXED_US + elements / FLOAT64_FUNCTION_ELEMENTS_PER_US

@@ -28,7 +28,9 @@ Numerics (what the chip does, and where the simulator chooses):
   division by zero and the like follow IEEE-754 (inf/NaN, no error).
 - tensor_reduce reduces in fp32 (numpy's pairwise summation for add).
 - MATMUL converts both inputs to fp32 (exact for every PE input dtype), multiplies with an fp32
-  matmul and adds into PSUM in fp32.
+  matmul and adds into PSUM in fp32. Two bf16 inputs go to the host's bf16 GEMM instead
+  (sim/host_gemm.py) where no subnormal can arise: the same sums of exact products, in that
+  library's summation order (which, like the fp32 BLAS's, is not the PE's).
 - TRANSPOSE passes values exactly (a same-dtype copy, or a widening to fp32).
 - IOTA evaluates imm[0] + imm[1]*p + imm[2]*i in float64 before the output conversion, so
   integer index vectors are exact (beyond fp32's 2^24).
@@ -44,12 +46,14 @@ import numpy as np
 from scipy import special
 
 from torchneuron.format import isa
+from torchneuron.sim import host_gemm
 from torchneuron.sim.errors import OutOfBoundsError, UninitializedReadError
 from torchneuron.sim.memory import Access, Hbm, Store
 from torchneuron.target import Target
 
 F32 = np.dtype(np.float32)
 F64 = np.dtype(np.float64)
+BF16 = host_gemm.BF16
 Op = isa.Opcode
 Alu = isa.AluOp
 Act = isa.ActFunc
@@ -254,11 +258,19 @@ def _dma_indirect(ins, m: Machine, dst: Access, src: Access, index: Access) -> N
 
 def op_matmul(ins, m: Machine) -> None:
     dst, st, mv = ins.ops[0], ins.ops[1], ins.ops[2]
-    # Operands straight from their memory: the BLAS packs them anyway, and partitions' rows
-    # do not alias in the host's caches (memory.host_row_bytes).
-    stationary = m.read_f32(ins, st)                     # [K, M]
-    moving = m.read_f32(ins, mv)                         # [K, N]
-    product = np.matmul(stationary.T, moving)            # fp32 [M, N]
+    product = None
+    gemm = host_gemm.load() if st.dtype == BF16 and mv.dtype == BF16 else None
+    if gemm is not None:
+        product = np.empty((dst.partitions, dst.free_size), F32)
+        if not gemm.product(m.read(ins, st).reshape(st.partitions, st.free_size),
+                            m.read(ins, mv).reshape(mv.partitions, mv.free_size), product):
+            product = None
+    if product is None:
+        # Operands straight from their memory: the BLAS packs them anyway, and partitions'
+        # rows do not alias in the host's caches (memory.host_row_bytes).
+        stationary = m.read_f32(ins, st)                 # [K, M]
+        moving = m.read_f32(ins, mv)                     # [K, N]
+        product = np.matmul(stationary.T, moving)        # fp32 [M, N]
     if ins.flags & isa.FLAG_ACCUMULATE:
         product += m.read_f32(ins, dst)          # (fp32 addition commutes exactly)
     m.write(dst, product)
@@ -367,9 +379,17 @@ def _as_shape(values: np.ndarray, shape: tuple[int, ...]) -> np.ndarray | None:
 
 
 def _bound_copy(dst: np.ndarray, src: np.ndarray | None):
+    """A copy into `dst`, converting float dtypes with numpy's cast for the pair, which is
+    the one `convert` applies (`astype`), in one pass instead of through a temporary."""
     if src is None:
         return None
-    return lambda: np.copyto(dst, src)
+    if dst.dtype == src.dtype:
+        return lambda: np.copyto(dst, src)
+    return lambda: np.copyto(dst, src, casting="unsafe")
+
+
+def _is_float(dtype: np.dtype) -> bool:
+    return dtype.kind not in "iub"
 
 
 def bound_step(ins, views: dict[int, np.ndarray]):
@@ -379,8 +399,9 @@ def bound_step(ins, views: dict[int, np.ndarray]):
     call; None where no such shortcut applies (the replay calls the semantic function).
 
     Covered, as most of a model's instructions are: copies that keep the dtype (a direct DMA,
-    a TRANSPOSE, an fp32 TENSOR_COPY), where the semantic function's conversion is the
-    identity; fp32 activations without accum, computed into a scratch array made once; and
+    a TRANSPOSE), widen it (a TRANSPOSE into fp32 PSUM) or convert from fp32 to a float dtype
+    (a TENSOR_COPY: PSUM evacuations), where the semantic function converts with numpy's cast
+    for the pair; fp32 activations without accum, computed into a scratch array made once; and
     matmuls, whose product the BLAS writes straight into PSUM (the same call with another
     output stride, so the same sums) and whose accumulation adds the product and PSUM in
     the semantic function's operand order."""
@@ -390,14 +411,16 @@ def bound_step(ins, views: dict[int, np.ndarray]):
         if dst.dtype == src.dtype:
             return _bound_copy(views[id(dst)], _as_shape(views[id(src)], dst.shape))
     elif op == Op.TRANSPOSE:
+        # Passes values, or widens them to fp32 (exact).
         dst, src = ops[0], ops[1]
-        if dst.dtype == src.dtype:
+        if dst.dtype == src.dtype or (dst.dtype == F32 and _is_float(src.dtype)):
             flat = _as_shape(views[id(src)], (src.partitions, src.free_size))
             if flat is not None:
                 return _bound_copy(views[id(dst)], _as_shape(flat.T, dst.shape))
     elif op == Op.TENSOR_COPY:
+        # From fp32, the semantic function's read is the identity and its write the cast.
         dst, src = ops[0], ops[1]
-        if dst.dtype == F32 and src.dtype == F32:
+        if src.dtype == F32 and _is_float(dst.dtype):
             return _bound_copy(views[id(dst)], _as_shape(views[id(src)], dst.shape))
     elif op == Op.MATMUL:
         return _bound_matmul(ins, views)
@@ -449,11 +472,19 @@ def _bound_matmul(ins, views: dict[int, np.ndarray]):
     if element_stride != F32.itemsize or row_stride % F32.itemsize or \
             row_stride < out.shape[1] * F32.itemsize:
         return None
+    gemm = host_gemm.load() if stationary.dtype == BF16 and moving.dtype == BF16 else None
     if stationary.dtype == F32 and moving.dtype == F32:
         stationary_t = stationary.T
 
         def product(into):
             return np.matmul(stationary_t, moving, out=into)
+    elif gemm is not None:
+        # As op_matmul: the host's bf16 GEMM where it accepts the operands' values, else
+        # the widening below.
+        def product(into):
+            if not gemm.product(stationary, moving, into):
+                np.matmul(stationary.astype(F32).T, moving.astype(F32), out=into)
+            return into
     else:
         # Converted as `read_f32` converts (exactly: every PE input dtype widens to fp32),
         # in one pass into a fresh contiguous array.
