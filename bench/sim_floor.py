@@ -12,8 +12,11 @@ from __future__ import annotations
 import statistics
 import time
 
+import ml_dtypes
 import numpy as np
 from threadpoolctl import threadpool_limits
+
+from torchneuron.sim import host_gemm
 
 
 def median_us(fn, repeats: int = 200) -> float:
@@ -40,6 +43,19 @@ def main() -> None:
                          median_us(lambda: stationary.T @ moving_64)))
             rows.append((f"matmul 128x128x512 fp32, BLAS on {threads} thread(s)",
                          median_us(lambda: stationary.T @ moving_512, 50)))
+    # bf16 operands (sim/host_gemm.py): the widening the fp32 BLAS needs first, and the
+    # host's bf16 GEMM with its subnormal check, which takes them as they are.
+    bf16 = np.dtype(ml_dtypes.bfloat16)
+    stationary_bf16, moving_bf16 = stationary.astype(bf16), moving_512.astype(bf16)
+    out = np.empty((128, 512), f32)
+    with threadpool_limits(1, "blas"):
+        rows.append(("matmul 128x128x512 bf16, widened for BLAS on 1 thread",
+                     median_us(lambda: np.matmul(stationary_bf16.astype(f32).T,
+                                                 moving_bf16.astype(f32), out=out), 50)))
+    gemm = host_gemm.load()
+    if gemm is not None:
+        rows.append(("matmul 128x128x512 bf16, host bf16 GEMM on 1 thread",
+                     median_us(lambda: gemm.product(stationary_bf16, moving_bf16, out), 50)))
     rows.append(("transpose 128x128 fp32 into a PSUM-strided view",
                  median_us(lambda: psum[:, :128].__setitem__(Ellipsis, stationary.T))))
     rows.append(("copy 128x128 fp32 into a PSUM-strided view",
