@@ -248,6 +248,17 @@ def lower_rows(em: Emitter, body: list[ir.Operation], views: dict,
             chunks.append((c0, chunk))
         in_psum[v] = chunks
 
+    # Leaves broadcast over a loop's dims (a causal mask over heads) would be loaded again
+    # on each of its iterations: their distinct tiles are kept and read again instead, where
+    # all of them take at most a sixteenth of SBUF.
+    kept_tiles: dict[HbmView, Tile] = {}
+    repeated = {v for v in leaves if v not in invariant and v not in unread and
+                leaf_views[v].buffer is not None and _repeated_tiles_bytes(leaf_views[v], layout, tp, row_elements if is_row(v)
+                                      else 1) is not None}
+    if sum(_repeated_tiles_bytes(leaf_views[v], layout, tp, row_elements if is_row(v) else 1)
+           for v in repeated) > em.target.sbuf_partition_bytes // 16:
+        repeated = set()
+
     for outer in itertools.product(*(range(math.prod(kept[d] for d in group))
                                      for group in layout.loops)):
         index = dict(zip(map(tuple, layout.loops), outer))
@@ -268,6 +279,10 @@ def lower_rows(em: Emitter, body: list[ir.Operation], views: dict,
                             negated_max[v] = negmax
                         continue
                     tile = produce(v, view) if produce is not None else None
+                    if tile is None and v in repeated:
+                        tile = kept_tiles.get(view)
+                        if tile is None:
+                            tile = kept_tiles[view] = load_leaf(em, view)
                     tiles[v] = tile if tile is not None else load_leaf(em, view)
 
             def operand(v: ir.Value) -> Tile:
@@ -523,6 +538,17 @@ def _kept_layout(kept: tuple[int, ...], strides: list[tuple[int, ...]]) -> _Layo
         else:
             groups.append([d])
     return _Layout(kept, groups)
+
+
+def _repeated_tiles_bytes(view: HbmView, layout: _Layout, tp: int, free: int) -> int | None:
+    """Bytes per partition of the distinct tiles of a leaf that is broadcast (stride 0) over
+    every dim of some loop group, so that its tiles repeat over that loop's iterations; None
+    for a leaf whose tiles never repeat."""
+    varies = [group for group in layout.loops if any(view.strides[d] for d in group)]
+    if len(varies) == len(layout.loops):
+        return None
+    count = math.prod(math.prod(layout.kept[d] for d in group) for group in varies)
+    return count * -(-layout.rows // tp) * free * U.element_bytes(view.element_type)
 
 
 def _tile_view(view: HbmView, layout: _Layout, kept_rank: int, index: dict, p0: int, pn: int,
