@@ -40,7 +40,11 @@ class _Staged:
     as wide panels [128 rows of F, a chunk of K] -- 2 KiB or more per partition, one DMA for
     several K-tiles -- and each [128, 128] block is transposed on PE."""
 
-    def __init__(self, em: Emitter, view: HbmView, element_type: ir.Type):
+    def __init__(self, em: Emitter, view: HbmView, element_type: ir.Type,
+                 row_panels: bool = False):
+        """`row_panels`: every column of X will be used (a resident weight), so a K-tile's
+        rows are loaded in runs of at least 2 KiB (`panel_f` columns) for all the column
+        tiles they hold, not one run of a tile's columns (256 B for 128 bf16) per tile."""
         self.em, self.view, self.element_type = em, view, element_type
         self.cache: dict[tuple[int, int, int], Tile] = {}
         self.panels: dict[tuple[int, int, int], Tile] = {}
@@ -48,6 +52,8 @@ class _Staged:
         tk = em.target.pe_rows
         per_run = max(1, _EFFICIENT_RUN_BYTES // U.element_bytes(view.element_type))
         self.panel_k = -(-per_run // tk) * tk
+        self.panel_f = self.panel_k if row_panels and not self.transposed else 0
+        self.row_panels: dict[tuple[int, int], Tile] = {}
 
     def tile(self, k0: int, kn: int, f0: int, fn: int) -> Tile:
         key = (k0, f0, fn)
@@ -57,8 +63,9 @@ class _Staged:
                 tile = self._part_of_k_tile(k0, kn, f0, fn) or \
                     self._transposed_tile(k0, kn, f0, fn)
             else:
-                tile = load_tile(self.em, self.view.slice(0, k0, kn).slice(1, f0, fn),
-                                 self.element_type)
+                tile = self._part_of_row_panel(k0, kn, f0, fn) or \
+                    load_tile(self.em, self.view.slice(0, k0, kn).slice(1, f0, fn),
+                              self.element_type)
             self.cache[key] = tile
         return tile
 
@@ -75,6 +82,24 @@ class _Staged:
                 k0 - kb not in self.em.target.allowed_start_partitions(kn):
             return None
         return self.tile(kb, tk, f0, fn).partition_slice(k0 - kb, kn)
+
+    def _part_of_row_panel(self, k0: int, kn: int, f0: int, fn: int) -> Tile | None:
+        """Columns f0..f0+fn of rows k0..k0+kn, from the row panel [kn, panel_f columns]
+        holding them (loaded by one DMA on first use); None without row panels, or where
+        the columns cross a panel's edge."""
+        width = self.panel_f
+        if not width or fn >= width:
+            return None
+        c0 = f0 // width * width
+        cn = min(width, self.view.shape[1] - c0)
+        if f0 + fn > c0 + cn:
+            return None
+        panel = self.row_panels.get((k0, c0))
+        if panel is None:
+            panel = load_tile(self.em, self.view.slice(0, k0, kn).slice(1, c0, cn),
+                              self.element_type)
+            self.row_panels[k0, c0] = panel
+        return panel.columns(f0 - c0, fn)
 
     def _transposed_tile(self, k0: int, kn: int, f0: int, fn: int) -> Tile:
         em = self.em
@@ -106,6 +131,7 @@ class _Staged:
         """Forget every cached tile (their buffers die after their last use)."""
         self.cache.clear()
         self.panels.clear()
+        self.row_panels.clear()
 
     def bytes_per_partition(self) -> int:
         k, f = self.view.shape

@@ -84,8 +84,8 @@ def lower_mlp(em: Emitter, compute: list[ir.Operation], views: dict,
     tp, tf, tk = target.pe_cols, target.matmul_max_moving, target.pe_rows
 
     x_t = _Staged(em, x.transpose([1, 0]), etype1)            # [features, tokens]
-    a_res = _Staged(em, a, etype1)                            # [features, hidden]
-    b_res = _Staged(em, b, etype2)                            # [hidden, out features]
+    a_res = _Staged(em, a, etype1, row_panels=True)           # [features, hidden]
+    b_res = _Staged(em, b, etype2, row_panels=True)           # [hidden, out features]
     k1 = [(k0, min(tk, features - k0)) for k0 in range(0, features, tk)]
     j_tiles = [(j0, min(tp, hidden - j0)) for j0 in range(0, hidden, tp)]
     n_tiles = [(n0, min(tf, out_features - n0)) for n0 in range(0, out_features, tf)]

@@ -974,6 +974,52 @@ func.func @mlp(%arg0: tensor<256x128xbf16>, %arg1: tensor<512x128xbf16>, %arg2: 
 
 // -----
 
+// Tests that an mlp kernel's resident weight stored row-major ([features, hidden], as GPT-2's
+// Conv1D keeps it) is loaded in whole K-tile rows, one [128, 512] tile that the four hidden
+// chunks' matmuls read columns of, not four [128, 128] tiles of 256-byte runs (each run
+// costs the DMA as much as 512 bytes). The load is split by partitions over four queues.
+// CHECK-LABEL: func.func @mlp_row_major_weights
+// CHECK: "nisa.dma"(%[[A:[0-9]+]], %arg1) {{.*}}: (memref<128x512xbf16, "sbuf">, memref<128x512xbf16, "hbm">)
+// CHECK-COUNT-3: "nisa.dma"(%[[A]], %arg1)
+// CHECK-NOT: "nisa.dma"(%{{[0-9]+}}, %arg1)
+func.func @mlp_row_major_weights(%arg0: tensor<256x128xbf16>, %arg1: tensor<128x512xbf16>, %arg2: tensor<512x128xbf16>) -> tensor<256x128xbf16> {
+  %0 = "trn.kernel"() ({
+    %1 = "trn.matmul"(%arg0, %arg1) : (tensor<256x128xbf16>, tensor<128x512xbf16>) -> tensor<256x512xf32>
+    %2 = "trn.activation"(%1) {bias = 0.000000e+00 : f32, func = "gelu", scale = 1.000000e+00 : f32} : (tensor<256x512xf32>) -> tensor<256x512xf32>
+    %3 = "trn.convert"(%2) : (tensor<256x512xf32>) -> tensor<256x512xbf16>
+    %4 = "trn.matmul"(%3, %arg2) : (tensor<256x512xbf16>, tensor<512x128xbf16>) -> tensor<256x128xf32>
+    %5 = "trn.convert"(%4) : (tensor<256x128xf32>) -> tensor<256x128xbf16>
+    "trn.yield"(%5) : (tensor<256x128xbf16>) -> ()
+  }) {kind = "mlp"} : () -> tensor<256x128xbf16>
+  return %0 : tensor<256x128xbf16>
+}
+
+// -----
+
+// Tests that a row-wise kernel's leaf broadcast over a loop (a causal mask over 4 heads) is
+// loaded once per block of 128 rows, when the first head reaches it, and read again by the
+// other heads: two tiles, each split by partitions over two queues, not eight.
+// CHECK-LABEL: func.func @mask_over_heads
+// CHECK-COUNT-4: "nisa.dma"(%{{[0-9]+}}, %arg1)
+// CHECK-NOT: "nisa.dma"(%{{[0-9]+}}, %arg1)
+func.func @mask_over_heads(%x: tensor<4x256x128xf32>, %mask: tensor<256x128xf32>) -> tensor<4x256x128xf32> {
+  %k = "trn.kernel"() ({
+    %mb = "trn.broadcast"(%mask) {dimensions = array<i64: 0>} : (tensor<256x128xf32>) -> tensor<4x256x128xf32>
+    %s = "trn.tensor_tensor"(%x, %mb) {op = "add"} : (tensor<4x256x128xf32>, tensor<4x256x128xf32>) -> tensor<4x256x128xf32>
+    %m = "trn.reduce"(%s) {op = "max", dimensions = array<i64: 2>} : (tensor<4x256x128xf32>) -> tensor<4x256xf32>
+    %mm = "trn.broadcast"(%m) {dimensions = array<i64: 2>} : (tensor<4x256xf32>) -> tensor<4x256x128xf32>
+    %d = "trn.tensor_tensor"(%s, %mm) {op = "sub"} : (tensor<4x256x128xf32>, tensor<4x256x128xf32>) -> tensor<4x256x128xf32>
+    %e = "trn.activation"(%d) {func = "exp", scale = 1.0 : f32, bias = 0.0 : f32} : (tensor<4x256x128xf32>) -> tensor<4x256x128xf32>
+    %z = "trn.reduce"(%e) {op = "add", dimensions = array<i64: 2>} : (tensor<4x256x128xf32>) -> tensor<4x256xf32>
+    %zb = "trn.broadcast"(%z) {dimensions = array<i64: 2>} : (tensor<4x256xf32>) -> tensor<4x256x128xf32>
+    %r = "trn.tensor_tensor"(%e, %zb) {op = "div"} : (tensor<4x256x128xf32>, tensor<4x256x128xf32>) -> tensor<4x256x128xf32>
+    "trn.yield"(%r) : (tensor<4x256x128xf32>) -> ()
+  }) {kind = "rows"} : () -> tensor<4x256x128xf32>
+  return %k : tensor<4x256x128xf32>
+}
+
+// -----
+
 // Tests that a bias over the output features of an "mn" matmul (constant along the
 // partitions) is loaded once, as a tile broadcast across partitions, and read by the
 // evacuating add of every 128-row block, not loaded again for each block.
