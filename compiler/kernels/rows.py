@@ -252,11 +252,12 @@ def lower_rows(em: Emitter, body: list[ir.Operation], views: dict,
     # on each of its iterations: their distinct tiles are kept and read again instead, where
     # all of them take at most a sixteenth of SBUF.
     kept_tiles: dict[HbmView, Tile] = {}
-    repeated = {v for v in leaves if v not in invariant and v not in unread and
-                leaf_views[v].buffer is not None and _repeated_tiles_bytes(leaf_views[v], layout, tp, row_elements if is_row(v)
-                                      else 1) is not None}
-    if sum(_repeated_tiles_bytes(leaf_views[v], layout, tp, row_elements if is_row(v) else 1)
-           for v in repeated) > em.target.sbuf_partition_bytes // 16:
+    repeated_bytes = {v: _repeated_tiles_bytes(leaf_views[v], layout, tp,
+                                               row_elements if is_row(v) else 1)
+                      for v in leaves if v not in invariant and v not in unread and
+                      leaf_views[v].buffer is not None}
+    repeated = {v for v, n in repeated_bytes.items() if n is not None}
+    if sum(repeated_bytes[v] for v in repeated) > em.target.sbuf_partition_bytes // 16:
         repeated = set()
 
     for outer in itertools.product(*(range(math.prod(kept[d] for d in group))

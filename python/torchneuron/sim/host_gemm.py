@@ -108,9 +108,6 @@ class Bf16Gemm:
             return False
         if not no_subnormal_arises(stationary.view(U16), moving.view(U16)):
             return False
-        if k == 0:
-            out[...] = 0.0
-            return True
         # OpenMP's thread count is per calling thread: one for this call, then as it was
         # (PyTorch may share this OpenMP runtime and read the count on the same thread).
         threads = self._get_threads()

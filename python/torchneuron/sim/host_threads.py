@@ -28,9 +28,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from torchneuron.format import isa
+from torchneuron.sim import host_gemm
 from torchneuron.sim.memory import Access
 from torchneuron.sim.rules import WRITE_SLOTS, pattern_extent
-from torchneuron.sim import host_gemm
 from torchneuron.sim.semantics import BF16, EXACT_IN_FP32
 
 PARTITION_BLOCK = 32        # partitions per dependency-tracking block

@@ -388,10 +388,6 @@ def _bound_copy(dst: np.ndarray, src: np.ndarray | None):
     return lambda: np.copyto(dst, src, casting="unsafe")
 
 
-def _is_float(dtype: np.dtype) -> bool:
-    return dtype.kind not in "iub"
-
-
 def bound_step(ins, views: dict[int, np.ndarray]):
     """For a replay (sim/replay.py): a function of no arguments that does what
     `SEMANTICS[ins.opcode](ins, m)` does on a machine whose operands are the prebuilt views
@@ -413,14 +409,14 @@ def bound_step(ins, views: dict[int, np.ndarray]):
     elif op == Op.TRANSPOSE:
         # Passes values, or widens them to fp32 (exact).
         dst, src = ops[0], ops[1]
-        if dst.dtype == src.dtype or (dst.dtype == F32 and _is_float(src.dtype)):
+        if dst.dtype == src.dtype or (dst.dtype == F32 and src.isa_dtype.is_float):
             flat = _as_shape(views[id(src)], (src.partitions, src.free_size))
             if flat is not None:
                 return _bound_copy(views[id(dst)], _as_shape(flat.T, dst.shape))
     elif op == Op.TENSOR_COPY:
         # From fp32, the semantic function's read is the identity and its write the cast.
         dst, src = ops[0], ops[1]
-        if src.dtype == F32 and _is_float(dst.dtype):
+        if src.dtype == F32 and dst.isa_dtype.is_float:
             return _bound_copy(views[id(dst)], _as_shape(views[id(src)], dst.shape))
     elif op == Op.MATMUL:
         return _bound_matmul(ins, views)
