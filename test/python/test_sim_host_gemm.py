@@ -209,3 +209,36 @@ def test_replayed_accumulating_bf16_matmuls_give_the_checked_runs_bits(monkeypat
     st0, mv0, st1, mv1 = (a.astype(np.float64) for a in inputs)
     np.testing.assert_allclose(checked.outputs[0], st0.T @ mv0 + st1.T @ mv1,
                                rtol=1e-5, atol=1e-4)
+
+
+class _Library:
+    """Stand-ins for the oneDNN and OpenMP libraries: a GEMM that returns `status`."""
+
+    def __init__(self, status: int):
+        def gemm(*args):
+            return status
+
+        def get_threads():
+            return 2
+
+        def set_threads(n):
+            pass
+        self.dnnl_gemm_bf16bf16f32 = gemm
+        self.omp_get_max_threads = get_threads
+        self.omp_set_num_threads = set_threads
+
+
+def test_a_failing_library_call_is_an_error_naming_it():
+    gemm = host_gemm.Bf16Gemm(_Library(3), _Library(0))
+    ones = np.ones((4, 4), BF16)
+    with pytest.raises(RuntimeError, match=r"dnnl_gemm_bf16bf16f32 failed with status 3 on a "
+                                           r"\[4, 4\] x \[4, 4\] product"):
+        gemm.product(ones, ones, np.empty((4, 4), F32))
+
+
+@pytest.mark.parametrize("status", [0, 3])
+def test_a_library_the_probe_finds_wrong_or_failing_is_not_used(status, monkeypatch):
+    # status 0 with nothing written: wrong sums; status 3: the call fails.
+    monkeypatch.setattr(host_gemm, "_library_path", lambda: "libdnnl.so.3")
+    monkeypatch.setattr(host_gemm.ctypes, "CDLL", lambda path: _Library(status))
+    assert host_gemm._load() is None
