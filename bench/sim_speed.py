@@ -10,9 +10,9 @@ timing; the timed simulator call is the compiled function (inputs to HBM, every 
 executed, outputs back). After its first call a program's calls are replays of that verified
 run, built on the second call (sim/replay.py: the same instructions in the same order,
 without the never-written checks the first run settled); "checked ms" is one call with
-every check made, as the first call is. Eager PyTorch runs the
-same module/function on the same inputs, its calls alternating with the simulator's; times
-are medians, "sim / eager" the median of each pair's ratio (see `side_by_side`).
+every check made, as the first call is. Eager PyTorch runs the same module/function on the
+same inputs, its calls alternating with the simulator's; times are medians, "sim / eager"
+the median of each pair's ratio (see `side_by_side`).
 """
 
 from __future__ import annotations

@@ -160,6 +160,12 @@ def load() -> Bf16Gemm | None:
     return _loaded[0]
 
 
+def for_operands(stationary: np.dtype, moving: np.dtype) -> Bf16Gemm | None:
+    """The host's bf16 GEMM where a matmul's operand dtypes are both bf16 and it is
+    available, else None (the matmul widens)."""
+    return load() if stationary == BF16 and moving == BF16 else None
+
+
 def _load() -> Bf16Gemm | None:
     if not config.SIM_BF16_GEMM.get():
         return None

@@ -31,7 +31,7 @@ from torchneuron.format import isa
 from torchneuron.sim import host_gemm
 from torchneuron.sim.memory import Access
 from torchneuron.sim.rules import WRITE_SLOTS, pattern_extent
-from torchneuron.sim.semantics import BF16, EXACT_IN_FP32
+from torchneuron.sim.semantics import EXACT_IN_FP32
 
 PARTITION_BLOCK = 32        # partitions per dependency-tracking block
 ONCHIP_GRANULE = 512        # bytes of a partition per block
@@ -74,7 +74,7 @@ def estimate_us(ins) -> float:
     if op == isa.Opcode.MATMUL:
         st, mv = ins.ops[1], ins.ops[2]
         rate = MATMUL_FLOPS_PER_US
-        if st.dtype == BF16 and mv.dtype == BF16 and host_gemm.load() is not None:
+        if host_gemm.for_operands(st.dtype, mv.dtype) is not None:
             rate = BF16_GEMM_FLOPS_PER_US
         return FIXED_US + 2.0 * st.partitions * st.free_size * mv.free_size / rate
     elements = max((a.partitions * a.free_size for a in ins.ops if a is not None), default=0)

@@ -53,7 +53,6 @@ from torchneuron.target import Target
 
 F32 = np.dtype(np.float32)
 F64 = np.dtype(np.float64)
-BF16 = host_gemm.BF16
 Op = isa.Opcode
 Alu = isa.AluOp
 Act = isa.ActFunc
@@ -259,7 +258,7 @@ def _dma_indirect(ins, m: Machine, dst: Access, src: Access, index: Access) -> N
 def op_matmul(ins, m: Machine) -> None:
     dst, st, mv = ins.ops[0], ins.ops[1], ins.ops[2]
     product = None
-    gemm = host_gemm.load() if st.dtype == BF16 and mv.dtype == BF16 else None
+    gemm = host_gemm.for_operands(st.dtype, mv.dtype)
     if gemm is not None:
         product = np.empty((dst.partitions, dst.free_size), F32)
         if not gemm.product(m.read(ins, st).reshape(st.partitions, st.free_size),
@@ -468,24 +467,25 @@ def _bound_matmul(ins, views: dict[int, np.ndarray]):
     if element_stride != F32.itemsize or row_stride % F32.itemsize or \
             row_stride < out.shape[1] * F32.itemsize:
         return None
-    gemm = host_gemm.load() if stationary.dtype == BF16 and moving.dtype == BF16 else None
+    def widened(into):
+        # Converted as `read_f32` converts (exactly: every PE input dtype widens to fp32),
+        # in one pass into a fresh contiguous array.
+        return np.matmul(stationary.astype(F32).T, moving.astype(F32), out=into)
+
+    gemm = host_gemm.for_operands(stationary.dtype, moving.dtype)
     if stationary.dtype == F32 and moving.dtype == F32:
         stationary_t = stationary.T
 
         def product(into):
             return np.matmul(stationary_t, moving, out=into)
     elif gemm is not None:
-        # As op_matmul: the host's bf16 GEMM where it accepts the operands' values, else
-        # the widening below.
+        # As op_matmul: the host's bf16 GEMM where it accepts the operands' values.
         def product(into):
             if not gemm.product(stationary, moving, into):
-                np.matmul(stationary.astype(F32).T, moving.astype(F32), out=into)
+                widened(into)
             return into
     else:
-        # Converted as `read_f32` converts (exactly: every PE input dtype widens to fp32),
-        # in one pass into a fresh contiguous array.
-        def product(into):
-            return np.matmul(stationary.astype(F32).T, moving.astype(F32), out=into)
+        product = widened
     if not ins.flags & isa.FLAG_ACCUMULATE:
         return lambda: product(out)
     scratch = np.empty(out.shape, F32)
