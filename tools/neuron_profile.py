@@ -1,7 +1,7 @@
 """neuron-profile: run a .neff on the simulated NeuronCore and report where the time went.
 
     neuron-profile NAME.neff --inputs NAME.inputs.npz [--target trn1|trn2]
-                   [--trace TRACE.json] [--png TIMELINE.png]
+                   [--trace TRACE.json] [--png TIMELINE.png] [--critical-path]
 
 Prints, for the run:
 - per engine and DMA queue: busy time, utilisation, instruction count and instruction mix;
@@ -12,6 +12,10 @@ Prints, for the run:
   bytes / the core's HBM bandwidth) -- compulsory bytes being every input, constant and
   output tensor moved once --, which term binds, and simulated time / bound (efficiency =
   bound / simulated time). `Profile.roofline()` computes the same figures for benchmarks.
+
+`--critical-path` adds the chain of instructions that set the total time
+(`torchneuron.sim.critical_path`): its phases in time order and the source locations and
+engines that take the most time on it -- what has to get faster for the program to.
 
 `--trace` writes a Chrome/Perfetto trace (one track per engine and used DMA queue; open in
 ui.perfetto.dev); `--png` draws the timeline (one row per engine and used DMA queue, bars
@@ -33,6 +37,8 @@ from torchneuron.runtime import (
     Device, NeffFormatError, SimulationError, load, requested_target,
 )
 from torchneuron.runtime.npz import read_inputs
+from torchneuron.sim.critical_path import critical_path
+from torchneuron.sim.critical_path import report as critical_path_report
 
 PROG = "neuron-profile"
 
@@ -46,6 +52,9 @@ def _parser() -> argparse.ArgumentParser:
                         "set, else the program's target)")
     p.add_argument("--trace", help="write a Chrome/Perfetto trace (JSON) to this file")
     p.add_argument("--png", help="draw the timeline to this PNG file (needs matplotlib)")
+    p.add_argument("--critical-path", action="store_true",
+                   help="report the instructions that set the total time, by source location "
+                        "and engine")
     return p
 
 
@@ -54,6 +63,10 @@ def _run(args) -> int:
     inputs = read_inputs(args.inputs, program)
     profile = Device(program.target).execute(program, inputs).profile
     print(profile.report())
+    if args.critical_path:
+        path = critical_path(profile, program.prepared(profile.target))
+        print()
+        print(critical_path_report(path, profile.total_ns))
     if args.trace:
         profile.write_chrome_trace(args.trace)
         print(f"trace written to {args.trace}")
