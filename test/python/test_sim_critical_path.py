@@ -128,3 +128,27 @@ def test_neuron_profile_prints_the_critical_path(tmp_path, capsys):
     assert "matmul bf16 / pe" in section and "store y / dma" in section
     code, out, _ = run(capsys, main, neff, "--inputs", npz)
     assert code == 0 and "critical path" not in out
+
+
+def test_report_sums_the_fx_nodes_of_one_source_line():
+    """A model's layers run one source line under several FX node names: the second table
+    gives the line's total."""
+    b = NeffBuilder("layers")
+    done = b.semaphore()
+    b.memset(sbuf(128, [2048]), 1.0, engine="dve", signal=done,
+             loc='loc("addmm"("/src/layer.py":7:0))')
+    b.memset(sbuf(128, [2048], offset=16384), 1.0, engine="act", waits=[(done, 1)],
+             loc='loc("addmm_1"("/src/layer.py":7:0))')
+    path, profile = path_of(b)
+    text = report(path, profile.total_ns)
+    by_line = text.split("source line / engine")[1].strip().splitlines()[1:]
+    rows = {line.split()[-1] + " " + line.split()[-3]: float(line.split()[0]) for line in by_line}
+    assert set(rows) == {"dve layer.py:7", "act layer.py:7"}
+    assert sum(rows.values()) == pytest.approx(profile.total_ns / 1000.0, abs=0.2)
+
+
+def test_report_has_no_line_table_when_every_line_has_one_node():
+    b = NeffBuilder("one")
+    b.memset(sbuf(128, [512]), 1.0, loc='loc("addmm"("/src/model.py":3:0))')
+    path, profile = path_of(b)
+    assert "source line" not in report(path, profile.total_ns)

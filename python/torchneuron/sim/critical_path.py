@@ -159,8 +159,23 @@ def report(path: list[PathStep], total_ns: float, top: int = 12) -> str:
     for step in path:
         k = (source_label(step.event.location), _engine(step.event))
         totals[k] = totals.get(k, 0.0) + step.charged_ns
-    lines.append(f"  {'us':>10}  {'share':>6}  location / engine")
+    _table(lines, "location / engine", totals, total_ns, top)
+    # A model's repeated blocks run the same source lines under other FX node names (one
+    # per layer): the same time summed per line.
+    line_of = {label: label[label.index("(") + 1:-1] if label.endswith(")") and "(" in label
+               else label for label, _ in totals}
+    lines_total: dict[tuple[str, str], float] = {}
+    for (label, engine), t in totals.items():
+        k = (line_of[label], engine)
+        lines_total[k] = lines_total.get(k, 0.0) + t
+    if len(set(line_of.values())) < len(line_of):
+        _table(lines, "source line / engine (all FX nodes of the line)", lines_total,
+               total_ns, top)
+    return "\n".join(lines)
+
+
+def _table(lines: list[str], title: str, totals: dict, total_ns: float, top: int) -> None:
+    lines.append(f"  {'us':>10}  {'share':>6}  {title}")
     for (label, engine), t in sorted(totals.items(), key=lambda kv: -kv[1])[:top]:
         share = 100.0 * t / total_ns if total_ns else 0.0
         lines.append(f"  {t / 1000.0:>10.1f}  {share:>5.1f}%  {label} / {engine}")
-    return "\n".join(lines)
