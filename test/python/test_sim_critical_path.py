@@ -90,15 +90,21 @@ def test_a_wait_for_the_second_increment_follows_the_later_producer():
         [("dve", "long", "start"), ("pool", "after", "wait")]
 
 
-def test_report_names_locations_engines_and_shares():
-    b = NeffBuilder("labels")
+def dve_then_act(first: tuple[str, int], second: tuple[str, int]):
+    """A DVE memset, then an ACT memset that waits for it: (location, free size) each. Both
+    are on the critical path. Returns its report."""
+    b = NeffBuilder("two_steps")
     done = b.semaphore()
-    b.memset(sbuf(128, [4096]), 1.0, engine="dve", signal=done,
-             loc='loc("addmm"("/src/model.py":12:0))')
-    b.memset(sbuf(128, [512], offset=32768), 1.0, engine="act", waits=[(done, 1)],
-             loc='loc("gelu"("/src/model.py":13:0))')
+    b.memset(sbuf(128, [first[1]]), 1.0, engine="dve", signal=done, loc=first[0])
+    b.memset(sbuf(128, [second[1]], offset=32768), 1.0, engine="act", waits=[(done, 1)],
+             loc=second[0])
     path, profile = path_of(b)
-    text = report(path, profile.total_ns)
+    return report(path, profile.total_ns), profile
+
+
+def test_report_names_locations_engines_and_shares():
+    text, _ = dve_then_act(('loc("addmm"("/src/model.py":12:0))', 4096),
+                           ('loc("gelu"("/src/model.py":13:0))', 512))
     assert text.startswith("critical path: 2 instructions over")
     assert "addmm (model.py:12)" in text and "gelu (model.py:13)" in text
     # Longest first in the per-location table: the DVE instruction of 4096 elements.
@@ -133,14 +139,8 @@ def test_neuron_profile_prints_the_critical_path(tmp_path, capsys):
 def test_report_sums_the_fx_nodes_of_one_source_line():
     """A model's layers run one source line under several FX node names: the second table
     gives the line's total."""
-    b = NeffBuilder("layers")
-    done = b.semaphore()
-    b.memset(sbuf(128, [2048]), 1.0, engine="dve", signal=done,
-             loc='loc("addmm"("/src/layer.py":7:0))')
-    b.memset(sbuf(128, [2048], offset=16384), 1.0, engine="act", waits=[(done, 1)],
-             loc='loc("addmm_1"("/src/layer.py":7:0))')
-    path, profile = path_of(b)
-    text = report(path, profile.total_ns)
+    text, profile = dve_then_act(('loc("addmm"("/src/layer.py":7:0))', 2048),
+                                 ('loc("addmm_1"("/src/layer.py":7:0))', 2048))
     by_line = text.split("source line / engine")[1].strip().splitlines()[1:]
     rows = {line.split()[-1] + " " + line.split()[-3]: float(line.split()[0]) for line in by_line}
     assert set(rows) == {"dve layer.py:7", "act layer.py:7"}
