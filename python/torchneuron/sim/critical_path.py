@@ -57,8 +57,12 @@ def critical_path(profile: Profile, prepared) -> list[PathStep]:
     latency = profile.target.dma_latency_ns
 
     steps: list[tuple[TraceEvent, str]] = []
+    seen: set[tuple[str, int]] = set()
     event = max(profile.events, key=lambda e: (e.end_ns, e.stream, e.index))
-    while event is not None:
+    # (Every step goes to an instruction that ended no later; `seen` only guards against
+    # zero-time instructions that end together being taken for each other's cause.)
+    while event is not None and (event.stream, event.index) not in seen:
+        seen.add((event.stream, event.index))
         is_dma = event.stream.startswith("q")
         previous = by_stream[event.stream][event.index - 1] if event.index else None
         cause, before = "start", None
