@@ -4,6 +4,8 @@ NeuronCore, against the roofline, Inductor's compile time and eager PyTorch, in 
     .venv/bin/python bench/perf.py                       # every workload, prints the table
     .venv/bin/python bench/perf.py --write docs/perf.md  # and regenerates docs/perf.md
     .venv/bin/python bench/perf.py --only gemm_512,mlp_fwd
+    .venv/bin/python bench/perf.py --only encoder_fwd --no-inductor --critical-path
+                                      # + what bounds each graph (neuron-profile's report)
     .venv/bin/python bench/perf.py --only gemm_512 --tuned   # + neuron-tune's tuned time
     .venv/bin/python bench/perf.py --write docs/perf.md --tuned --tune gemm_512,mlp_fwd
                                       # tune only these workloads (tuning recompiles a graph
@@ -51,6 +53,8 @@ from typing import Callable
 import torch
 
 from torchneuron import backend
+from torchneuron.sim.critical_path import critical_path
+from torchneuron.sim.critical_path import report as critical_path_report
 from torchneuron.target import get_target
 
 ENGINES = ("pe", "act", "dve", "pool")
@@ -83,6 +87,7 @@ class Result:
     fallback_nodes: int = 0
     error: str | None = None
     tuned_ns: float | None = None
+    critical_paths: list = field(default_factory=list)    # (graph name, report text)
 
     @property
     def efficiency(self) -> float:
@@ -381,7 +386,9 @@ def measure_tuned(w: Workload, db: str) -> float:
                 os.environ[k] = v
 
 
-def measure(w: Workload, with_inductor: bool = True) -> Result:
+def measure(w: Workload, with_inductor: bool = True, critical_paths: bool = False) -> Result:
+    """One workload's row; with `critical_paths`, also each compiled graph's critical path
+    (`neuron-profile --critical-path`'s report) in `Result.critical_paths`."""
     result = Result(w)
     target = get_target("trn2")
     fn, inputs = w.build()
@@ -424,6 +431,9 @@ def measure(w: Workload, with_inductor: bool = True) -> Result:
         p = graph.last_profile
         if p is None:
             continue
+        if critical_paths:
+            path = critical_path(p, graph.program.prepared(p.target))
+            result.critical_paths.append((graph.name, critical_path_report(path, p.total_ns)))
         result.compulsory_bytes += p.compulsory_bytes
         result.simulated_ns += p.total_ns
         result.dma_bytes += p.dma_bytes
@@ -523,6 +533,9 @@ def main(argv=None) -> int:
                         "temporary database) and show the tuned simulated time")
     parser.add_argument("--tune", metavar="NAMES",
                         help="with --tuned: tune only these comma-separated workloads")
+    parser.add_argument("--critical-path", action="store_true",
+                        help="after the table, each graph's critical path: the source lines "
+                        "and engines its time is spent on (what bounds the workload)")
     args = parser.parse_args(argv)
     tuned_db = args.tuned
     if tuned_db == "":
@@ -550,7 +563,8 @@ def main(argv=None) -> int:
     print(" | ".join(COLUMNS + extra), flush=True)
     for w in chosen:
         try:
-            r = measure(w, with_inductor=not args.no_inductor)
+            r = measure(w, with_inductor=not args.no_inductor,
+                        critical_paths=args.critical_path)
             if tuned_db is not None and w.name in to_tune:
                 r.tuned_ns = measure_tuned(w, tuned_db)
         except Exception as exc:    # one failing workload must not hide the others
@@ -563,6 +577,9 @@ def main(argv=None) -> int:
                   f"({datetime.date.today()}, commit {_commit()}, target trn2).")
         _write_section(args.write, markdown(results, header, tuned=tuned_db is not None))
         print(f"wrote {args.write}")
+    for r in results:
+        for name, text in r.critical_paths:
+            print(f"\n{r.workload.name}, {name}: {text}")
     return 1 if any(r.error for r in results) else 0
 
 

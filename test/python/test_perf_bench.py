@@ -1,5 +1,6 @@
 """bench/perf.py on its smallest workload: the row it prints is computed from a real
-compilation and simulation, and --write replaces only the generated section of a document."""
+compilation and simulation, --write replaces only the generated section of a document, and
+--critical-path adds each graph's critical path over the same simulated time."""
 
 import os
 import subprocess
@@ -18,7 +19,7 @@ def test_gemm_row_and_written_section(tmp_path):
                    "<!-- perf table: end -->\n\n## Kept\n")
     result = subprocess.run(
         [sys.executable, os.path.join(ROOT, "bench", "perf.py"), "--only", "gemm_512",
-         "--no-inductor", "--write", str(doc)],
+         "--no-inductor", "--write", str(doc), "--critical-path"],
         capture_output=True, text=True, cwd=ROOT, timeout=600)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     header, row = [line for line in result.stdout.splitlines() if " | " in line][:2]
@@ -35,6 +36,14 @@ def test_gemm_row_and_written_section(tmp_path):
     text = doc.read_text()
     assert "old" not in text and "gemm_512" in text
     assert text.startswith("# Performance\n\nintro") and text.endswith("## Kept\n")
+    assert "critical path" not in text            # the path is printed, not written
+    # The one graph's critical path spans the simulated time, all of it charged to the
+    # matmul's instructions (at 512^3 its loads take most: the DMA latency is not hidden).
+    path = result.stdout.split("gemm_512, graph0_forward: critical path: ")[1]
+    assert float(path.split(" us")[0].split()[-1]) == pytest.approx(simulated, abs=0.1)
+    table = path.split("location / engine")[1].strip().splitlines()
+    assert all(" mm (perf.py:" in line for line in table)
+    assert sum(float(line.split()[1].rstrip("%")) for line in table) == pytest.approx(100, abs=0.5)
 
 
 def test_tuned_columns_in_written_table(tmp_path):
