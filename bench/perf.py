@@ -11,6 +11,9 @@ NeuronCore, against the roofline, Inductor's compile time and eager PyTorch, in 
                                       # tune only these workloads (tuning recompiles a graph
                                       # per candidate: hours for GPT-2)
 
+A workload any of whose nodes falls back to PyTorch gets an error row naming the first such
+node instead of figures: its simulated time would leave that node's work out.
+
 How each column is obtained (per workload, summed over its compiled graphs):
 - FLOPs: the model's own matmul/conv FLOPs (torch.utils.flop_counter on meta tensors, forward
   and, for training workloads, backward), not what the compiler emitted.
@@ -47,7 +50,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable
 
 import torch
@@ -426,6 +429,13 @@ def measure(w: Workload, with_inductor: bool = True, critical_paths: bool = Fals
     result.sim_wall_s = first_call - compile_seconds[0]
     result.graphs = len(graphs)
     result.fallback_nodes = sum(len(r.fallbacks) for r in reports)
+    if result.fallback_nodes:
+        # The simulated time would leave those nodes' work out: no row, an error naming why.
+        first = next(n for r in reports for n in r.fallbacks)
+        torch._dynamo.reset()
+        return replace(result, error=(
+            f"{result.fallback_nodes} node(s) ran on the CPU, not the simulated core; first "
+            f"{first.node} ({first.op}): {(first.reason or first.category or '?')[:160]}"))
     busy = dict.fromkeys(ENGINES, 0.0)
     for graph in graphs:
         p = graph.last_profile

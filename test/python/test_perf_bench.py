@@ -66,3 +66,27 @@ def test_tuned_columns_in_written_table(tmp_path):
     text = doc.read_text()
     assert "| tuned us | tuned eff | tuned / default |" in text
     assert f"--tuned {db} --tune gemm_512" in text
+
+
+def test_a_workload_with_nodes_on_the_cpu_is_an_error_row():
+    """A node that falls back to PyTorch runs outside the simulated time: the row would
+    report a speed the chip never showed. It is an error naming the node instead."""
+    import torch
+
+    sys.path.insert(0, os.path.join(ROOT, "bench"))
+    try:
+        import perf
+    finally:
+        sys.path.pop(0)
+
+    def build():
+        def fn(x):
+            return torch.sort(x @ x, dim=-1).values * 2.0
+        return fn, (torch.randn(128, 128).bfloat16(),)
+
+    result = perf.measure(perf.Workload("sorted", "matmul then sort", build),
+                          with_inductor=False)
+    assert result.error is not None and "ran on the CPU" in result.error
+    assert "aten.sort" in result.error
+    cells = perf.row(result)
+    assert cells[0] == "sorted" and cells[-1].startswith("error: ")
