@@ -101,10 +101,15 @@ class _FunctionLowering:
             self.views[old_arg] = HbmView.of(new_arg)
         out_args = new_args[len(inputs):]
 
-        # A returned value computed here is written straight into its output buffer; an
-        # insert_slice shares its destination's buffer when it is the destination's only user.
+        # A returned value computed here is written straight into its output buffer, and so
+        # is one whose reshape is returned (a reshape of a row-major buffer reads the same
+        # bytes: the value is computed in place of a copy after it); an insert_slice shares
+        # its destination's buffer when it is the destination's only user.
         for value, out in zip(ret.operands, out_args):
             owner = U.defining_op(value)
+            while owner is not None and owner.name == "trn.reshape":
+                value = owner.operands[0]
+                owner = U.defining_op(value)
             if owner is not None and owner.name in _STORED and value not in self.storage:
                 self.storage[value] = _Storage(out)
         position = {op: i for i, op in enumerate(body)}
@@ -120,19 +125,50 @@ class _FunctionLowering:
                 self.in_place.add(op)
 
         self._find_padded_windows(body)
+        # A returned value that is not computed into its output buffer (a view of another
+        # value, say) is copied there as soon as it exists, not after the last kernel: the
+        # copy's tiles then take memory the kernels around it freed, and it can run while
+        # they do, instead of after every kernel that last used that memory.
+        pending = [(value, out) for value, out in zip(ret.operands, out_args)]
         with ir.InsertionPoint(block):
             for op in body[:-1]:
                 if op in self.folded:
                     continue
                 with op.location:
                     self._lower_op(op)
+                if pending:
+                    pending = self._copy_ready_outputs(pending, ret.location)
+            self._copy_ready_outputs(pending, ret.location)
             with ret.location:
-                for value, out in zip(ret.operands, out_args):
-                    if self.views[value].buffer is not out:
-                        self._copy(self.views[value], HbmView.of(out))
                 func_d.ReturnOp([])
         old.erase()
         new.attributes["sym_name"] = U.string(name)
+
+    def _copy_ready_outputs(self, pending: list, loc: ir.Location) -> list:
+        """Copy each (returned value, output buffer) of `pending` whose value has been
+        lowered into its output buffer (where it is not already there); the rest."""
+        waiting = []
+        for value, out in pending:
+            view = self._pure_view(value)
+            if view is None:
+                waiting.append((value, out))
+            elif view.buffer is not out:
+                with loc:
+                    self._copy(view, HbmView.of(out))
+        return waiting
+
+    def _pure_view(self, value: ir.Value) -> HbmView | None:
+        """The view of `value` if it is lowered already, or if it is a chain of view ops over
+        a lowered value that strides express (no copy): trn-fuse sinks view ops to their
+        users, so a returned view of an early kernel's result is defined at the end."""
+        view = self.views.get(value)
+        if view is not None:
+            return view
+        op = U.defining_op(value)
+        if op is None or op.name not in VIEW_OPS:
+            return None
+        source = self._pure_view(op.operands[0])
+        return apply_view_op(op, source) if source is not None else None
 
     def _find_padded_windows(self, body: list[ir.Operation]) -> None:
         """insert_slice(fill(c), x) read only as the input of convolutions and poolings, with
@@ -168,7 +204,10 @@ class _FunctionLowering:
         storage = self.storage.setdefault(value, _Storage())
         if storage.buffer is None:
             storage.buffer = self.em.alloc_hbm(U.shape(value), U.element_type(value))
-        return HbmView.of(storage.buffer)
+        view = HbmView.of(storage.buffer)
+        shape = tuple(U.shape(value))
+        # (An output buffer taken by a value whose reshape is returned has the reshape's.)
+        return view if view.shape == shape else view.reshape(shape)
 
     def _lower_op(self, op: ir.Operation) -> None:
         if op.name == "arith.constant":

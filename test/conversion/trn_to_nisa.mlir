@@ -1134,3 +1134,32 @@ func.func @heads_merged(%x: tensor<2x4x256x64xbf16>) -> tensor<2x256x4x64xbf16> 
   %e = "trn.activation"(%v) {func = "exp", scale = 1.0 : f32, bias = 0.0 : f32} : (tensor<2x256x4x64xbf16>) -> tensor<2x256x4x64xbf16>
   return %e : tensor<2x256x4x64xbf16>
 }
+
+// -----
+
+// Tests that a kernel whose reshape is returned writes that output buffer itself (the same
+// bytes: no copy after it), and that a returned transpose of it is copied as soon as the
+// kernel is done (before the next kernel), not after the last one.
+// CHECK-LABEL: func.func @returned_views
+// CHECK-SAME: (%[[X:.*]]: memref<128x64xf32, "hbm">, %[[R:.*]]: memref<2x64x64xf32, "hbm">, %[[T:.*]]: memref<64x128xf32, "hbm">, %[[E:.*]]: memref<128x64xf32, "hbm">)
+// CHECK: "nisa.activation"
+// CHECK: "nisa.dma"(%[[R]], %{{.*}})
+// CHECK-NOT: "nisa.activation"
+// CHECK: "nisa.dma"(%[[T]], %{{.*}})
+// CHECK: "nisa.activation"
+// CHECK: "nisa.dma"(%[[E]], %{{.*}})
+// CHECK-NOT: "nisa.dma"(%[[R]]
+// CHECK: return
+func.func @returned_views(%x: tensor<128x64xf32>) -> (tensor<2x64x64xf32>, tensor<64x128xf32>, tensor<128x64xf32>) {
+  %a = "trn.kernel"() ({
+    %r = "trn.activation"(%x) {func = "relu", scale = 1.0 : f32, bias = 0.0 : f32} : (tensor<128x64xf32>) -> tensor<128x64xf32>
+    "trn.yield"(%r) : (tensor<128x64xf32>) -> ()
+  }) {kind = "elementwise"} : () -> tensor<128x64xf32>
+  %e = "trn.kernel"() ({
+    %s = "trn.activation"(%a) {func = "exp", scale = 1.0 : f32, bias = 0.0 : f32} : (tensor<128x64xf32>) -> tensor<128x64xf32>
+    "trn.yield"(%s) : (tensor<128x64xf32>) -> ()
+  }) {kind = "elementwise"} : () -> tensor<128x64xf32>
+  %v = "trn.reshape"(%a) : (tensor<128x64xf32>) -> tensor<2x64x64xf32>
+  %t = "trn.transpose"(%a) {permutation = array<i64: 1, 0>} : (tensor<128x64xf32>) -> tensor<64x128xf32>
+  return %v, %t, %e : tensor<2x64x64xf32>, tensor<64x128xf32>, tensor<128x64xf32>
+}
