@@ -21,7 +21,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from torchneuron.sim.profile import Profile, TraceEvent
+from torchneuron.sim.profile import ENGINE_STREAMS, Profile, TraceEvent
 
 # Two times closer than this (ns) are the same moment (sums of float durations).
 _SAME_NS = 1e-6
@@ -63,7 +63,7 @@ def critical_path(profile: Profile, prepared) -> list[PathStep]:
     # zero-time instructions that end together being taken for each other's cause.)
     while event is not None and (event.stream, event.index) not in seen:
         seen.add((event.stream, event.index))
-        is_dma = event.stream.startswith("q")
+        is_dma = _engine(event) == "dma"
         previous = by_stream[event.stream][event.index - 1] if event.index else None
         cause, before = "start", None
         # (A DMA's transfer starts a fixed latency after its issue; a queue's nop at once.)
@@ -105,7 +105,8 @@ def source_label(location: str) -> str:
 
 
 def _engine(event: TraceEvent) -> str:
-    return "dma" if event.stream.startswith("q") else event.stream
+    """The event's engine, every DMA queue counted as "dma" (as `StreamStats.is_dma`)."""
+    return event.stream if event.stream in ENGINE_STREAMS else "dma"
 
 
 class _Phase:
@@ -137,9 +138,9 @@ def report(path: list[PathStep], total_ns: float, top: int = 12) -> str:
     if not path:
         return "critical path: empty program"
     lines = [f"critical path: {len(path)} instructions over {total_ns / 1000.0:.3f} us"]
+    labels = [source_label(step.event.location) for step in path]
     phases: list[_Phase] = []
-    for step in path:
-        label = source_label(step.event.location)
+    for step, label in zip(path, labels):
         if not phases or phases[-1].label != label:
             phases.append(_Phase(label, step.event.end_ns - step.charged_ns))
         phases[-1].add(step)
@@ -160,8 +161,8 @@ def report(path: list[PathStep], total_ns: float, top: int = 12) -> str:
         lines.append(f"  {phase.begin_ns / 1000.0:>10.1f} - {phase.end_ns / 1000.0:>10.1f} us  "
                      f"{phase.label}: {spent}")
     totals: dict[tuple[str, str], float] = {}
-    for step in path:
-        k = (source_label(step.event.location), _engine(step.event))
+    for step, label in zip(path, labels):
+        k = (label, _engine(step.event))
         totals[k] = totals.get(k, 0.0) + step.charged_ns
     _table(lines, "location / engine", totals, total_ns, top)
     # A model's repeated blocks run the same source lines under other FX node names (one
