@@ -91,6 +91,8 @@ def check_access_pattern(ap: list[int], buffer: ir.Value, role: str,
 # Instruction specs: roles (operand names in order; '?' marks optional), engines allowed, and
 # the memories each role may live in. Verified for every instruction op.
 _ONCHIP = ("sbuf", "psum")
+# GpSimd cannot access PSUM (NKI ISA reference, nki.isa.tensor_copy): ACT or DVE evacuate it.
+_POOL_MEMORIES = ("sbuf",)
 _SPECS: dict[str, tuple[tuple[str, ...], tuple[str, ...], dict[str, tuple[str, ...]]]] = {
     "nisa.dma": (("dst", "src"), ("dma",), {"dst": ("hbm", "sbuf"), "src": ("hbm", "sbuf")}),
     "nisa.dma_indirect": (("dst", "src", "index"), ("dma",),
@@ -184,7 +186,8 @@ def _check_operands(op, engine: str, memories: dict) -> None:
             f"has {len(present)} buffer operands but {len(aps)} access patterns")
     for role, value, ap in zip(present, op.operands, aps):
         memory = memory_of(value)
-        allowed = memories.get(role, MEMORIES if engine == "dma" else _ONCHIP)
+        allowed = memories.get(role, MEMORIES if engine == "dma" else
+                               _POOL_MEMORIES if engine == "pool" else _ONCHIP)
         require(memory in allowed,
                 f"{role} is in {memory}; {engine} may use {role} only in {', '.join(allowed)}")
         check_access_pattern(list(ap), value, role,

@@ -10,6 +10,17 @@ func.func @act_hbm(%x: memref<128x64xf32, "hbm">) {
 
 // -----
 
+// Tests that POOL (GpSimd) may not touch PSUM.
+// CHECK: nisa-invalid.mlir:[[# @LINE + 4]]:3: error: 'nisa.tensor_copy' op src is in psum; pool may use src only in sbuf
+func.func @pool_psum() {
+  %a = "nisa.alloc"() {memory = "sbuf"} : () -> memref<128x64xf32, "sbuf">
+  %p = "nisa.alloc"() {memory = "psum"} : () -> memref<128x64xf32, "psum">
+  "nisa.tensor_copy"(%a, %p) {engine = "pool", aps = [array<i64: 0, 64, 128, 1, 64>, array<i64: 0, 64, 128, 1, 64>]} : (memref<128x64xf32, "sbuf">, memref<128x64xf32, "psum">) -> ()
+  return
+}
+
+// -----
+
 // Tests that an instruction on the wrong engine is rejected.
 // CHECK: error: 'nisa.matmul' op cannot run on engine 'dve'; allowed: pe
 func.func @matmul_engine() {

@@ -66,7 +66,7 @@ def _relu_bf16() -> NeffBuilder:
 
 def _matmul_scratch() -> NeffBuilder:
     """bf16 matmul of an input by a constant, accumulate, through a scratch tensor, with a
-    PE transpose, a POOL iota and a DVE reduction."""
+    PE transpose (evacuated by DVE), a POOL iota and a DVE reduction."""
     b = NeffBuilder("matmul_scratch")
     x = b.input("x", (64, 24), "bf16")
     w = b.constant("w", (np.arange(64 * 8).reshape(64, 8) % 5 - 2).astype(np.float32), "bf16")
@@ -75,7 +75,7 @@ def _matmul_scratch() -> NeffBuilder:
     t = b.output("t", (24, 8))
     idx = b.output("idx", (4, 6), "i32")
     tmp = b.scratch("tmp", (8, 24))
-    loaded, mm, ev, st1, red, tr = (b.semaphore() for _ in range(6))
+    loaded, mm, ev, st1, red, tr, made = (b.semaphore() for _ in range(7))
     b.dma(sbuf(64, [24], "bf16"), b.view(x), queue=0, signal=loaded)
     b.dma(sbuf(64, [8], "bf16", offset=64), b.view(w), queue=1, signal=loaded)
     b.matmul(psum(8, [24]), sbuf(64, [8], "bf16", offset=64), sbuf(64, [24], "bf16"),
@@ -90,11 +90,12 @@ def _matmul_scratch() -> NeffBuilder:
     b.dma(b.view(r), sbuf(8, [1], offset=512), queue=3, waits=[(red, 1)])
     b.transpose(psum(24, [8], offset=2048), sbuf(8, [24], offset=256), waits=[(ev, 1)],
                 signal=tr)
-    b.copy(sbuf(24, [8], offset=1024), psum(24, [8], offset=2048), engine="pool",
+    b.copy(sbuf(24, [8], offset=1024), psum(24, [8], offset=2048), engine="dve",
            waits=[(tr, 1)], signal=tr)
     b.dma(b.view(t), sbuf(24, [8], offset=1024), queue=3, waits=[(tr, 2)])
-    b.iota(sbuf(4, [2, 3], "i32", offset=4096), base=1, partition_step=10, step=2, signal=red)
-    b.dma(b.view(idx), sbuf(4, [2, 3], "i32", offset=4096), queue=4, waits=[(red, 2)])
+    b.iota(sbuf(4, [2, 3], "i32", offset=4096), base=1, partition_step=10, step=2,
+           signal=made)
+    b.dma(b.view(idx), sbuf(4, [2, 3], "i32", offset=4096), queue=4, waits=[(made, 1)])
     return b
 
 

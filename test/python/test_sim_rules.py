@@ -191,6 +191,23 @@ def test_dma_touching_psum_is_rejected():
     fails(b, ConstraintError, "q2[0] dma (loc: store)", "HBM and SBUF only, not psum")
 
 
+def test_pool_touching_psum_is_rejected():
+    # GpSimd cannot access PSUM (NKI ISA reference); ACT and DVE can.
+    b = NeffBuilder("bad")
+    s = b.semaphore()
+    b.memset(psum(128, [4]), 0.0, engine="dve", signal=s)
+    b.copy(sbuf(128, [4]), psum(128, [4]), engine="pool", waits=[(s, 1)], loc="evacuate")
+    fails(b, ConstraintError, "pool[0] tensor_copy (loc: evacuate)", "pool cannot access PSUM")
+    b = NeffBuilder("bad")
+    b.memset(psum(128, [4]), 0.0, engine="pool", loc="clear")
+    fails(b, ConstraintError, "pool[0] memset (loc: clear)", "pool cannot access PSUM")
+    b = NeffBuilder("good")
+    s = b.semaphore()
+    b.memset(psum(128, [4]), 0.0, engine="act", signal=s)
+    b.copy(sbuf(128, [4]), psum(128, [4]), engine="dve", waits=[(s, 1)])
+    execute(b, [])
+
+
 def test_opcode_on_wrong_engine_is_rejected():
     from torchneuron.format import isa
     b = NeffBuilder("bad")

@@ -22,16 +22,19 @@ def events(profile, stream):
 
 
 def duration_of(add_instruction, target="trn2"):
-    """Duration (ns) of one instruction whose inputs were written by POOL memsets first, so
-    that it has no same-stream predecessor (no dependent back-to-back overhead)."""
+    """Duration (ns) of one instruction whose inputs were written by memsets on another
+    engine first (POOL; ACT or DVE for PSUM, which POOL cannot access), so that it has no
+    same-stream predecessor (no dependent back-to-back overhead)."""
     b = NeffBuilder("cost", target)
     ins = add_instruction(b)
     b.streams = {}
     ready = b.semaphore()
     written = WRITE_SLOTS[ins.opcode]
     reads = [op for slot, op in enumerate(ins.operands) if op is not None and slot not in written]
+    psum_writer = "dve" if ins.engine.label == "act" else "act"
     for op in reads:
-        b.memset(op, 1.0, engine="pool", signal=ready)
+        b.memset(op, 1.0, engine=psum_writer if op.memory == isa.Memory.PSUM else "pool",
+                 signal=ready)
     ins.waits = [(ready, len(reads))] if reads else []
     b.add(ins)
     profile = execute(b, []).profile

@@ -8,7 +8,8 @@ naming the instruction, the operand and the rule, and never runs by luck.
 Rules (figures from the `Target`, never literals):
 - opcode on an engine of `isa.OPCODE_ENGINES`; the operand slots the opcode uses are present,
   the others empty;
-- compute engines (PE/ACT/DVE/POOL/SP) touch only SBUF and PSUM; DMA only HBM and SBUF;
+- compute engines (PE/ACT/DVE/POOL/SP) touch only SBUF and PSUM, POOL only SBUF (GpSimd
+  cannot access PSUM); DMA only HBM and SBUF;
 - an on-chip operand lies within the partitions (start + count <= num_partitions) and within
   the bytes of a partition (else "sbuf overflow" / "psum overflow"), and names at most as many
   elements per partition as a partition holds (a stride-0 pattern cannot make an instruction
@@ -122,6 +123,11 @@ def decode_operand(ins, engine: isa.Engine, slot: int, role: str, fields: tuple,
     elif memory == isa.Memory.HBM:
         raise ins.error(f"{what}: compute engine {engine.label} touching HBM (only DMA "
                        "queues access HBM; load the data into SBUF first)")
+    elif memory == isa.Memory.PSUM and engine == isa.Engine.POOL:
+        # NKI ISA reference (nki.isa.tensor_copy, nki.isa.rand_set_state): "GpSimd Engine
+        # cannot access PSUM"; ACT or DVE evacuate it.
+        raise ins.error(f"{what}: {engine.label} cannot access PSUM (only PE, ACT and DVE "
+                       "do; use ACT or DVE for a PSUM operand)")
     if count == 0 or 0 in sizes:
         raise ins.error(f"{what} has no elements (partitions {count}, sizes {list(sizes)})")
     if pstride and memory != isa.Memory.HBM:
