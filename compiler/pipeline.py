@@ -36,6 +36,7 @@ class CompileOptions:
     fuse_elementwise: bool = True
     fuse_rows: bool = True            # trn-fuse rows: softmax/norm-style groups in one kernel
     fuse_attention: bool = True       # trn-fuse attention: scores -> softmax -> @ values on chip
+    fuse_matmul_rows: bool = True     # trn-fuse matmul-rows: a matmul's result rows-reduced on chip
     # trn-fuse epilogue-producers: an elementwise kernel only a matmul's epilogue reads is
     # computed in that epilogue
     fuse_epilogue_producers: bool = True
@@ -82,6 +83,7 @@ def stages(options: CompileOptions) -> list[Stage]:
             f"elementwise={str(options.fuse_elementwise).lower()} "
             f"rows={str(options.fuse_rows).lower()} "
             f"attention={str(options.fuse_attention).lower()} "
+            f"matmul-rows={str(options.fuse_matmul_rows).lower()} "
             f"epilogue-producers={str(options.fuse_epilogue_producers).lower()} "
             f"mlp={str(options.fuse_mlp).lower()} "
             f"target={target}}}")

@@ -315,6 +315,15 @@ class ActivationOp(Nisa.Operation, name="activation"):
 
 def _check_tensor_tensor(op) -> None:
     require(string(op, "op") in ALU_OPS, f"unknown ALU operation '{string(op, 'op')}'")
+    _at_most_one_psum_input(op, 1)
+
+
+def _at_most_one_psum_input(op, first_input: int) -> None:
+    """An engine reads at most one operand from PSUM (TARGET.md: tensor_tensor's two inputs
+    may not both be in PSUM; the same for select's)."""
+    inputs = [v for v in list(op.operands)[first_input:] if memory_of(v) == "psum"]
+    require(len(inputs) <= 1, "reads two operands from PSUM (an engine reads at most one; "
+            "stage one in SBUF)")
 
 
 class TensorTensorOp(Nisa.Operation, name="tensor_tensor"):
@@ -446,7 +455,7 @@ class SelectOp(Nisa.Operation, name="select"):
     on_false: Buffer
     engine: ir.StringAttr
     aps: ir.ArrayAttr
-    verify_invariants = _instruction_verifier()
+    verify_invariants = _instruction_verifier(lambda op: _at_most_one_psum_input(op, 1))
 
 
 class NopOp(Nisa.Operation, name="nop"):

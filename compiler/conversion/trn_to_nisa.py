@@ -282,7 +282,7 @@ class _FunctionLowering:
         if U.str_attr(kernel, "kind") == "rows":
             lower_rows(self.em, body[:-1], self.views, self._view, (body[-1].operands[0], out))
             return
-        if U.str_attr(kernel, "kind") == "attention":
+        if U.str_attr(kernel, "kind") in ("attention", "matmul_rows"):
             lower_attention(self.em, body[:-1], self.views, self._batched_view,
                             (body[-1].operands[0], out))
             return

@@ -21,6 +21,13 @@ probabilities are then rounded to their type (bf16, say) before the division rat
 after: the same relative rounding error, in another place. Every other rounding the three
 kernels spell out (the scores to bf16, say) happens where it did.
 
+A matmul_rows kernel (trn-fuse: a scores matmul whose result only a row-wise kernel reads,
+the probabilities being a result themselves, or a softmax's backward whose gradient of the
+probabilities is a matmul) is steps 1-3 only: the row-wise body's result is stored as a
+row-wise kernel stores it. Where the row body's first op reads the scores, still in PSUM, and
+makes an fp32 value only later ops read, that value overwrites them there (rows.py
+`_psum_in_place`), so those ops too read an operand from PSUM.
+
 A kernel that trn-layout made token-major yields transpose(reshape(O)) ([B, S, H, Dv]): O is
 written through the inverse of those views, and when heads are staged together each query
 block's outputs of all heads gather in one SBUF tile, stored as whole token rows once the
@@ -56,10 +63,13 @@ def lower_attention(em: Emitter, body: list[ir.Operation], views: dict,
     merge stay unmerged: operands are indexed by a flat batch index); `output`: (yielded
     value, destination view)."""
     matmuls = [op for op in body if op.name == "trn.matmul"]
-    if len(matmuls) != 2:
-        raise CompileError("an attention kernel holds two matmuls", body[-1].location)
-    first, second = matmuls
+    if len(matmuls) not in (1, 2):
+        raise CompileError("an attention kernel holds two matmuls (a matmul_rows kernel one)",
+                           body[-1].location)
+    first = matmuls[0]
+    second = matmuls[1] if len(matmuls) == 2 else None
     position = {op: i for i, op in enumerate(body)}
+    end = position[second] if second is not None else len(body)
 
     # The scores: the first matmul and the unary ops right after it over its own shape,
     # done while evacuating PSUM. Where the row-wise part works on that same shape, only
@@ -68,39 +78,41 @@ def lower_attention(em: Emitter, body: list[ir.Operation], views: dict,
     row_shape = U.shape(reduces[0].operands[0]) if reduces else None
     same_shape = row_shape == U.shape(first.results[0])
     chain1, scores = [], first.results[0]
-    for op in body[position[first] + 1:position[second]]:
+    for op in body[position[first] + 1:end]:
         if op.name in VIEW_OPS + SOURCE_OPS:
             continue
         if op.name in UNARY_OPS and list(op.operands) == [scores] and \
                 U.shape(op.results[0]) == U.shape(scores) and \
                 (op.name == "trn.convert" or not same_shape) and \
-                len(list(scores.uses)) == 1:
+                len(list(scores.uses)) == 1 and not _widening(op):
             chain1.append(op)
             scores = op.results[0]
             continue
         break
-    # The probabilities: the value the second matmul's left operand reshapes.
-    probs = second.operands[0]
+    # The probabilities: the value the second matmul's left operand reshapes (without a
+    # second matmul, the kernel's result).
+    probs = second.operands[0] if second is not None else output[0]
     while U.defining_op(probs) in position and U.defining_op(probs).name == "trn.reshape":
         probs = U.defining_op(probs).operands[0]
     # The row-wise part: what the probabilities depend on after the scores' chain.
     start = position[chain1[-1]] + 1 if chain1 else position[first] + 1
     needed, rows_body = {probs}, []
-    for op in reversed(body[start:position[second]]):
+    for op in reversed(body[start:end]):
         if any(r in needed for r in op.results):
             rows_body.append(op)
             needed.update(op.operands)
     rows_body.reverse()
     rows_set = set(rows_body)
     yielded, out_view = output
-    token_major = _token_major_views(body, position, yielded)
+    token_major = _token_major_views(body, position, yielded) if second is not None else ()
     if token_major:
         # Stored token-major (trn-layout): write O through the inverse permutation. Its
         # [B, H] batch dims stay unmerged; `pick` indexes them by O's flat batch index.
         out_view = out_view.transpose(
             U.inverse_permutation(U.array_attr(token_major[1], "permutation")))
         yielded = token_major[0].operands[0]
-    chain2 = [op for op in body[position[second] + 1:] if op not in token_major]
+    chain2 = [op for op in body[position[second] + 1:] if op not in token_major] \
+        if second is not None else []
 
     # Views of the operands (Q, K^T, V, epilogue operands): everything outside the row part.
     views = dict(views)
@@ -112,16 +124,17 @@ def lower_attention(em: Emitter, body: list[ir.Operation], views: dict,
         elif op.operands[0] in views:
             views[op.results[0]] = view_of(op, views[op.operands[0]])
     q_view, kt_view = views.get(first.operands[0]), views.get(first.operands[1])
-    v_view = views.get(second.operands[1])
-    if q_view is None or kt_view is None or v_view is None:
+    v_view = views.get(second.operands[1]) if second is not None else None
+    if q_view is None or kt_view is None or (second is not None and v_view is None):
         raise CompileError("attention operands must come from HBM", first.location)
 
     sq, sk = U.shape(first.results[0])[-2:]
-    dv = U.shape(second.results[0])[-1]
+    dv = U.shape(second.results[0])[-1] if second is not None else 0
     batch_shape = U.shape(first.results[0])[:-2]
     etype1 = matmul_element_type(q_view.element_type, kt_view.element_type)
     probs_type = U.element_type(probs)
-    etype2 = matmul_element_type(probs_type, v_view.element_type)
+    etype2 = matmul_element_type(probs_type, v_view.element_type) if second is not None \
+        else etype1
     scores_type = U.element_type(scores)
     tk, tf = em.target.pe_rows, em.target.matmul_max_moving
 
@@ -139,15 +152,17 @@ def lower_attention(em: Emitter, body: list[ir.Operation], views: dict,
     # cost makes several times dearer); head h is the rows or columns [h*d, (h+1)*d).
     # Only where a head's rows stay inside one 128-aligned K-tile (as PE transposes and
     # panels cut them) and all heads' operands take at most a quarter of SBUF.
-    wide = [_merge_heads(q_view, -1), _merge_heads(kt_view, -2), _merge_heads(v_view, -1)]
+    wide = [_merge_heads(q_view, -1), _merge_heads(kt_view, -2)] + \
+        ([_merge_heads(v_view, -1)] if second is not None else [])
     heads = 1
     if all(w is not None for w in wide) and \
-            q_view.shape[-3] == kt_view.shape[-3] == v_view.shape[-3] and \
+            q_view.shape[-3] == kt_view.shape[-3] == (v_view or q_view).shape[-3] and \
             (tk % d == 0 or d % tk == 0) and \
             _staged_bytes(q_view.shape[-3], d, dv, sq, sk, etype1, etype2, tk) <= \
             em.target.sbuf_partition_bytes // 4:
         heads = q_view.shape[-3]
-        q_view, kt_view, v_view = wide
+        q_view, kt_view = wide[:2]
+        v_view = wide[2] if second is not None else None
     staged: dict = {}
 
     def operands_of(b: int) -> tuple[_Staged, _Staged, _Staged, int]:
@@ -156,11 +171,13 @@ def lower_attention(em: Emitter, body: list[ir.Operation], views: dict,
         if outer not in staged:
             for old in staged.values():
                 for s in old:
-                    s.release()
+                    if s is not None:
+                        s.release()
             staged.clear()
             staged[outer] = (_Staged(em, pick(q_view, outer).transpose([1, 0]), etype1),
                              _Staged(em, pick(kt_view, outer), etype1),
-                             _Staged(em, pick(v_view, outer), etype2))
+                             _Staged(em, pick(v_view, outer), etype2)
+                             if v_view is not None else None)
         return staged[outer] + (head * (d if heads > 1 else 0),)
 
     def locate(view: HbmView) -> tuple[int, int, int]:
@@ -176,12 +193,14 @@ def lower_attention(em: Emitter, body: list[ir.Operation], views: dict,
     k_tiles = [(k0, min(tk, d - k0)) for k0 in range(0, d, tk)]
     epilogue1 = Epilogue(em, chain1, views, first.results[0], {scores})
     f32 = ir.F32Type.get()
+    # (A conversion of fp32 to fp32 does nothing: it stays with the scores in PSUM.)
     in_place = sk <= tf and all(
-        op.name in UNARY_OPS and op.name != "trn.convert" and len(op.operands) == 1 and
-        U.element_type(op.results[0]) == f32 and op.results[0] not in epilogue1.aliases
-        for op in chain1) and scores_type == f32
-    epilogue2 = Epilogue(em, chain2, views, second.results[0], {yielded})
-    rounding_only = [op.name for op in chain2] == ["trn.convert"] and \
+        op.name in UNARY_OPS and (op.name != "trn.convert" or _no_op(op)) and
+        len(op.operands) == 1 and U.element_type(op.results[0]) == f32 and
+        op.results[0] not in epilogue1.aliases for op in chain1) and scores_type == f32
+    epilogue2 = Epilogue(em, chain2, views, second.results[0], {yielded}) \
+        if second is not None else None
+    rounding_only = second is not None and [op.name for op in chain2] == ["trn.convert"] and \
         chain2[0].operands[0] == second.results[0] and chain2[0].results[0] == yielded and \
         isinstance(U.element_type(yielded), ir.FloatType)
     scores_leaves = {scores}
@@ -221,7 +240,8 @@ def lower_attention(em: Emitter, body: list[ir.Operation], views: dict,
                 # part then reads one operand from PSUM (a mask add at one cycle per
                 # element, not two), and no evacuation copy is made.
                 for op in chain1:
-                    emit_elementwise(em, op, [acc], acc, epilogue1.consts, share=True)
+                    if not _no_op(op):
+                        emit_elementwise(em, op, [acc], acc, epilogue1.consts, share=True)
                 return acc if scale is None else (acc, None)
             if chain1:
                 part = epilogue1.run(acc, (q0, qn), lambda v, b=b, f0=f0, fn=fn:
@@ -291,7 +311,8 @@ def lower_attention(em: Emitter, body: list[ir.Operation], views: dict,
     # All heads' outputs of a query block as whole token rows: where the heads are staged
     # together and the output holds head h's values right after head h-1's in each row.
     rows_out, rows_tiles = None, {}
-    if heads > 1 and out_view.rank >= 3 and out_view.shape[-3] == heads:
+    if second is not None and heads > 1 and out_view.rank >= 3 and \
+            out_view.shape[-3] == heads:
         rows_out = _merge_heads(out_view, -1)
 
     # The scores and probabilities never get a buffer: storage-less row-major views of them
@@ -304,11 +325,30 @@ def lower_attention(em: Emitter, body: list[ir.Operation], views: dict,
     if math.prod(batch_shape) * sq != math.prod(U.shape(probs)[:-1]):
         raise CompileError("an attention kernel's row part must keep the scores' rows",
                            first.location)
+    if second is None:
+        # matmul_rows: the rows' result is the kernel's, stored as a row-wise kernel stores.
+        lower_rows(em, rows_body, rows_views, view_of, (probs, out_view), produce)
+        return
     lower_rows(em, rows_body, rows_views, view_of, (probs, probs_view), produce, consume,
                defer_division=True)
     if rows_tiles:
         raise CompileError("an attention kernel left query blocks of some heads unstored",
                            first.location)
+
+
+def _widening(op: ir.Operation) -> bool:
+    """A conversion of a float to a wider float: the row body reads the narrower tile as
+    it is (engines widen what they read), so the rounding before it stays."""
+    if op.name != "trn.convert":
+        return False
+    narrow, wide = U.element_type(op.operands[0]), U.element_type(op.results[0])
+    return isinstance(narrow, ir.FloatType) and isinstance(wide, ir.FloatType) and \
+        wide.width > narrow.width
+
+
+def _no_op(op: ir.Operation) -> bool:
+    """A conversion to the type its operand has."""
+    return op.name == "trn.convert" and op.operands[0].type == op.results[0].type
 
 
 def _token_major_views(body: list[ir.Operation], position: dict,

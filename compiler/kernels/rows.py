@@ -229,9 +229,10 @@ def lower_rows(em: Emitter, body: list[ir.Operation], views: dict,
     # norm's weight and bias against the fp32 normalised rows: two cycles per element from
     # SBUF), copied once into PSUM as fp32, one bank per 512 columns: an op with an input in
     # PSUM takes one cycle per element (TARGET.md), so each such op costs half.
+    # (Not where a producer hands row leaves over: they may be in PSUM themselves.)
     in_psum = {}
     bank = em.target.psum_bank_bytes // 4
-    for v, tile in resident.items():
+    for v, tile in resident.items() if produce is None else ():
         readers = users.get(v, [])
         if not is_row(v) or not isinstance(tile.element_type, ir.FloatType) or not readers or \
                 any(r.name != "trn.tensor_tensor" or r in folded or
@@ -266,6 +267,7 @@ def lower_rows(em: Emitter, body: list[ir.Operation], views: dict,
         for p0 in range(0, layout.rows, tp):
             pn = min(tp, layout.rows - p0)
             tiles: dict = {v: t.rows(pn) for v, t in resident.items()}
+            produced_in_psum: set = set()   # leaves a producer left in PSUM for this tile
             unscaled_by: dict = {}     # a bias-only max (bias_only) -> the c it omits
             negated_max: dict = {}     # x of `prescaled` -> the [P, 1] -max(c x) produced
             for v in leaves:
@@ -280,6 +282,8 @@ def lower_rows(em: Emitter, body: list[ir.Operation], views: dict,
                             negated_max[v] = negmax
                         continue
                     tile = produce(v, view) if produce is not None else None
+                    if tile is not None and tile.memory == "psum":
+                        produced_in_psum.add(v)
                     if tile is None and v in repeated:
                         tile = kept_tiles.get(view)
                         if tile is None:
@@ -301,7 +305,12 @@ def lower_rows(em: Emitter, body: list[ir.Operation], views: dict,
                 if op in folded or result in tiles:     # (the select: _safe_softmax)
                     continue
                 free = row_elements if is_row(result) else 1
-                dst = em.alloc("sbuf", pn, free, storage.get(result, U.element_type(result)))
+                etype = storage.get(result, U.element_type(result))
+                dst = _psum_in_place(op, etype, tiles, produced_in_psum, users, aliases,
+                                     yielded) if op.name == "trn.tensor_tensor" and \
+                    op not in safe_div and is_row(result) else None
+                if dst is None:
+                    dst = em.alloc("sbuf", pn, free, etype)
                 if op in biased or op in accumulated:
                     scale = U.float_attr(op, "scale")
                     bias = None
@@ -526,6 +535,26 @@ def _spread(em: Emitter, per_row: Tile, row_elements: int) -> Tile:
     tile = em.alloc("sbuf", per_row.partitions, row_elements, per_row.element_type)
     em.copy(tile, per_row.pattern(0, [(0, row_elements)]))
     return tile
+
+
+def _psum_in_place(op: ir.Operation, etype: ir.Type, tiles: dict, produced: set,
+                   users: dict, aliases: dict, yielded: ir.Value) -> Tile | None:
+    """The PSUM tile of a produced row leaf that `op` (a tensor_tensor) reads last, where
+    its fp32 result can overwrite it there: ops reading the result then read one operand
+    from PSUM, at one cycle per element instead of two for fp32 in SBUF (TARGET.md). (A
+    softmax's backward: g * p of the gradient g a matmul left in PSUM, then reduced and
+    taken away from, stays in PSUM.)"""
+    if etype != ir.F32Type.get() or op.results[0] == yielded or \
+            op.operands[0] == op.operands[1]:
+        return None
+    # (With no other PSUM operand about, nothing can then read two operands from PSUM.)
+    for v in op.operands:
+        tile = tiles.get(v)
+        if produced == {v} and tile is not None and tile.element_type == etype and \
+                users.get(v) == [op] and v not in aliases.values():
+            produced.discard(v)
+            return tile
+    return None
 
 
 def _kept_layout(kept: tuple[int, ...], strides: list[tuple[int, ...]]) -> _Layout:

@@ -21,6 +21,11 @@ Groups formed:
   row-wise result (the probabilities) as its left operand. The kernel computes scores, row
   statistics and probabilities for 128 query rows at a time on chip and multiplies them by
   the values there: scores and probabilities never reach HBM;
+- matmul + rows (kind "matmul_rows"), formed after attention from the pairs left: a matmul
+  kernel whose result only a row-wise kernel over rows of its last dim reads (a training
+  step's saved softmax, whose probabilities go to HBM; its backward, whose gradient of the
+  probabilities is a matmul). The scores are computed for 128 rows at a time and the rows'
+  body runs on them on chip, reading them from PSUM: they never reach HBM;
 - epilogue producers: an elementwise kernel over the matmul's result shape that only the
   matmul kernel's epilogue reads (GELU's derivative, multiplied into the gradient a backward
   matmul produces) is computed inside that epilogue, tile by tile, so its value never
@@ -63,11 +68,12 @@ from torchneuron.target import get_target
 class Fuse(Pass):
     NAME = "trn-fuse"
     SUMMARY = ("Group trn ops into fused kernels (row-wise reductions, matmul + epilogue, "
-               "elementwise chains, attention)")
+               "elementwise chains, attention, matmul + rows)")
     matmul_epilogue: bool = True
     elementwise: bool = True
     rows: bool = True
     attention: bool = True
+    matmul_rows: bool = True
     epilogue_producers: bool = True
     mlp: bool = True
     keep_roundings: bool = False
@@ -101,6 +107,9 @@ class Fuse(Pass):
             if self.attention and self.rows and self.matmul_epilogue:
                 for triple in attention_triples(func, get_target(self.target or None)):
                     merge_kernels(triple, "attention")
+            if self.matmul_rows and self.rows and self.matmul_epilogue:
+                for pair in matmul_rows_pairs(func, get_target(self.target or None)):
+                    merge_kernels(pair, "matmul_rows")
             if self.epilogue_producers and self.matmul_epilogue and self.elementwise:
                 # One at a time: a merge replaces the matmul kernel another pair may name.
                 while pairs := epilogue_producer_pairs(func):
@@ -904,6 +913,51 @@ def attention_triples(func: ir.Operation, target) -> list[tuple]:
         if _attention_shapes(scores[0], rows, output, target):
             triples.append((scores[0], rows, output))
     return triples
+
+
+def matmul_rows_pairs(func: ir.Operation, target) -> list[tuple]:
+    """(scores, rows) kernel pairs: `scores` a matmul kernel [.., Sq, Sk] with an epilogue of
+    one operand (roundings, scalings), read only by `rows`, a row-wise kernel over rows of Sk
+    that reads it through reshapes. As for attention, 128 rows of one batch index at a time
+    (Sq a multiple of 128, or one batch of at most 128 rows)."""
+    pairs = []
+    for rows in U.body_ops(func):
+        if rows.name != "trn.kernel" or U.str_attr(rows, "kind") != "rows":
+            continue
+        producers = {U.defining_op(v) for op in kernel_body(rows) for v in op.operands}
+        scores = [k for k in producers if k is not None and k.name == "trn.kernel"
+                  and U.str_attr(k, "kind") == "matmul" and k.parent == rows.parent]
+        if len(scores) != 1 or len(list(scores[0].results[0].uses)) != 1:
+            continue
+        s_body = kernel_body(scores[0])
+        s_mm = [op for op in s_body if op.name == "trn.matmul"]
+        if len(s_mm) != 1 or not _unary_epilogue(s_body, s_mm[0]):
+            continue
+        shape = U.shape(s_mm[0].results[0])
+        reduces = [op for op in kernel_body(rows) if op.name == "trn.reduce"]
+        space = _row_space(reduces[0]) if reduces else None
+        if len(shape) < 2 or space is None or space.row_elements != shape[-1]:
+            continue
+        # The rows kernel reads the scores as they are or through reshapes (the lowering
+        # locates a row tile's scores by their row-major position).
+        readers = [U.operation(u.owner) for u in scores[0].results[0].uses]
+        if any(r.name in VIEW_OPS and r.name != "trn.reshape" for r in readers):
+            continue
+        sq, batch = shape[-2], math.prod(shape[:-2])
+        if not (sq % target.pe_cols == 0 or (batch == 1 and sq <= target.pe_cols)):
+            continue
+        # Both operands of a batch index are staged whole (transposed, contraction dim on
+        # partitions): only where they take at most a quarter of SBUF (attention's heads,
+        # not a Linear over every token).
+        contraction = U.shape(s_mm[0].operands[0])[-1]
+        itemsize = max(U.element_bytes(U.element_type(v)) for v in s_mm[0].operands)
+        tiles = -(-contraction // target.pe_rows)
+        staged = itemsize * (tiles * (sq + shape[-1]) +
+                             (-(-sq // target.pe_rows) + -(-shape[-1] // target.pe_rows))
+                             * contraction)
+        if staged <= target.sbuf_partition_bytes // 4:
+            pairs.append((scores[0], rows))
+    return pairs
 
 
 # The epilogue computes every value of a merged producer for one output tile at a time; a

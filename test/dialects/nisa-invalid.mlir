@@ -21,6 +21,17 @@ func.func @pool_psum() {
 
 // -----
 
+// Tests that tensor_tensor may not read both operands from PSUM.
+// CHECK: nisa-invalid.mlir:[[# @LINE + 4]]:3: error: 'nisa.tensor_tensor' op reads two operands from PSUM (an engine reads at most one; stage one in SBUF)
+func.func @two_psum_inputs() {
+  %a = "nisa.alloc"() {memory = "sbuf"} : () -> memref<128x64xf32, "sbuf">
+  %p = "nisa.alloc"() {memory = "psum"} : () -> memref<128x64xf32, "psum">
+  "nisa.tensor_tensor"(%a, %p, %p) {engine = "dve", op = "add", aps = [array<i64: 0, 64, 128, 1, 64>, array<i64: 0, 64, 128, 1, 64>, array<i64: 0, 64, 128, 1, 64>]} : (memref<128x64xf32, "sbuf">, memref<128x64xf32, "psum">, memref<128x64xf32, "psum">) -> ()
+  return
+}
+
+// -----
+
 // Tests that an instruction on the wrong engine is rejected.
 // CHECK: error: 'nisa.matmul' op cannot run on engine 'dve'; allowed: pe
 func.func @matmul_engine() {

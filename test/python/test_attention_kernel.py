@@ -50,7 +50,8 @@ def test_attention_on_chip_matches_eager_and_the_unfused_kernels(dtype, causal, 
     fused, fused_profile, fused_trn = _run(model, x, tmp_path, monkeypatch)
     torch._dynamo.reset()
     unfused, unfused_profile, unfused_trn = _run(model, x, tmp_path, monkeypatch,
-                                                 fuse_attention=False)
+                                                 fuse_attention=False,
+                                                 fuse_matmul_rows=False)
     assert 'kind = "attention"' in fused_trn
     assert 'kind = "attention"' not in unfused_trn
     tolerance = dict(atol=2e-2, rtol=2e-2) if dtype == torch.bfloat16 else {}
@@ -62,6 +63,59 @@ def test_attention_on_chip_matches_eager_and_the_unfused_kernels(dtype, causal, 
     # Scores and probabilities no longer cross HBM (4 bytes each, twice each way unfused).
     rows = 2 * 2 * seq * seq
     assert unfused_profile.dma_bytes - fused_profile.dma_bytes >= rows * dtype.itemsize * 3
+
+
+class SavedProbabilities(torch.nn.Module):
+    """A softmax whose probabilities are a result (as a training step saves them): no
+    attention kernel, but the scores can still stay on chip."""
+
+    def forward(self, q, k):
+        return (q @ k.transpose(-1, -2) * q.shape[-1] ** -0.5).softmax(-1)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_matmul_rows_keeps_the_scores_on_chip(dtype, tmp_path, monkeypatch):
+    """trn-fuse matmul-rows: the scores matmul and the softmax over its rows are one kernel;
+    the probabilities are those of the two kernels, and the scores do not cross HBM."""
+    torch.manual_seed(0)
+    q, k = (torch.randn(2, 3, 256, 32).to(dtype) for _ in range(2))
+    model = SavedProbabilities()
+    results = {}
+    for fused in (True, False):
+        torch._dynamo.reset()
+        dump = tmp_path / str(fused)
+        monkeypatch.setenv("TORCHNEURON_DUMP_DIR", str(dump))
+        out = torch.compile(model, backend="neuron",
+                            options={"fuse_matmul_rows": fused})(q, k)
+        trn = next(dump.glob("*.trn.mlir")).read_text()
+        assert backend.graph_reports()[-1].fully_compiled
+        results[fused] = (out, backend.compiled_graphs()[-1].last_profile, trn)
+    (on, on_profile, on_trn), (off, off_profile, off_trn) = results[True], results[False]
+    assert 'kind = "matmul_rows"' in on_trn and 'kind = "matmul_rows"' not in off_trn
+    tolerance = dict(atol=1e-2, rtol=1e-2) if dtype == torch.bfloat16 else {}
+    torch.testing.assert_close(on, model(q, k), **tolerance)
+    torch.testing.assert_close(on, off, atol=1e-6 if dtype == torch.float32 else 4e-3,
+                               rtol=1e-5 if dtype == torch.float32 else 4e-3)
+    scores = 2 * 3 * 256 * 256 * dtype.itemsize
+    assert off_profile.dma_bytes - on_profile.dma_bytes >= 2 * scores
+
+
+def test_matmul_rows_takes_the_softmax_gradient(tmp_path, monkeypatch):
+    """In a training step, the gradient of the probabilities (a matmul of the output's
+    gradient by the values) and the softmax backward over its rows form one kernel too."""
+    torch.manual_seed(0)
+    model = PackedAttention(64, 2, causal=False)
+    x = torch.randn(2, 128, 64, requires_grad=True)
+    monkeypatch.setenv("TORCHNEURON_DUMP_DIR", str(tmp_path))
+    compiled = torch.compile(model, backend="neuron")
+    compiled(x).sum().backward()
+    got = x.grad.clone()
+    x.grad = None
+    model(x).sum().backward()
+    backward = next(tmp_path.glob("*backward.trn.mlir")).read_text()
+    assert 'kind = "matmul_rows"' in backward
+    assert all(r.fully_compiled for r in backend.graph_reports()[-2:])
+    torch.testing.assert_close(got, x.grad, atol=1e-4, rtol=1e-4)
 
 
 def test_short_sequences_of_many_heads_keep_separate_kernels(tmp_path, monkeypatch):

@@ -3,6 +3,7 @@
 // RUN: neuron-opt --split-input-file --trn-fuse="keep-roundings=true" %s | FileCheck %s --check-prefix=KEEP
 // RUN: neuron-opt --split-input-file --trn-fuse="rows=false" %s | FileCheck %s --check-prefix=NOROWS
 // RUN: neuron-opt --split-input-file --trn-fuse="attention=false" %s | FileCheck %s --check-prefix=NOATTN
+// RUN: neuron-opt --split-input-file --trn-fuse="attention=false matmul-rows=false" %s | FileCheck %s --check-prefix=NONE
 // RUN: neuron-opt --split-input-file --trn-fuse="epilogue-producers=false" %s | FileCheck %s --check-prefix=NOPROD
 // RUN: neuron-opt --split-input-file --trn-fuse="mlp=false" %s | FileCheck %s --check-prefix=NOMLP
 // RUN: not neuron-opt --trn-fuse %S/Inputs/fuse-invalid.mlir 2>&1 | FileCheck %s --check-prefix=ERR
@@ -159,18 +160,25 @@ func.func @norm_with_saved_mean(%x: tensor<128x64xf32>, %w: tensor<64xf32>) -> (
 
 // -----
 
-// Tests that a matmul feeding a row-wise kernel keeps its own kernel (the row-wise group
-// took its bias add), and that rows too long for the SBUF budget (65536 fp32 = 256 KiB per
-// partition) are not grouped: that softmax keeps separate reduction kernels.
+// Tests that the row-wise group takes the bias add of a matmul feeding it, and the matmul
+// then joins it as a matmul_rows kernel (matmul-rows=false: the matmul keeps its own kernel);
+// and that rows too long for the SBUF budget (65536 fp32 = 256 KiB per partition) are not
+// grouped: that softmax keeps separate reduction kernels.
 // CHECK-LABEL: func.func @scores_softmax
-// CHECK: %[[MM:.*]] = "trn.kernel"() ({
-// CHECK-NEXT: "trn.matmul"
-// CHECK-NEXT: "trn.yield"
-// CHECK-NEXT: }) {kind = "matmul"}
 // CHECK: "trn.kernel"() ({
-// CHECK-NEXT: "trn.broadcast"(%arg2)
-// CHECK-NEXT: "trn.tensor_tensor"({{.*}}%[[MM]]) {op = "add"}
-// CHECK: }) {kind = "rows"}
+// CHECK: %[[MM:.*]] = "trn.matmul"
+// CHECK: "trn.tensor_tensor"({{.*}}%[[MM]]) {op = "add"}
+// CHECK: "trn.reduce"
+// CHECK: }) {kind = "matmul_rows"}
+// NONE-LABEL: func.func @scores_softmax
+// NONE: %[[MM:.*]] = "trn.kernel"() ({
+// NONE-NEXT: "trn.matmul"
+// NONE-NEXT: "trn.yield"
+// NONE-NEXT: }) {kind = "matmul"}
+// NONE: "trn.kernel"() ({
+// NONE-NEXT: "trn.broadcast"(%arg2)
+// NONE-NEXT: "trn.tensor_tensor"({{.*}}%[[MM]]) {op = "add"}
+// NONE: }) {kind = "rows"}
 // CHECK-LABEL: func.func @long_rows
 // CHECK-NOT: kind = "rows"
 // CHECK: return
@@ -204,11 +212,21 @@ func.func @long_rows(%x: tensor<4x65536xf32>) -> tensor<4x65536xf32> {
 // CHECK-NEXT: "trn.matmul"(%[[P]], %arg2)
 // CHECK: }) {kind = "attention"}
 // CHECK-NOT: "trn.kernel"
+// Without attention kernels the scores still stay on chip: the scores matmul and the softmax
+// form a matmul_rows kernel, which the values' matmul reads from HBM; with neither, three
+// kernels.
 // NOATTN-LABEL: func.func @attention
-// NOATTN: kind = "matmul"
-// NOATTN: kind = "rows"
+// NOATTN: "trn.kernel"() ({
+// NOATTN-NEXT: "trn.matmul"(%arg0, %arg1)
+// NOATTN: "trn.reduce"({{.*}}op = "max"
+// NOATTN: }) {kind = "matmul_rows"}
 // NOATTN: kind = "matmul"
 // NOATTN-NOT: kind = "attention"
+// NONE-LABEL: func.func @attention
+// NONE: kind = "matmul"
+// NONE: kind = "rows"
+// NONE: kind = "matmul"
+// NONE-NOT: kind = "matmul_rows"
 func.func @attention(%q: tensor<2x128x32xbf16>, %kt: tensor<2x32x128xbf16>, %v: tensor<2x128x32xbf16>) -> tensor<2x128x32xbf16> {
   %s = "trn.matmul"(%q, %kt) : (tensor<2x128x32xbf16>, tensor<2x32x128xbf16>) -> tensor<2x128x128xf32>
   %sb = "trn.convert"(%s) : (tensor<2x128x128xf32>) -> tensor<2x128x128xbf16>
