@@ -29,7 +29,8 @@ Groups formed:
 - epilogue producers: an elementwise kernel over the matmul's result shape that only the
   matmul kernel's epilogue reads (GELU's derivative, multiplied into the gradient a backward
   matmul produces) is computed inside that epilogue, tile by tile, so its value never
-  reaches HBM;
+  reaches HBM; one read through a reshape to that shape ([batch, tokens, hidden] against
+  [tokens, hidden]) is first rebuilt in it;
 - mlp (kind "mlp"), merged last: a 2-D matmul kernel whose epilogue is per output feature
   (bias, activation) and whose result only another 2-D matmul kernel reads, as its left
   operand: Linear - activation - Linear, with both weights resident in SBUF and the hidden
@@ -111,6 +112,7 @@ class Fuse(Pass):
                 for pair in matmul_rows_pairs(func, get_target(self.target or None)):
                     merge_kernels(pair, "matmul_rows")
             if self.epilogue_producers and self.matmul_epilogue and self.elementwise:
+                reshape_epilogue_producers(func)
                 # One at a time: a merge replaces the matmul kernel another pair may name.
                 while pairs := epilogue_producer_pairs(func):
                     merge_kernels(pairs[0], "matmul")
@@ -995,6 +997,61 @@ def epilogue_producer_pairs(func: ir.Operation) -> list[tuple]:
             continue
         pairs.append((producer, consumer))
     return pairs
+
+
+def reshape_epilogue_producers(func: ir.Operation) -> None:
+    """An elementwise kernel read only through one reshape, inside a matmul kernel, to that
+    matmul's result shape (GELU's derivative over [batch, tokens, hidden], multiplied into a
+    backward matmul's [tokens, hidden] product) is rebuilt in the reshaped shape, its inputs
+    read through reshapes: elementwise ops do not care about shape, and the matmul's epilogue
+    can then take it (epilogue_producer_pairs). Only where every value the kernel reads has
+    its result's shape (no broadcast operand to reshape)."""
+    for producer in U.body_ops(func):
+        if producer.name != "trn.kernel" or U.str_attr(producer, "kind") != "elementwise":
+            continue
+        uses = list(producer.results[0].uses)
+        if len(uses) != 1:
+            continue
+        reshape = U.operation(uses[0].owner)
+        consumer = U.operation(reshape.parent)
+        if reshape.name != "trn.reshape" or consumer.name != "trn.kernel" or \
+                U.str_attr(consumer, "kind") != "matmul" or consumer.parent != producer.parent:
+            continue
+        matmuls = [op for op in kernel_body(consumer) if op.name == "trn.matmul"]
+        if len(matmuls) != 1 or U.shape(reshape.results[0]) != U.shape(matmuls[0].results[0]):
+            continue
+        body = kernel_body(producer)
+        shape = U.shape(producer.results[0])
+        computed = {r for op in body for r in op.results}
+        if any(op.name not in ELEMENTWISE_OPS or op.name in SOURCE_OPS
+               for op in body[:-1]) or \
+                any(U.shape(v) != shape for op in body[:-1] for v in op.operands
+                    if v not in computed):
+            continue
+        new_shape = U.shape(reshape.results[0])
+        with ir.InsertionPoint(producer), producer.location:
+            rebuilt = build_kernel("elementwise", reshape.results[0].type)
+        mapping: dict = {}
+        with ir.InsertionPoint(rebuilt.regions[0].blocks[0]):
+            for op in body[:-1]:
+                operands = []
+                for v in op.operands:
+                    if v not in mapping and v not in computed:
+                        mapping[v] = U.create("trn.reshape", [U.tensor_type(
+                            new_shape, U.element_type(v))], [v], {}, loc=op.location).results[0]
+                    operands.append(mapping[v])
+                clone = U.create(op.name, [U.tensor_type(new_shape, U.element_type(r))
+                                           for r in op.results], operands,
+                                 U.attributes_of(op), loc=op.location)
+                for old, new in zip(op.results, clone.results):
+                    mapping[old] = new
+            build_yield(mapping[body[-1].operands[0]], loc=body[-1].location)
+        for name in producer.attributes:
+            if name != "kind":
+                rebuilt.attributes[name] = producer.attributes[name]
+        reshape.results[0].replace_all_uses_with(rebuilt.results[0])
+        reshape.erase()
+        producer.erase()
 
 
 def mlp_pairs(func: ir.Operation, target) -> list[tuple]:

@@ -357,6 +357,37 @@ func.func @gelu_backward(%w: tensor<256x128xbf16>, %dy: tensor<128x128xbf16>, %x
 }
 
 
+// Tests that an elementwise kernel read through a reshape to the matmul's shape (GELU's
+// derivative over [batch, tokens, hidden] in a backward) is rebuilt in that shape, its input
+// read through a reshape, and joins the epilogue.
+// CHECK-LABEL: func.func @gelu_backward_batched
+// CHECK: "trn.kernel"() ({
+// CHECK-NEXT: %[[X:.*]] = "trn.reshape"(%arg2) : (tensor<2x64x256xbf16>) -> tensor<128x256xbf16>
+// CHECK-NEXT: %[[C:.*]] = "trn.convert"(%[[X]]) : (tensor<128x256xbf16>) -> tensor<128x256xf32>
+// CHECK-NEXT: "trn.activation"(%[[C]]) {{.*}}func = "erf"
+// CHECK-NEXT: "trn.tensor_tensor"(%[[C]], %[[C]]) {op = "mul"}
+// CHECK-NEXT: %[[D:.*]] = "trn.tensor_tensor"
+// CHECK-NEXT: "trn.transpose"(%arg0)
+// CHECK-NEXT: %[[MM:.*]] = "trn.matmul"
+// CHECK-NEXT: "trn.tensor_tensor"(%[[MM]], %[[D]]) {op = "mul"}
+// CHECK: }) {kind = "matmul"}
+// CHECK-NOT: "trn.kernel"
+// NOPROD-LABEL: func.func @gelu_backward_batched
+// NOPROD: kind = "elementwise"} : () -> tensor<2x64x256xf32>
+// NOPROD: kind = "matmul"
+func.func @gelu_backward_batched(%w: tensor<256x128xbf16>, %dy: tensor<128x128xbf16>, %x: tensor<2x64x256xbf16>) -> tensor<128x256xbf16> {
+  %t = "trn.transpose"(%w) {permutation = array<i64: 1, 0>} : (tensor<256x128xbf16>) -> tensor<128x256xbf16>
+  %mm = "trn.matmul"(%dy, %t) : (tensor<128x128xbf16>, tensor<128x256xbf16>) -> tensor<128x256xf32>
+  %c = "trn.convert"(%x) : (tensor<2x64x256xbf16>) -> tensor<2x64x256xf32>
+  %e = "trn.activation"(%c) {bias = 0.0 : f32, func = "erf", scale = 0.707106769 : f32} : (tensor<2x64x256xf32>) -> tensor<2x64x256xf32>
+  %sq = "trn.tensor_tensor"(%c, %c) {op = "mul"} : (tensor<2x64x256xf32>, tensor<2x64x256xf32>) -> tensor<2x64x256xf32>
+  %d = "trn.tensor_tensor"(%e, %sq) {op = "add"} : (tensor<2x64x256xf32>, tensor<2x64x256xf32>) -> tensor<2x64x256xf32>
+  %dr = "trn.reshape"(%d) : (tensor<2x64x256xf32>) -> tensor<128x256xf32>
+  %g = "trn.tensor_tensor"(%mm, %dr) {op = "mul"} : (tensor<128x256xf32>, tensor<128x256xf32>) -> tensor<128x256xf32>
+  %r = "trn.convert"(%g) : (tensor<128x256xf32>) -> tensor<128x256xbf16>
+  return %r : tensor<128x256xbf16>
+}
+
 // -----
 
 // Tests that Linear - GELU - Linear becomes one mlp kernel: the first matmul with its bias
