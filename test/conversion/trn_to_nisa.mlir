@@ -1163,3 +1163,25 @@ func.func @returned_views(%x: tensor<128x64xf32>) -> (tensor<2x64x64xf32>, tenso
   %t = "trn.transpose"(%a) {permutation = array<i64: 1, 0>} : (tensor<128x64xf32>) -> tensor<64x128xf32>
   return %v, %t, %e : tensor<2x64x64xf32>, tensor<64x128xf32>, tensor<128x64xf32>
 }
+
+// -----
+
+// Tests that a matmul operand whose rows (K on partitions) span at most one moving tile is
+// loaded a whole row panel at a time, [128, 256] in runs of 512 B (split over two queues by
+// partitions), and each output tile's matmul reads its columns from that panel, instead of one
+// [128, 128] load in runs of 256 B per output tile.
+// CHECK-LABEL: func.func @whole_rows
+// CHECK: "nisa.dma"(%[[PANEL:.*]], %arg0) {aps = [array<i64: 0, 256, 64, 1, 256>, array<i64: 0, 256, 64, 1, 256>]
+// CHECK-NEXT: "nisa.dma"(%[[PANEL]], %arg0) {aps = [array<i64: 16384, 256, 64, 1, 256>, array<i64: 16384, 256, 64, 1, 256>]
+// CHECK: "nisa.matmul"({{.*}}, %[[PANEL]], {{.*}}aps = [{{.*}}, array<i64: 0, 256, 128, 1, 128>,
+// CHECK: "nisa.matmul"({{.*}}, %[[PANEL]], {{.*}}aps = [{{.*}}, array<i64: 128, 256, 128, 1, 128>,
+// CHECK-NOT: "nisa.dma"({{.*}}, %arg0)
+func.func @whole_rows(%p: tensor<128x256xbf16>, %v: tensor<128x64xbf16>) -> tensor<256x64xbf16> {
+  %0 = "trn.kernel"() ({
+    %t = "trn.transpose"(%p) {permutation = array<i64: 1, 0>} : (tensor<128x256xbf16>) -> tensor<256x128xbf16>
+    %m = "trn.matmul"(%t, %v) : (tensor<256x128xbf16>, tensor<128x64xbf16>) -> tensor<256x64xf32>
+    %c = "trn.convert"(%m) : (tensor<256x64xf32>) -> tensor<256x64xbf16>
+    "trn.yield"(%c) : (tensor<256x64xbf16>) -> ()
+  }) {kind = "matmul", orientation = "mn"} : () -> tensor<256x64xbf16>
+  return %0 : tensor<256x64xbf16>
+}
