@@ -1166,8 +1166,8 @@ func.func @returned_views(%x: tensor<128x64xf32>) -> (tensor<2x64x64xf32>, tenso
 
 // -----
 
-// Tests that a matmul operand whose rows (K on partitions) span at most one moving tile is
-// loaded a whole row panel at a time, [128, 256] in runs of 512 B (split over two queues by
+// Tests that a matmul operand (K on partitions) is loaded a row panel of up to one moving tile
+// (512 columns) at a time, here [128, 256] in runs of 512 B (split over two queues by
 // partitions), and each output tile's matmul reads its columns from that panel, instead of one
 // [128, 128] load in runs of 256 B per output tile.
 // CHECK-LABEL: func.func @whole_rows
