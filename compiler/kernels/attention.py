@@ -158,7 +158,7 @@ def lower_attention(em: Emitter, body: list[ir.Operation], views: dict,
     if all(w is not None for w in wide) and \
             q_view.shape[-3] == kt_view.shape[-3] == (v_view or q_view).shape[-3] and \
             (tk % d == 0 or d % tk == 0) and \
-            _staged_bytes(q_view.shape[-3], d, dv, sq, sk, etype1, etype2, tk) <= \
+            staged_bytes(q_view.shape[-3], d, dv, sq, sk, etype1, etype2, tk) <= \
             em.target.sbuf_partition_bytes // 4:
         heads = q_view.shape[-3]
         q_view, kt_view = wide[:2]
@@ -380,8 +380,8 @@ def _merge_heads(view: HbmView, axis: int) -> HbmView | None:
     return view.relaid(view.offset, tuple(shape), tuple(strides))
 
 
-def _staged_bytes(heads: int, d: int, dv: int, sq: int, sk: int, qk_type: ir.Type,
-                  v_type: ir.Type, tk: int) -> int:
+def staged_bytes(heads: int, d: int, dv: int, sq: int, sk: int, qk_type: ir.Type,
+                 v_type: ir.Type, tk: int) -> int:
     """Bytes per partition that one batch index's Q^T and K^T (each head's d rows on
     partitions, with the row panels they are transposed from) and V (all heads' columns per
     128 keys) take staged."""

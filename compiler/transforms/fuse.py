@@ -58,6 +58,7 @@ from torchneuron.compiler.kernels.tile_ops import (
     ELEMENTWISE_OPS, SOURCE_OPS, UNARY_OPS, VIEW_OPS,
 )
 from torchneuron.compiler.passes import Pass, register
+from torchneuron.compiler.kernels import attention as attention_kernel
 from torchneuron.compiler.kernels import mlp as mlp_kernel
 from torchneuron.compiler.transforms.tile import kernel_body, layout_of
 from torchneuron.dialects.trn import build_kernel, build_yield
@@ -907,14 +908,27 @@ def attention_triples(func: ir.Operation, target) -> list[tuple]:
         output = U.operation(U.operation(uses[0].owner).parent)
         if output.name != "trn.kernel" or U.str_attr(output, "kind") != "matmul":
             continue
-        producers = {U.defining_op(v) for op in kernel_body(rows) for v in op.operands}
-        scores = [k for k in producers if k is not None and k.name == "trn.kernel"
-                  and U.str_attr(k, "kind") == "matmul" and k.parent == rows.parent]
-        if len(scores) != 1 or len(list(scores[0].results[0].uses)) != 1:
-            continue
-        if _attention_shapes(scores[0], rows, output, target):
-            triples.append((scores[0], rows, output))
+        scores = _scores_kernel(rows)
+        if scores is not None and _attention_shapes(scores, rows, output, target):
+            triples.append((scores, rows, output))
     return triples
+
+
+def _scores_kernel(rows: ir.Operation) -> ir.Operation | None:
+    """The one matmul kernel the row-wise kernel `rows` reads, where nothing else reads it."""
+    producers = {U.defining_op(v) for op in kernel_body(rows) for v in op.operands}
+    scores = [k for k in producers if k is not None and k.name == "trn.kernel"
+              and U.str_attr(k, "kind") == "matmul" and k.parent == rows.parent]
+    if len(scores) != 1 or len(list(scores[0].results[0].uses)) != 1:
+        return None
+    return scores[0]
+
+
+def _query_blocks_fit(shape: list[int], target) -> bool:
+    """A [.., Sq, Sk] scores shape the lowering takes 128 rows of one batch index at a time:
+    Sq a multiple of 128, or one batch of at most 128 rows."""
+    sq = shape[-2]
+    return sq % target.pe_cols == 0 or (math.prod(shape[:-2]) == 1 and sq <= target.pe_cols)
 
 
 def matmul_rows_pairs(func: ir.Operation, target) -> list[tuple]:
@@ -926,12 +940,10 @@ def matmul_rows_pairs(func: ir.Operation, target) -> list[tuple]:
     for rows in U.body_ops(func):
         if rows.name != "trn.kernel" or U.str_attr(rows, "kind") != "rows":
             continue
-        producers = {U.defining_op(v) for op in kernel_body(rows) for v in op.operands}
-        scores = [k for k in producers if k is not None and k.name == "trn.kernel"
-                  and U.str_attr(k, "kind") == "matmul" and k.parent == rows.parent]
-        if len(scores) != 1 or len(list(scores[0].results[0].uses)) != 1:
+        scores = _scores_kernel(rows)
+        if scores is None:
             continue
-        s_body = kernel_body(scores[0])
+        s_body = kernel_body(scores)
         s_mm = [op for op in s_body if op.name == "trn.matmul"]
         if len(s_mm) != 1 or not _unary_epilogue(s_body, s_mm[0]):
             continue
@@ -942,23 +954,19 @@ def matmul_rows_pairs(func: ir.Operation, target) -> list[tuple]:
             continue
         # The rows kernel reads the scores as they are or through reshapes (the lowering
         # locates a row tile's scores by their row-major position).
-        readers = [U.operation(u.owner) for u in scores[0].results[0].uses]
-        if any(r.name in VIEW_OPS and r.name != "trn.reshape" for r in readers):
-            continue
-        sq, batch = shape[-2], math.prod(shape[:-2])
-        if not (sq % target.pe_cols == 0 or (batch == 1 and sq <= target.pe_cols)):
+        readers = [U.operation(u.owner) for u in scores.results[0].uses]
+        if any(r.name in VIEW_OPS and r.name != "trn.reshape" for r in readers) or \
+                not _query_blocks_fit(shape, target):
             continue
         # Both operands of a batch index are staged whole (transposed, contraction dim on
         # partitions): only where they take at most a quarter of SBUF (attention's heads,
         # not a Linear over every token).
-        contraction = U.shape(s_mm[0].operands[0])[-1]
-        itemsize = max(U.element_bytes(U.element_type(v)) for v in s_mm[0].operands)
-        tiles = -(-contraction // target.pe_rows)
-        staged = itemsize * (tiles * (sq + shape[-1]) +
-                             (-(-sq // target.pe_rows) + -(-shape[-1] // target.pe_rows))
-                             * contraction)
+        etype = max((U.element_type(v) for v in s_mm[0].operands), key=U.element_bytes)
+        staged = attention_kernel.staged_bytes(1, U.shape(s_mm[0].operands[0])[-1], 0,
+                                               shape[-2], shape[-1], etype, etype,
+                                               target.pe_rows)
         if staged <= target.sbuf_partition_bytes // 4:
-            pairs.append((scores[0], rows))
+            pairs.append((scores, rows))
     return pairs
 
 
@@ -1161,11 +1169,7 @@ def _attention_shapes(scores: ir.Operation, rows: ir.Operation, output: ir.Opera
     space = _row_space(reduces[0]) if reduces else None
     if space is None or space.row_elements != scores_shape[-1]:
         return False
-    sq = scores_shape[-2]
-    batch = 1
-    for n in scores_shape[:-2]:
-        batch *= n
-    return sq % target.pe_cols == 0 or (batch == 1 and sq <= target.pe_cols)
+    return _query_blocks_fit(scores_shape, target)
 
 
 def merge_kernels(kernels: tuple, kind: str) -> ir.Operation:
