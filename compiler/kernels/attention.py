@@ -156,7 +156,8 @@ def lower_attention(em: Emitter, body: list[ir.Operation], views: dict,
         ([_merge_heads(v_view, -1)] if second is not None else [])
     heads = 1
     if all(w is not None for w in wide) and \
-            q_view.shape[-3] == kt_view.shape[-3] == (v_view or q_view).shape[-3] and \
+            q_view.shape[-3] == kt_view.shape[-3] == \
+            (v_view if v_view is not None else q_view).shape[-3] and \
             (tk % d == 0 or d % tk == 0) and \
             staged_bytes(q_view.shape[-3], d, dv, sq, sk, etype1, etype2, tk) <= \
             em.target.sbuf_partition_bytes // 4:

@@ -1028,11 +1028,17 @@ def reshape_epilogue_producers(func: ir.Operation) -> None:
         matmuls = [op for op in kernel_body(consumer) if op.name == "trn.matmul"]
         if len(matmuls) != 1 or U.shape(reshape.results[0]) != U.shape(matmuls[0].results[0]):
             continue
+        c_body = kernel_body(consumer)
+        after = set(c_body[c_body.index(matmuls[0]) + 1:])
+        if not all(U.operation(u.owner) in after and
+                   U.operation(u.owner).name in ELEMENTWISE_OPS for u in reshape.results[0].uses):
+            continue        # (epilogue_producer_pairs' conditions: rebuilt only to merge)
         body = kernel_body(producer)
         shape = U.shape(producer.results[0])
         computed = {r for op in body for r in op.results}
-        if any(op.name not in ELEMENTWISE_OPS or op.name in SOURCE_OPS
-               for op in body[:-1]) or \
+        if len(body) - 1 > MAX_MERGED_PRODUCER_OPS or \
+                any(op.name not in ELEMENTWISE_OPS or op.name in SOURCE_OPS
+                    for op in body[:-1]) or \
                 any(U.shape(v) != shape for op in body[:-1] for v in op.operands
                     if v not in computed):
             continue
