@@ -365,7 +365,7 @@ def lower_rows(em: Emitter, body: list[ir.Operation], views: dict,
                     em.tensor_reduce(unscaled, operand(x), "max")
                     em.tensor_scalar(dst, unscaled, "mul", factor)
                 elif op.name == "trn.reduce":
-                    em.tensor_reduce(dst, tiles[op.operands[0]], U.str_attr(op, "op"))
+                    _reduce(em, dst, tiles[op.operands[0]], U.str_attr(op, "op"))
                 elif op.name == "trn.tensor_tensor" and \
                         sum(v in broadcast_of for v in op.operands) == 1:
                     lhs, rhs = op.operands
@@ -535,6 +535,22 @@ def _spread(em: Emitter, per_row: Tile, row_elements: int) -> Tile:
     tile = em.alloc("sbuf", per_row.partitions, row_elements, per_row.element_type)
     em.copy(tile, per_row.pattern(0, [(0, row_elements)]))
     return tile
+
+
+def _reduce(em: Emitter, dst: Tile, src: Tile, op: str) -> None:
+    """dst [P, 1] = the reduction of each row of src. A sum goes to ACT, as an identity
+    activation that accumulates its fp32 results (the same sum; its output, rounded to bf16,
+    is not read), where DVE has more work than ACT by more than the sum takes there: the
+    rows' other work may leave DVE the busier (a softmax's backward: two tensor_tensors and
+    the sum on DVE, the rest on ACT). Only for fp32 rows: DVE sums bf16 at two elements per
+    cycle."""
+    if op == "add" and dst.free == 1 and src.element_type == ir.F32Type.get():
+        act = em.busy_ns("act", src.free + em.target.min_ii)
+        if em.engine_work["dve"] - em.engine_work["act"] > act:
+            discarded = em.alloc("sbuf", src.partitions, src.free, ir.BF16Type.get())
+            em.activation(discarded, src, "identity", 1.0, None, accum=dst)
+            return
+    em.tensor_reduce(dst, src, op)
 
 
 def _psum_in_place(op: ir.Operation, etype: ir.Type, tiles: dict, produced: set,

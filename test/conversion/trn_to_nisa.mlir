@@ -425,9 +425,10 @@ func.func @zero_elements(%x: tensor<0x4xf32>) -> (tensor<0x4xf32>, tensor<2x0xf3
 
 // Tests the lowering of a row-wise kernel (a norm): rows on partitions, whole rows on the
 // free axis. The weight, constant over the rows, is loaded once (partition stride 0) before
-// the two 128-row tiles; each tile loads its rows once, reduces them on DVE into a [P, 1]
-// per-row value, subtracts it through tensor_scalar's per-partition operand (no broadcast is
-// materialised) and stores the result once.
+// the two 128-row tiles; each tile loads its rows once, reduces them into a [P, 1] per-row
+// value (on DVE; the second tile's sum on ACT, an identity activation accumulating its
+// results, as DVE holds more work by then), subtracts it through tensor_scalar's
+// per-partition operand (no broadcast is materialised) and stores the result once.
 // CHECK-LABEL: func.func @norm
 // CHECK-SAME: (%[[X:.*]]: memref<256x64xf32, "hbm">, %[[W:.*]]: memref<64xf32, "hbm">, %[[OUT:.*]]: memref<256x64xf32, "hbm">)
 // CHECK: "nisa.dma"(%{{.*}}, %[[W]]) {aps = [array<i64: 0, 64, 128, 1, 64>, array<i64: 0, 0, 128, 1, 64>]
@@ -440,7 +441,7 @@ func.func @zero_elements(%x: tensor<0x4xf32>) -> (tensor<0x4xf32>, tensor<2x0xf3
 // CHECK: "nisa.dma"(%[[OUT]], %{{.*}}) {aps = [array<i64: [[ROW]], 64, 128, 1, 64>
 // CHECK: "nisa.dma"(%{{.*}}, %[[X]]) {aps = [array<i64: 0, 64, 128, 1, 64>, array<i64: [[ROW2:[0-9]+]], 64, 128, 1, 64>]
 // CHECK-NOT: "nisa.dma"
-// CHECK: "nisa.tensor_reduce"({{.*}}op = "add"
+// CHECK: "nisa.activation"({{.*}}engine = "act", func = "identity", operandSegmentSizes = array<i32: 1, 1, 0, 0, 1>
 // CHECK: "nisa.tensor_scalar"({{.*}}op0 = "mul"
 // CHECK: "nisa.tensor_scalar"(%{{.*}}, %{{.*}}, %{{.*}}) {aps = [array<i64: 0, 64, 128, 1, 64>, array<i64: 0, 64, 128, 1, 64>, array<i64: 0, 1, 128, 1, 1>]{{.*}}op0 = "sub"
 // CHECK: "nisa.tensor_tensor"({{.*}}op = "mul"
@@ -1184,4 +1185,27 @@ func.func @whole_rows(%p: tensor<128x256xbf16>, %v: tensor<128x64xbf16>) -> tens
     "trn.yield"(%c) : (tensor<256x64xbf16>) -> ()
   }) {kind = "matmul", orientation = "mn"} : () -> tensor<256x64xbf16>
   return %0 : tensor<256x64xbf16>
+}
+
+// -----
+
+// Tests that a row-wise kernel's fp32 sum goes to ACT, as an identity activation accumulating
+// its results (its bf16 output unread), where DVE has more work already (here the product it
+// sums, two cycles per fp32 element).
+// CHECK-LABEL: func.func @sum_on_act
+// CHECK: "nisa.tensor_tensor"(%[[T:[0-9]+]], %{{[0-9]+}}, %{{[0-9]+}}) {{.*}}engine = "dve", op = "mul"
+// CHECK-NOT: "nisa.tensor_reduce"
+// CHECK: "nisa.activation"(%{{[0-9]+}}, %[[T]], %{{[0-9]+}}) {{.*}}engine = "act", func = "identity", operandSegmentSizes = array<i32: 1, 1, 0, 0, 1>
+// CHECK-NOT: "nisa.tensor_reduce"
+// CHECK: return
+func.func @sum_on_act(%g: tensor<128x256xf32>, %p: tensor<128x256xf32>) -> tensor<128x256xf32> {
+  %0 = "trn.kernel"() ({
+    %t = "trn.tensor_tensor"(%g, %p) {op = "mul"} : (tensor<128x256xf32>, tensor<128x256xf32>) -> tensor<128x256xf32>
+    %s = "trn.reduce"(%t) {op = "add", dimensions = array<i64: 1>} : (tensor<128x256xf32>) -> tensor<128xf32>
+    %sb = "trn.broadcast"(%s) {dimensions = array<i64: 1>} : (tensor<128xf32>) -> tensor<128x256xf32>
+    %ps = "trn.tensor_tensor"(%p, %sb) {op = "mul"} : (tensor<128x256xf32>, tensor<128x256xf32>) -> tensor<128x256xf32>
+    %d = "trn.tensor_tensor"(%t, %ps) {op = "sub"} : (tensor<128x256xf32>, tensor<128x256xf32>) -> tensor<128x256xf32>
+    "trn.yield"(%d) : (tensor<128x256xf32>) -> ()
+  }) {kind = "rows"} : () -> tensor<128x256xf32>
+  return %0 : tensor<128x256xf32>
 }
