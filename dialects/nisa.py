@@ -315,13 +315,13 @@ class ActivationOp(Nisa.Operation, name="activation"):
 
 def _check_tensor_tensor(op) -> None:
     require(string(op, "op") in ALU_OPS, f"unknown ALU operation '{string(op, 'op')}'")
-    _at_most_one_psum_input(op, 1)
+    _at_most_one_psum_input(op)
 
 
-def _at_most_one_psum_input(op, first_input: int) -> None:
+def _at_most_one_psum_input(op) -> None:
     """An engine reads at most one operand from PSUM (TARGET.md: tensor_tensor's two inputs
-    may not both be in PSUM; the same for select's)."""
-    inputs = [v for v in list(op.operands)[first_input:] if memory_of(v) == "psum"]
+    may not both be in PSUM; the same for select's). Operand 0 is the destination."""
+    inputs = [v for v in list(op.operands)[1:] if memory_of(v) == "psum"]
     require(len(inputs) <= 1, "reads two operands from PSUM (an engine reads at most one; "
             "stage one in SBUF)")
 
@@ -455,7 +455,7 @@ class SelectOp(Nisa.Operation, name="select"):
     on_false: Buffer
     engine: ir.StringAttr
     aps: ir.ArrayAttr
-    verify_invariants = _instruction_verifier(lambda op: _at_most_one_psum_input(op, 1))
+    verify_invariants = _instruction_verifier(_at_most_one_psum_input)
 
 
 class NopOp(Nisa.Operation, name="nop"):

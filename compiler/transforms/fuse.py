@@ -924,6 +924,14 @@ def _scores_kernel(rows: ir.Operation) -> ir.Operation | None:
     return scores[0]
 
 
+def _rows_of(rows: ir.Operation, length: int) -> bool:
+    """Whether the row-wise kernel `rows` reduces rows of `length` elements (the scores'
+    last dim)."""
+    reduces = [op for op in kernel_body(rows) if op.name == "trn.reduce"]
+    space = _row_space(reduces[0]) if reduces else None
+    return space is not None and space.row_elements == length
+
+
 def _query_blocks_fit(shape: list[int], target) -> bool:
     """A [.., Sq, Sk] scores shape the lowering takes 128 rows of one batch index at a time:
     Sq a multiple of 128, or one batch of at most 128 rows."""
@@ -948,9 +956,7 @@ def matmul_rows_pairs(func: ir.Operation, target) -> list[tuple]:
         if len(s_mm) != 1 or not _unary_epilogue(s_body, s_mm[0]):
             continue
         shape = U.shape(s_mm[0].results[0])
-        reduces = [op for op in kernel_body(rows) if op.name == "trn.reduce"]
-        space = _row_space(reduces[0]) if reduces else None
-        if len(shape) < 2 or space is None or space.row_elements != shape[-1]:
+        if len(shape) < 2 or not _rows_of(rows, shape[-1]):
             continue
         # The rows kernel reads the scores as they are or through reshapes (the lowering
         # locates a row tile's scores by their row-major position).
@@ -990,21 +996,33 @@ def epilogue_producer_pairs(func: ir.Operation) -> list[tuple]:
         if consumer.name != "trn.kernel" or U.str_attr(consumer, "kind") != "matmul" \
                 or consumer.parent != producer.parent:
             continue
-        body = kernel_body(consumer)
-        matmuls = [op for op in body if op.name == "trn.matmul"]
         readers = [U.operation(u.owner) for u in uses]
-        if len(matmuls) != 1 or any(r.parent != consumer for r in readers):
-            continue
-        after = set(body[body.index(matmuls[0]) + 1:])
-        if not all(r in after and r.name in ELEMENTWISE_OPS for r in readers):
-            continue
-        if U.shape(producer.results[0]) != U.shape(matmuls[0].results[0]):
-            continue
-        computed = [op for op in kernel_body(producer) if op.name in ELEMENTWISE_OPS]
-        if len(computed) > MAX_MERGED_PRODUCER_OPS:
+        matmul = _epilogue_matmul(consumer, readers)
+        if matmul is None or U.shape(producer.results[0]) != U.shape(matmul.results[0]) or \
+                not _mergeable_producer(producer):
             continue
         pairs.append((producer, consumer))
     return pairs
+
+
+def _epilogue_matmul(consumer: ir.Operation, readers: list[ir.Operation]) -> ir.Operation | None:
+    """The one matmul of kernel `consumer` where every op of `readers` is an elementwise op
+    of its epilogue (inside the kernel, after the matmul); None otherwise."""
+    body = kernel_body(consumer)
+    matmuls = [op for op in body if op.name == "trn.matmul"]
+    if len(matmuls) != 1 or any(r.parent != consumer for r in readers):
+        return None
+    after = set(body[body.index(matmuls[0]) + 1:])
+    if not all(r in after and r.name in ELEMENTWISE_OPS for r in readers):
+        return None
+    return matmuls[0]
+
+
+def _mergeable_producer(producer: ir.Operation) -> bool:
+    """An elementwise kernel small enough for an epilogue to compute (see
+    MAX_MERGED_PRODUCER_OPS)."""
+    computed = [op for op in kernel_body(producer) if op.name in ELEMENTWISE_OPS]
+    return len(computed) <= MAX_MERGED_PRODUCER_OPS
 
 
 def reshape_epilogue_producers(func: ir.Operation) -> None:
@@ -1025,20 +1043,17 @@ def reshape_epilogue_producers(func: ir.Operation) -> None:
         if reshape.name != "trn.reshape" or consumer.name != "trn.kernel" or \
                 U.str_attr(consumer, "kind") != "matmul" or consumer.parent != producer.parent:
             continue
-        matmuls = [op for op in kernel_body(consumer) if op.name == "trn.matmul"]
-        if len(matmuls) != 1 or U.shape(reshape.results[0]) != U.shape(matmuls[0].results[0]):
+        # (epilogue_producer_pairs' conditions: rebuilt only where it then merges.)
+        matmul = _epilogue_matmul(consumer, [U.operation(u.owner)
+                                             for u in reshape.results[0].uses])
+        if matmul is None or U.shape(reshape.results[0]) != U.shape(matmul.results[0]) or \
+                not _mergeable_producer(producer):
             continue
-        c_body = kernel_body(consumer)
-        after = set(c_body[c_body.index(matmuls[0]) + 1:])
-        if not all(U.operation(u.owner) in after and
-                   U.operation(u.owner).name in ELEMENTWISE_OPS for u in reshape.results[0].uses):
-            continue        # (epilogue_producer_pairs' conditions: rebuilt only to merge)
         body = kernel_body(producer)
         shape = U.shape(producer.results[0])
         computed = {r for op in body for r in op.results}
-        if len(body) - 1 > MAX_MERGED_PRODUCER_OPS or \
-                any(op.name not in ELEMENTWISE_OPS or op.name in SOURCE_OPS
-                    for op in body[:-1]) or \
+        if any(op.name not in ELEMENTWISE_OPS or op.name in SOURCE_OPS
+               for op in body[:-1]) or \
                 any(U.shape(v) != shape for op in body[:-1] for v in op.operands
                     if v not in computed):
             continue
@@ -1171,11 +1186,7 @@ def _attention_shapes(scores: ir.Operation, rows: ir.Operation, output: ir.Opera
         value = producer.operands[0]
     if value != rows.results[0]:
         return False
-    reduces = [op for op in kernel_body(rows) if op.name == "trn.reduce"]
-    space = _row_space(reduces[0]) if reduces else None
-    if space is None or space.row_elements != scores_shape[-1]:
-        return False
-    return _query_blocks_fit(scores_shape, target)
+    return _rows_of(rows, scores_shape[-1]) and _query_blocks_fit(scores_shape, target)
 
 
 def merge_kernels(kernels: tuple, kind: str) -> ir.Operation:
