@@ -40,6 +40,9 @@ class CompileOptions:
     # trn-fuse epilogue-producers: an elementwise kernel only a matmul's epilogue reads is
     # computed in that epilogue
     fuse_epilogue_producers: bool = True
+    # trn-fuse epilogue-results: an elementwise kernel reading a matmul's result that is also
+    # stored runs in the matmul's epilogue, the kernel storing both
+    fuse_epilogue_results: bool = True
     fuse_mlp: bool = True             # trn-fuse mlp: Linear - activation - Linear in one kernel
     layout_assignment: bool = True    # trn-layout: matmul results stored as consumers read them
     # trn-layout attention-token-major: attention outputs stored as [B, S, H, Dv] where the
@@ -85,6 +88,7 @@ def stages(options: CompileOptions) -> list[Stage]:
             f"attention={str(options.fuse_attention).lower()} "
             f"matmul-rows={str(options.fuse_matmul_rows).lower()} "
             f"epilogue-producers={str(options.fuse_epilogue_producers).lower()} "
+            f"epilogue-results={str(options.fuse_epilogue_results).lower()} "
             f"mlp={str(options.fuse_mlp).lower()} "
             f"target={target}}}")
     layout = (f"trn-layout{{attention-token-major="

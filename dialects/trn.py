@@ -11,6 +11,7 @@ Defined with `torch_mlir.dialects.ext` (lowered to IRDL); ops print in MLIR's ge
 
 
 import math
+from typing import Optional
 
 from torch_mlir import ir
 from torch_mlir.dialects import ext
@@ -487,8 +488,12 @@ def _check_kernel(op) -> None:
     require(len(block.arguments) == 0, "body block takes no arguments")
     ops = list(block.operations)
     require(ops and ops[-1].name == "trn.yield", "body must end with trn.yield")
-    require(ops[-1].operands[0].type == op.results[0].type,
-            f"yields {ops[-1].operands[0].type} but the kernel returns {op.results[0].type}")
+    yielded = list(ops[-1].operands)
+    require(len(yielded) == len(op.results),
+            f"yields {len(yielded)} value(s) but the kernel has {len(op.results)} result(s)")
+    for value, result in zip(yielded, op.results):
+        require(value.type == result.type,
+                f"yields {value.type} but the kernel returns {result.type}")
     for inner in ops[:-1]:
         require(inner.name.startswith("trn.") and inner.name != "trn.kernel",
                 f"body may hold only trn ops other than kernels, found '{inner.name}'")
@@ -496,28 +501,38 @@ def _check_kernel(op) -> None:
 
 class KernelOp(Trn.Operation, name="kernel"):
     """A fused kernel: its body's trn ops, which read values defined above, are lowered
-    together so intermediates stay on chip; `trn.yield` names the kernel's result.
+    together so intermediates stay on chip; `trn.yield` names the kernel's results: its last
+    value, and optionally one value it computes on the way that is also needed outside (a
+    matmul's biased output, saved for the backward, besides the activation of it).
 
-    (IRDL binds one type to all elements of a variadic operand, so a kernel cannot list inputs
-    of different types as operands; like gpu.launch it captures them from above instead.)"""
+    (IRDL binds one type to all elements of a variadic operand or result, so a kernel cannot
+    list inputs of different types as operands; like gpu.launch it captures them from above
+    instead. For the same reason the second result is an optional one of its own.)"""
     kind: ir.StringAttr
     result: ext.Result[ir.RankedTensorType]
+    also: Optional[ext.Result[ir.RankedTensorType]]
     body: ext.Region
     verify_invariants = verifier(_check_kernel)
 
 
 class YieldOp(Trn.Operation, name="yield", traits=[ir.IsTerminatorTrait]):
-    """Terminates a trn.kernel body, naming the kernel's result."""
+    """Terminates a trn.kernel body, naming the kernel's results."""
     value: ext.Operand[ir.RankedTensorType]
+    also: Optional[ext.Operand[ir.RankedTensorType]]
 
 
-def build_kernel(kind: str, result_type: ir.Type, loc: ir.Location | None = None) -> ir.Operation:
-    """Create an empty `trn.kernel` with one empty block at the current insertion point."""
-    op = ir.Operation.create("trn.kernel", results=[result_type],
+def build_kernel(kind: str, result_types: ir.Type | list[ir.Type],
+                 loc: ir.Location | None = None) -> ir.Operation:
+    """Create an empty `trn.kernel` with one empty block at the current insertion point;
+    `result_types`: its result's type, or the types of its (at most two) results."""
+    types = result_types if isinstance(result_types, list) else [result_types]
+    op = ir.Operation.create("trn.kernel", results=types,
                              attributes={"kind": ir.StringAttr.get(kind)}, regions=1, loc=loc)
     op.regions[0].blocks.append()
     return op
 
 
-def build_yield(value: ir.Value, loc: ir.Location | None = None) -> ir.Operation:
-    return ir.Operation.create("trn.yield", operands=[value], loc=loc)
+def build_yield(values: ir.Value | list[ir.Value], loc: ir.Location | None = None) -> ir.Operation:
+    return ir.Operation.create("trn.yield",
+                               operands=values if isinstance(values, list) else [values],
+                               loc=loc)

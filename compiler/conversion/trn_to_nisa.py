@@ -227,7 +227,10 @@ class _FunctionLowering:
         result = op.results[0]
         out = self._buffer(result)
         if op.name == "trn.kernel":
-            self._lower_kernel(op, out)
+            also = [self._buffer(r) for r in list(op.results)[1:]]
+            self._lower_kernel(op, out, also)
+            for value, view in zip(list(op.results)[1:], also):
+                self.views[value] = view
         elif op.name == "trn.insert_slice":
             dest, source = op.operands
             producer = U.defining_op(dest)     # None for a function argument
@@ -276,9 +279,16 @@ class _FunctionLowering:
         lower_elementwise(self.em, [], {_Marker.SOURCE: src}, [(_Marker.SOURCE, dst)],
                           free_tile=4096)
 
-    def _lower_kernel(self, kernel: ir.Operation, out: HbmView) -> None:
+    def _lower_kernel(self, kernel: ir.Operation, out: HbmView, also: list[HbmView]) -> None:
+        """Lower `kernel` writing its result to `out` and its second result, if it has one, to
+        `also`'s view."""
         annotate(kernel, self.em.target)
         body = kernel_body(kernel)
+        kind = U.str_attr(kernel, "kind")
+        if also and kind not in ("matmul", "elementwise"):
+            raise CompileError(f"a '{kind}' kernel has one result; only matmul and elementwise "
+                               "kernels store a second", kernel.location)
+        extra = list(zip(list(body[-1].operands)[1:], also))
         if U.str_attr(kernel, "kind") == "rows":
             lower_rows(self.em, body[:-1], self.views, self._view, (body[-1].operands[0], out))
             return
@@ -289,7 +299,7 @@ class _FunctionLowering:
         views = dict(self.views)
         compute = []
         yielded = body[-1].operands[0]
-        stored_view = _stored_transpose(body)
+        stored_view = _stored_transpose(body) if not extra else None
         if stored_view is not None:
             # The kernel stores its result transposed (trn-layout): the computed value is
             # written through the inverse permutation of the result's buffer.
@@ -343,9 +353,10 @@ class _FunctionLowering:
                   padding)
         elif matmuls:
             chain = [op for op in compute if op != matmuls[0]]
+            outputs = [(yielded, out)] + extra
             if unmerged:
-                out = self._split_batch(matmuls[0], chain, views, unmerged, out)
-            lower_matmul(self.em, matmuls[0], chain, views, [(yielded, out)],
+                outputs = self._split_batch(matmuls[0], chain, views, unmerged, outputs)
+            lower_matmul(self.em, matmuls[0], chain, views, outputs,
                          U.str_attr(kernel, "orientation"))
         elif reduces:
             reduce = reduces[0]
@@ -357,16 +368,16 @@ class _FunctionLowering:
             lower_reduce(self.em, pre, reduce, post, views, (yielded, out),
                          U.int_attr(kernel, "free_tile"))
         else:
-            lower_elementwise(self.em, compute, views, [(yielded, out)],
+            lower_elementwise(self.em, compute, views, [(yielded, out)] + extra,
                               U.int_attr(kernel, "free_tile"))
 
 
     def _split_batch(self, matmul: ir.Operation, chain: list[ir.Operation], views: dict,
-                     unmerged: dict, out: HbmView) -> HbmView:
+                     unmerged: dict, outputs: list) -> list:
         """Give every view of a batched matmul kernel the batch dims of its unmerged operands
         (e.g. [4, 12] instead of [48]); where some view cannot take them, copy the unmerged
-        operands to contiguous buffers instead (`views` is updated; returns the output's
-        view)."""
+        operands to contiguous buffers instead (`views` is updated; returns `outputs`, the
+        (value, view) pairs the kernel stores, with their views split likewise)."""
         rank = len(U.shape(matmul.results[0]))
         batch = max((tuple(views[v].shape[:-2]) for v in matmul.operands
                      if views[v].rank > rank), key=len)
@@ -377,15 +388,16 @@ class _FunctionLowering:
             return view if view.rank != rank else view.reshape(batch + tuple(view.shape[-2:]))
 
         new = {v: split(views[v]) for v in leaves}
-        new_out = split(out)
+        new_outputs = [(value, split(out)) for value, out in outputs]
         unmerged_ok = all(views[v].shape[:-2] == batch for v in unmerged)
-        if unmerged_ok and new_out is not None and all(w is not None for w in new.values()):
+        if unmerged_ok and all(out is not None for _, out in new_outputs) and \
+                all(w is not None for w in new.values()):
             views.update(new)
-            return new_out
+            return new_outputs
         for value, op in unmerged.items():
             source = views[value]
             views[value] = self._view(op, source.reshape(U.shape(op.operands[0])) or source)
-        return out
+        return outputs
 
 
 def _without_unit_batch_dims(view: HbmView) -> HbmView:

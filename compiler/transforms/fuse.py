@@ -31,6 +31,10 @@ Groups formed:
   matmul produces) is computed inside that epilogue, tile by tile, so its value never
   reaches HBM; one read through a reshape to that shape ([batch, tokens, hidden] against
   [tokens, hidden]) is first rebuilt in it;
+- epilogue results: an elementwise kernel over a matmul's result shape that reads that
+  result directly, where something else needs the result too (a training step's forward saves
+  a Linear's output and applies GELU to it), runs in the matmul's epilogue; the kernel yields
+  both values (its second result), so the saved one is not read back;
 - mlp (kind "mlp"), merged last: a 2-D matmul kernel whose epilogue is per output feature
   (bias, activation) and whose result only another 2-D matmul kernel reads, as its left
   operand: Linear - activation - Linear, with both weights resident in SBUF and the hidden
@@ -77,6 +81,7 @@ class Fuse(Pass):
     attention: bool = True
     matmul_rows: bool = True
     epilogue_producers: bool = True
+    epilogue_results: bool = True
     mlp: bool = True
     keep_roundings: bool = False
     target: str = ""
@@ -117,6 +122,10 @@ class Fuse(Pass):
                 # One at a time: a merge replaces the matmul kernel another pair may name.
                 while pairs := epilogue_producer_pairs(func):
                     merge_kernels(pairs[0], "matmul")
+            if self.epilogue_results and self.matmul_epilogue and self.elementwise:
+                # One at a time: a merge replaces the matmul kernel another pair may name.
+                while pairs := epilogue_result_pairs(func):
+                    merge_with_result(*pairs[0])
             if self.mlp and self.matmul_epilogue:
                 for pair in mlp_pairs(func, get_target(self.target or None)):
                     merge_kernels(pair, "mlp")
@@ -1025,6 +1034,84 @@ def _mergeable_producer(producer: ir.Operation) -> bool:
     return len(computed) <= MAX_MERGED_PRODUCER_OPS
 
 
+def epilogue_result_pairs(func: ir.Operation) -> list[tuple]:
+    """(matmul, consumer) kernel pairs: `consumer` an elementwise kernel over the matmul
+    kernel's result shape that reads that result only directly, in elementwise ops (not
+    through a view), while something else needs the result too (a training step's forward
+    saves a Linear's output and applies GELU to it). The consumer can then run in the
+    matmul's epilogue, the kernel storing both values, instead of reading the result back."""
+    pairs = []
+    body = U.body_ops(func)
+    position = {op: i for i, op in enumerate(body)}
+    for matmul in body:
+        if matmul.name != "trn.kernel" or U.str_attr(matmul, "kind") != "matmul" or \
+                len(matmul.results) != 1:
+            continue
+        result = matmul.results[0]
+        readers = [U.operation(u.owner) for u in result.uses]
+        kernels = {U.operation(r.parent) for r in readers if r.parent.name == "trn.kernel"}
+        for consumer in sorted(kernels, key=lambda k: position.get(k, -1)):
+            if consumer.parent != matmul.parent or len(consumer.results) != 1 or \
+                    U.str_attr(consumer, "kind") != "elementwise" or \
+                    U.shape(consumer.results[0]) != U.shape(result) or \
+                    not _mergeable_producer(consumer):
+                continue
+            inside = [r for r in readers if r.parent == consumer]
+            if not all(r.name in ELEMENTWISE_OPS and r.name not in VIEW_OPS for r in inside):
+                continue
+            # The merged kernel takes the consumer's place: nothing between the two may read
+            # the matmul's result.
+            between = [op for op in body[position[matmul] + 1:position[consumer]]]
+            if any(_reads(op, result) for op in between):
+                continue
+            pairs.append((matmul, consumer))
+            break
+    return pairs
+
+
+def _reads(op: ir.Operation, value: ir.Value) -> bool:
+    """Whether `op` (or an op nested in it) reads `value`."""
+    return any(U.operation(u.owner) == op or _encloses(op, U.operation(u.owner))
+               for u in value.uses)
+
+
+def _encloses(op: ir.Operation, inner: ir.Operation) -> bool:
+    parent = inner.parent
+    while parent is not None and parent.name != "func.func":
+        if parent == op:
+            return True
+        parent = parent.parent
+    return False
+
+
+def merge_with_result(matmul: ir.Operation, consumer: ir.Operation) -> ir.Operation:
+    """One matmul kernel computing `matmul` and then `consumer` in its epilogue, at the
+    consumer's place; it yields the consumer's value and, when anything else reads it, the
+    matmul kernel's own."""
+    result = matmul.results[0]
+    others = [u for u in result.uses if not _encloses(consumer, U.operation(u.owner))]
+    types = [consumer.results[0].type] + ([result.type] if others else [])
+    with ir.InsertionPoint(consumer), consumer.location:
+        merged = build_kernel("matmul", types)
+    mapping: dict = {}
+    with ir.InsertionPoint(merged.regions[0].blocks[0]):
+        for kernel in (matmul, consumer):
+            body = kernel_body(kernel)
+            for op in body[:-1]:
+                clone = U.clone_with_operands(op, [mapping.get(v, v) for v in op.operands])
+                for old, new in zip(op.results, clone.results):
+                    mapping[old] = new
+            mapping[kernel.results[0]] = mapping[body[-1].operands[0]]
+        values = [mapping[consumer.results[0]]] + ([mapping[result]] if others else [])
+        build_yield(values, loc=consumer.location)
+    consumer.results[0].replace_all_uses_with(merged.results[0])
+    if others:
+        result.replace_all_uses_with(merged.results[1])
+    consumer.erase()
+    matmul.erase()
+    return merged
+
+
 def reshape_epilogue_producers(func: ir.Operation) -> None:
     """An elementwise kernel read only through one reshape, inside a matmul kernel, to that
     matmul's result shape (GELU's derivative over [batch, tokens, hidden], multiplied into a
@@ -1091,7 +1178,7 @@ def mlp_pairs(func: ir.Operation, target) -> list[tuple]:
     pairs, taken = [], set()
     for first in U.body_ops(func):
         if first.name != "trn.kernel" or U.str_attr(first, "kind") != "matmul" or \
-                first in taken:
+                first in taken or len(first.results) != 1:
             continue
         uses = list(first.results[0].uses)
         if len(uses) != 1:
@@ -1100,7 +1187,7 @@ def mlp_pairs(func: ir.Operation, target) -> list[tuple]:
         second = U.operation(user.parent)
         if user.name != "trn.matmul" or uses[0].operand_number != 0 or \
                 second.name != "trn.kernel" or U.str_attr(second, "kind") != "matmul" or \
-                second.parent != first.parent or second in taken:
+                second.parent != first.parent or second in taken or len(second.results) != 1:
             continue
         body1, body2 = kernel_body(first), kernel_body(second)
         mm1 = [op for op in body1 if op.name == "trn.matmul"]

@@ -1,6 +1,7 @@
 // RUN: neuron-opt --split-input-file --convert-trn-to-nisa %s | FileCheck %s
 // RUN: not neuron-opt --convert-trn-to-nisa %S/Inputs/trn_to_nisa-invalid.mlir 2>&1 | FileCheck %s --check-prefix=ERR
 // RUN: not neuron-opt --convert-trn-to-nisa %S/Inputs/trn_to_nisa-invalid-mlp.mlir 2>&1 | FileCheck %s --check-prefix=ERRMLP
+// RUN: not neuron-opt --convert-trn-to-nisa %S/Inputs/trn_to_nisa-invalid-results.mlir 2>&1 | FileCheck %s --check-prefix=ERRRES
 
 // Tests the lowering of a Linear + bias + ReLU kernel computed transposed ("nm"): tensors
 // become HBM buffers and the result an output argument; K = 256 runs as two 128-row K-tiles
@@ -972,6 +973,7 @@ func.func @mlp(%arg0: tensor<256x128xbf16>, %arg1: tensor<512x128xbf16>, %arg2: 
 }
 
 // ERRMLP: trn_to_nisa-invalid-mlp.mlir:5:10: error: convert-trn-to-nisa: an mlp kernel holds two matmuls
+// ERRRES: trn_to_nisa-invalid-results.mlir:3:10: error: convert-trn-to-nisa: a 'reduce' kernel has one result; only matmul and elementwise kernels store a second
 
 // -----
 
@@ -1208,4 +1210,30 @@ func.func @sum_on_act(%g: tensor<128x256xf32>, %p: tensor<128x256xf32>) -> tenso
     "trn.yield"(%d) : (tensor<128x256xf32>) -> ()
   }) {kind = "rows"} : () -> tensor<128x256xf32>
   return %0 : tensor<128x256xf32>
+}
+
+// -----
+
+// Tests that a kernel with two results stores both from the same tiles: the bias add's
+// result (returned first) and the GELU of it (returned second), each evacuated once, with one
+// matmul per tile.
+// CHECK-LABEL: func.func @saved_linear_gelu
+// CHECK-SAME: %[[SAVED:[^:]*]]: memref<64x128xf32, "hbm">, %[[ACT:[^:]*]]: memref<64x128xf32, "hbm">)
+// CHECK-COUNT-1: "nisa.matmul"(%[[ACC:[^,]*]],
+// CHECK-NOT: "nisa.matmul"
+// CHECK: "nisa.tensor_tensor"(%[[Z:[^,]*]], %{{[^,]*}}, %[[ACC]]) {{.*}}op = "add"
+// CHECK: "nisa.activation"(%[[G:[^,]*]], %[[Z]]) {{.*}}func = "gelu"
+// CHECK-DAG: "nisa.dma"(%[[ACT]], %[[G]])
+// CHECK-DAG: "nisa.dma"(%[[SAVED]], %[[Z]])
+// CHECK: return
+func.func @saved_linear_gelu(%w: tensor<128x128xf32>, %b: tensor<128xf32>, %x: tensor<64x128xf32>) -> (tensor<64x128xf32>, tensor<64x128xf32>) {
+  %k:2 = "trn.kernel"() ({
+    %t = "trn.transpose"(%w) {permutation = array<i64: 1, 0>} : (tensor<128x128xf32>) -> tensor<128x128xf32>
+    %bb = "trn.broadcast"(%b) {dimensions = array<i64: 0>} : (tensor<128xf32>) -> tensor<64x128xf32>
+    %y = "trn.matmul"(%x, %t) : (tensor<64x128xf32>, tensor<128x128xf32>) -> tensor<64x128xf32>
+    %z = "trn.tensor_tensor"(%bb, %y) {op = "add"} : (tensor<64x128xf32>, tensor<64x128xf32>) -> tensor<64x128xf32>
+    %g = "trn.activation"(%z) {func = "gelu", scale = 1.0 : f32, bias = 0.0 : f32} : (tensor<64x128xf32>) -> tensor<64x128xf32>
+    "trn.yield"(%g, %z) : (tensor<64x128xf32>, tensor<64x128xf32>) -> ()
+  }) {kind = "matmul", orientation = "mn"} : () -> (tensor<64x128xf32>, tensor<64x128xf32>)
+  return %k#1, %k#0 : tensor<64x128xf32>, tensor<64x128xf32>
 }

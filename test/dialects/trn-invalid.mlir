@@ -38,6 +38,28 @@ func.func @kernel(%x: tensor<4xf32>) -> tensor<8xf32> {
 
 // -----
 
+// Tests that a kernel must yield as many values as it has results.
+// CHECK: error: 'trn.kernel' op yields 1 value(s) but the kernel has 2 result(s)
+func.func @kernel_results(%x: tensor<4xf32>) -> tensor<4xf32> {
+  %k:2 = "trn.kernel"() ({
+    "trn.yield"(%x) : (tensor<4xf32>) -> ()
+  }) {kind = "elementwise"} : () -> (tensor<4xf32>, tensor<4xf32>)
+  return %k#0 : tensor<4xf32>
+}
+
+// -----
+
+// Tests that a kernel has at most two results.
+// CHECK: error: op expects at most 2 results, but got 3
+func.func @kernel_three_results(%x: tensor<4xf32>) -> tensor<4xf32> {
+  %k:3 = "trn.kernel"() ({
+    "trn.yield"(%x, %x, %x) : (tensor<4xf32>, tensor<4xf32>, tensor<4xf32>) -> ()
+  }) {kind = "elementwise"} : () -> (tensor<4xf32>, tensor<4xf32>, tensor<4xf32>)
+  return %k#0 : tensor<4xf32>
+}
+
+// -----
+
 // Tests that a missing required attribute is reported.
 // CHECK: error: 'trn.broadcast' op requires attribute 'dimensions'
 func.func @broadcast(%x: tensor<4xf32>) -> tensor<2x4xf32> {

@@ -51,6 +51,24 @@ func.func @kernel(%x: tensor<2x4xf32>, %w: tensor<4x8xf32>) -> tensor<2x8xf32> {
 
 // -----
 
+// Tests that a kernel may yield a second value it computes on the way, of another type.
+// CHECK-LABEL: func.func @kernel_with_two_results
+// CHECK: %[[K:.*]]:2 = "trn.kernel"() ({
+// CHECK: "trn.yield"(%{{.*}}, %{{.*}}) : (tensor<2x8xbf16>, tensor<2x8xf32>) -> ()
+// CHECK-NEXT: }) {kind = "matmul"} : () -> (tensor<2x8xbf16>, tensor<2x8xf32>)
+// CHECK: return %[[K]]#0, %[[K]]#1
+func.func @kernel_with_two_results(%x: tensor<2x4xf32>, %w: tensor<4x8xf32>) -> (tensor<2x8xbf16>, tensor<2x8xf32>) {
+  %k:2 = "trn.kernel"() ({
+    %y = "trn.matmul"(%x, %w) : (tensor<2x4xf32>, tensor<4x8xf32>) -> tensor<2x8xf32>
+    %r = "trn.activation"(%y) {func = "gelu", scale = 1.0 : f32, bias = 0.0 : f32} : (tensor<2x8xf32>) -> tensor<2x8xf32>
+    %c = "trn.convert"(%r) : (tensor<2x8xf32>) -> tensor<2x8xbf16>
+    "trn.yield"(%c, %y) : (tensor<2x8xbf16>, tensor<2x8xf32>) -> ()
+  }) {kind = "matmul"} : () -> (tensor<2x8xbf16>, tensor<2x8xf32>)
+  return %k#0, %k#1 : tensor<2x8xbf16>, tensor<2x8xf32>
+}
+
+// -----
+
 // Tests that the data-movement and index ops round-trip: view (affine map), empty,
 // insert_slice, iota.
 // CHECK-LABEL: func.func @movement

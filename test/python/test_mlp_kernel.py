@@ -73,3 +73,43 @@ def test_mlp_kernel_not_formed_when_the_hidden_activation_is_also_an_output(tmp_
     torch.testing.assert_close(y, ey)
     torch.testing.assert_close(h, eh)
     assert 'kind = "mlp"' not in next(tmp_path.glob("*.trn.mlir")).read_text()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_saved_linear_output_and_its_activation_come_from_one_kernel(dtype, tmp_path,
+                                                                     monkeypatch):
+    """trn-fuse epilogue-results: a training step's forward saves fc1's output and applies GELU
+    to it; GELU runs in fc1's epilogue and the kernel stores both, so fc1's output is not read
+    back from HBM. Values as eager's and as the separate kernels'."""
+    torch.manual_seed(0)
+    fc1 = torch.nn.Linear(256, 512).to(dtype)
+    fc2 = torch.nn.Linear(512, 128).to(dtype)
+
+    def f(x):
+        pre = fc1(x)
+        act = torch.nn.functional.gelu(pre)
+        return fc2(act), pre, act
+
+    x = torch.randn(384, 256).to(dtype)
+    with torch.no_grad():
+        expected = f(x)
+    results = {}
+    for fused in (True, False):
+        dump = tmp_path / str(fused)
+        monkeypatch.setenv("TORCHNEURON_DUMP_DIR", str(dump))
+        torch._dynamo.reset()
+        with torch.no_grad():
+            out = torch.compile(f, backend="neuron",
+                                options={"fuse_epilogue_results": fused})(x)
+        trn = next(dump.glob("*.trn.mlir")).read_text()
+        results[fused] = (out, backend.compiled_graphs()[-1].last_profile, trn)
+    (on, on_profile, on_trn), (off, off_profile, off_trn) = results[True], results[False]
+    two_results = f"-> (tensor<384x512x{'bf16' if dtype == torch.bfloat16 else 'f32'}>, " \
+        f"tensor<384x512x{'bf16' if dtype == torch.bfloat16 else 'f32'}>)"
+    assert two_results in on_trn and two_results not in off_trn
+    tolerance = dict(atol=2e-2, rtol=2e-2) if dtype == torch.bfloat16 else {}
+    for got, unfused, want in zip(on, off, expected):
+        torch.testing.assert_close(got, want, **tolerance)
+        torch.testing.assert_close(got, unfused, atol=1e-6 if dtype == torch.float32 else 8e-3,
+                                   rtol=1e-5 if dtype == torch.float32 else 8e-3)
+    assert off_profile.dma_bytes - on_profile.dma_bytes >= 384 * 512 * dtype.itemsize

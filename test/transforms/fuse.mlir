@@ -6,6 +6,7 @@
 // RUN: neuron-opt --split-input-file --trn-fuse="attention=false matmul-rows=false" %s | FileCheck %s --check-prefix=NONE
 // RUN: neuron-opt --split-input-file --trn-fuse="epilogue-producers=false" %s | FileCheck %s --check-prefix=NOPROD
 // RUN: neuron-opt --split-input-file --trn-fuse="mlp=false" %s | FileCheck %s --check-prefix=NOMLP
+// RUN: neuron-opt --split-input-file --trn-fuse="epilogue-results=false" %s | FileCheck %s --check-prefix=RES
 // RUN: not neuron-opt --trn-fuse %S/Inputs/fuse-invalid.mlir 2>&1 | FileCheck %s --check-prefix=ERR
 
 // Tests that a matmul, its bias add and activation become one kernel, and that the views
@@ -709,4 +710,50 @@ func.func @gelu_tanh_step_read_twice(%x: tensor<4x64xf32>) -> (tensor<4x64xf32>,
   %a = "trn.tensor_scalar"(%h) {op = "add", reverse = false, scalar = 1.000000e+00 : f32} : (tensor<4x64xf32>) -> tensor<4x64xf32>
   %y = "trn.tensor_tensor"(%a, %m) {op = "mul"} : (tensor<4x64xf32>, tensor<4x64xf32>) -> tensor<4x64xf32>
   return %y, %h : tensor<4x64xf32>, tensor<4x64xf32>
+}
+
+// -----
+
+// Tests that GELU of a Linear's output that is also returned (a training step's forward
+// saves it) runs in the matmul's epilogue: one kernel yields the activation and the saved
+// output, and the return reads both from it. epilogue-results=false keeps GELU a kernel of
+// its own, reading the output back.
+// CHECK-LABEL: func.func @saved_linear_gelu
+// CHECK: %[[K:.*]]:2 = "trn.kernel"() ({
+// CHECK: %[[MM:.*]] = "trn.matmul"
+// CHECK-NEXT: %[[Z:.*]] = "trn.tensor_tensor"(%{{.*}}, %[[MM]]) {op = "add"}
+// CHECK-NEXT: %[[G:.*]] = "trn.activation"(%[[Z]]) {{.*}}func = "gelu"
+// CHECK-NEXT: "trn.yield"(%[[G]], %[[Z]])
+// CHECK-NEXT: }) {kind = "matmul"} : () -> (tensor<4x16xf32>, tensor<4x16xf32>)
+// CHECK-NEXT: return %[[K]]#1, %[[K]]#0
+// RES-LABEL: func.func @saved_linear_gelu
+// RES: kind = "matmul"} : () -> tensor<4x16xf32>
+// RES-NEXT: "trn.kernel"
+// RES: kind = "elementwise"} : () -> tensor<4x16xf32>
+// RES-NEXT: return
+func.func @saved_linear_gelu(%w: tensor<16x8xf32>, %b: tensor<16xf32>, %x: tensor<4x8xf32>) -> (tensor<4x16xf32>, tensor<4x16xf32>) {
+  %t = "trn.transpose"(%w) {permutation = array<i64: 1, 0>} : (tensor<16x8xf32>) -> tensor<8x16xf32>
+  %y = "trn.matmul"(%x, %t) : (tensor<4x8xf32>, tensor<8x16xf32>) -> tensor<4x16xf32>
+  %bb = "trn.broadcast"(%b) {dimensions = array<i64: 0>} : (tensor<16xf32>) -> tensor<4x16xf32>
+  %z = "trn.tensor_tensor"(%bb, %y) {op = "add"} : (tensor<4x16xf32>, tensor<4x16xf32>) -> tensor<4x16xf32>
+  %g = "trn.activation"(%z) {func = "gelu", scale = 1.0 : f32, bias = 0.0 : f32} : (tensor<4x16xf32>) -> tensor<4x16xf32>
+  return %z, %g : tensor<4x16xf32>, tensor<4x16xf32>
+}
+
+// -----
+
+// Tests that the epilogue does not take a reader of the Linear's output when another kernel
+// between the two reads that output too (the merged kernel would come after it).
+// CHECK-LABEL: func.func @read_in_between
+// CHECK-COUNT-3: "trn.kernel"
+// CHECK-NOT: "trn.kernel"
+// CHECK: return
+func.func @read_in_between(%w: tensor<16x8xf32>, %x: tensor<4x8xf32>) -> (tensor<1x16xf32>, tensor<4x16xf32>) {
+  %t = "trn.transpose"(%w) {permutation = array<i64: 1, 0>} : (tensor<16x8xf32>) -> tensor<8x16xf32>
+  %y = "trn.matmul"(%x, %t) : (tensor<4x8xf32>, tensor<8x16xf32>) -> tensor<4x16xf32>
+  %s = "trn.reduce"(%y) {op = "add", dimensions = array<i64: 0>} : (tensor<4x16xf32>) -> tensor<16xf32>
+  %sb = "trn.broadcast"(%s) {dimensions = array<i64: 0>} : (tensor<16xf32>) -> tensor<4x16xf32>
+  %g = "trn.tensor_tensor"(%y, %sb) {op = "mul"} : (tensor<4x16xf32>, tensor<4x16xf32>) -> tensor<4x16xf32>
+  %s2 = "trn.reshape"(%s) {map = affine_map<(d0, d1) -> (d1)>} : (tensor<16xf32>) -> tensor<1x16xf32>
+  return %s2, %g : tensor<1x16xf32>, tensor<4x16xf32>
 }
