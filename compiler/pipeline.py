@@ -43,6 +43,9 @@ class CompileOptions:
     # trn-fuse epilogue-results: an elementwise kernel reading a matmul's result that is also
     # stored runs in the matmul's epilogue, the kernel storing both
     fuse_epilogue_results: bool = True
+    # trn-fuse bias-gradients: a Linear's bias gradient (a sum over tokens) computed by the
+    # kernel of its weight gradient, on PE from the tiles that kernel loads
+    fuse_bias_gradients: bool = True
     fuse_mlp: bool = True             # trn-fuse mlp: Linear - activation - Linear in one kernel
     layout_assignment: bool = True    # trn-layout: matmul results stored as consumers read them
     # trn-layout attention-token-major: attention outputs stored as [B, S, H, Dv] where the
@@ -89,6 +92,7 @@ def stages(options: CompileOptions) -> list[Stage]:
             f"matmul-rows={str(options.fuse_matmul_rows).lower()} "
             f"epilogue-producers={str(options.fuse_epilogue_producers).lower()} "
             f"epilogue-results={str(options.fuse_epilogue_results).lower()} "
+            f"bias-gradients={str(options.fuse_bias_gradients).lower()} "
             f"mlp={str(options.fuse_mlp).lower()} "
             f"target={target}}}")
     layout = (f"trn-layout{{attention-token-major="

@@ -335,6 +335,10 @@ class _FunctionLowering:
         matmuls = [op for op in compute if op.name == "trn.matmul"]
         reduces = [op for op in compute if op.name == "trn.reduce"]
         windows = [op for op in compute if op.name in ("trn.conv", "trn.pool")]
+        column_sums = _column_sums(matmuls, reduces, compute, views, extra)
+        if column_sums is not None:
+            compute = [op for op in compute if op not in column_sums[0]]
+            reduces, extra = [], []
         if len(matmuls) + len(reduces) + len(windows) > 1:
             raise CompileError("a kernel holds at most one matmul, convolution, pooling or "
                                "reduction", kernel.location)
@@ -357,7 +361,8 @@ class _FunctionLowering:
             if unmerged:
                 outputs = self._split_batch(matmuls[0], chain, views, unmerged, outputs)
             lower_matmul(self.em, matmuls[0], chain, views, outputs,
-                         U.str_attr(kernel, "orientation"))
+                         U.str_attr(kernel, "orientation"),
+                         column_sums[1] if column_sums is not None else None)
         elif reduces:
             reduce = reduces[0]
             after = compute[compute.index(reduce) + 1:]
@@ -398,6 +403,39 @@ class _FunctionLowering:
             source = views[value]
             views[value] = self._view(op, source.reshape(U.shape(op.operands[0])) or source)
         return outputs
+
+
+def _column_sums(matmuls: list, reduces: list, compute: list, views: dict,
+                 extra: list) -> tuple[list, HbmView] | None:
+    """For a kernel yielding a 2-D matmul's result and, second, the sum over dim 0 of the
+    tensor whose transpose is the matmul's left operand (a Linear's weight and bias
+    gradients: dY^T @ X and dY summed over tokens), possibly converted: (the ops computing
+    the sum, the sum's output view), which the matmul's lowering computes from the tiles it
+    loads (kernels/matmul.py, _ColumnSums); None for any other kernel."""
+    if len(matmuls) != 1 or len(reduces) != 1 or len(extra) != 1:
+        return None
+    reduce, (value, out) = reduces[0], extra[0]
+    ops = [reduce]
+    producer = U.defining_op(value)
+    if producer is not None and producer.name == "trn.convert" and \
+            producer.operands[0] == reduce.results[0] and \
+            isinstance(U.element_type(value), ir.FloatType):
+        ops.append(producer)
+    elif value != reduce.results[0]:
+        return None
+    if U.str_attr(reduce, "op") != "add" or list(U.array_attr(reduce, "dimensions")) != [0] or \
+            len(U.shape(reduce.operands[0])) != 2 or \
+            any(v == reduce.results[0] for op in compute if op not in ops for v in op.operands):
+        return None
+    lhs, summed = views.get(matmuls[0].operands[0]), views.get(reduce.operands[0])
+    if lhs is None or summed is None or lhs.rank != 2 or summed.buffer is None:
+        return None
+    # (The same strided view, or the same value even where a view of it had to be copied to
+    # a contiguous buffer: both operands then read that one copy.)
+    lhs_t = lhs.transpose([1, 0])
+    same = (lhs_t.buffer, lhs_t.offset, lhs_t.shape, lhs_t.strides) == \
+        (summed.buffer, summed.offset, summed.shape, summed.strides)
+    return (ops, out) if same else None
 
 
 def _without_unit_batch_dims(view: HbmView) -> HbmView:

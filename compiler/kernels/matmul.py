@@ -146,10 +146,15 @@ def matmul_element_type(lhs: ir.Type, rhs: ir.Type) -> ir.Type:
 
 
 def lower_matmul(em: Emitter, matmul: ir.Operation, chain: list[ir.Operation], views: dict,
-                 outputs: list[tuple[ir.Value, HbmView]], orientation: str) -> None:
+                 outputs: list[tuple[ir.Value, HbmView]], orientation: str,
+                 column_sums: HbmView | None = None) -> None:
+    """`column_sums`: a 1-D [M] view to store the sums of A's columns over K in as well (for
+    C = A @ B with A [M, K], 2-D): a Linear's bias gradient beside its weight gradient."""
     lhs, rhs = (views.get(v) for v in matmul.operands)
     if lhs is None or rhs is None:
         raise CompileError("matmul operands must come from HBM", matmul.location)
+    if column_sums is not None and lhs.rank != 2:
+        raise CompileError("column sums of a batched matmul's operand", matmul.location)
     # Operand movement chosen by trn-tile or the autotuner (attributes of the kernel).
     kernel = matmul.parent
     resident = U.str_attr(kernel, "gemm_resident") if "gemm_resident" in kernel.attributes \
@@ -163,11 +168,13 @@ def lower_matmul(em: Emitter, matmul: ir.Operation, chain: list[ir.Operation], v
             return view
         _lower_2d(em, matmul, chain, pick(lhs), pick(rhs),
                   {v: pick(w) for v, w in views.items() if w.rank == lhs.rank},
-                  [(v, pick(w)) for v, w in outputs], orientation, resident, block)
+                  [(v, pick(w)) for v, w in outputs], orientation, resident, block,
+                  column_sums)
 
 
 def _lower_2d(em: Emitter, matmul, chain, a: HbmView, b: HbmView, views, outputs,
-              orientation: str, resident: str | None = None, block: int | None = None) -> None:
+              orientation: str, resident: str | None = None, block: int | None = None,
+              column_sums: HbmView | None = None) -> None:
     target = em.target
     etype = matmul_element_type(a.element_type, b.element_type)
     a_t = a.transpose([1, 0])                                  # [K, M]
@@ -206,7 +213,8 @@ def _lower_2d(em: Emitter, matmul, chain, a: HbmView, b: HbmView, views, outputs
     plan = plan_gemm(target, len(k_tiles), p_tiles, f_tiles, U.element_bytes(etype),
                      x_p.transposed, x_f.transposed, out_bytes, resident, block)
     epilogue = Epilogue(em, chain, views, matmul.results[0], {v for v, _ in outputs})
-    group = _row_group(target, orientation, a, b, x_p, k, free, chain, outputs)
+    group = _row_group(target, orientation, a, b, x_p, k, free, chain, outputs) \
+        if column_sums is None else 1
     if group > 1:
         _lower_grouped(em, a, x_f, k_tiles, free, outputs, etype, group)
         return
@@ -219,12 +227,19 @@ def _lower_2d(em: Emitter, matmul, chain, a: HbmView, b: HbmView, views, outputs
         resident, streamed, r_tiles, s_tiles = x_f, x_p, f_tiles, p_tiles
     r_blocks = _balanced(r_tiles, plan.block)
     rows = _RowGather.make(em, orientation, plan.resident, r_blocks, tf, outputs)
+    sums = _ColumnSums(em, column_sums, etype, k_tiles) \
+        if column_sums is not None else None
 
     def compute(p0: int, pn: int, f0: int, fn: int) -> None:
         acc = em.alloc("psum", pn, fn, ir.F32Type.get())
         for k0, kn in k_tiles:
             em.matmul(acc, x_p.tile(k0, kn, p0, pn), x_f.tile(k0, kn, f0, fn),
                       accumulate=k0 > 0)
+        if sums is not None:
+            if orientation == "mn":
+                sums.add(p0, pn, lambda k0, kn: x_p.tile(k0, kn, p0, pn))
+            else:
+                sums.add(f0, fn, lambda k0, kn: x_f.tile(k0, kn, f0, fn))
         results = epilogue.run(
             acc, (p0, pn), lambda view, p0=p0, pn=pn, f0=f0, fn=fn:
             orient(view).slice(0, p0, pn).slice(1, f0, fn))
@@ -277,6 +292,34 @@ def _lower_2d(em: Emitter, matmul, chain, a: HbmView, b: HbmView, views, outputs
             forget(streamed, s0, sn)
             streamed.panels.clear()
         resident.panels.clear()
+
+
+class _ColumnSums:
+    """Sums over K of A's columns (C = A @ B, A [M, K]), computed on PE from the A^T tiles
+    [K-tile, M-tile] the matmul loads anyway: a column of ones as the stationary operand and
+    the A^T tile as the moving one give the sums as one PSUM row [1, M-tile], stored in one
+    contiguous run. (A^T stationary against a ones column would cost MIN_II plus the fixed
+    overhead of a one-element free size per K-tile instead of M-tile cycles, and leave the
+    sums one per partition.) Each M-tile's sums are computed the first time one of its output
+    tiles is: fp32 in PSUM, rounded once as they are stored."""
+
+    def __init__(self, em: Emitter, out: HbmView, etype: ir.Type, k_tiles: list):
+        self.em, self.out, self.k_tiles = em, out, k_tiles
+        self.ones = em.alloc("sbuf", em.target.pe_rows, 1, etype)
+        em.memset(self.ones, 1.0)
+        self.done: set = set()
+
+    def add(self, m0: int, mn: int, a_t_tile) -> None:
+        """Sum columns [m0, m0 + mn) of A, whose A^T tile [kn, mn] of K-tile (k0, kn)
+        `a_t_tile(k0, kn)` gives, unless done already."""
+        if m0 in self.done:
+            return
+        self.done.add(m0)
+        em = self.em
+        acc = em.alloc("psum", 1, mn, ir.F32Type.get())
+        for k0, kn in self.k_tiles:
+            em.matmul(acc, self.ones.rows(kn), a_t_tile(k0, kn), accumulate=k0 > 0)
+        store_tile(em, self.out.slice(0, m0, mn).reshape((1, mn)), acc)
 
 
 class _RowGather:

@@ -35,6 +35,10 @@ Groups formed:
   result directly, where something else needs the result too (a training step's forward saves
   a Linear's output and applies GELU to it), runs in the matmul's epilogue; the kernel yields
   both values (its second result), so the saved one is not read back;
+- bias gradients: a 2-D matmul whose left operand is the transpose of a tensor, and a
+  reduction kernel summing that tensor over its first dim (a Linear's weight gradient
+  dY^T @ X and its bias gradient, dY summed over tokens): the matmul kernel computes the sums
+  too, on PE from the tiles of dY it loads anyway, and yields them second;
 - mlp (kind "mlp"), merged last: a 2-D matmul kernel whose epilogue is per output feature
   (bias, activation) and whose result only another 2-D matmul kernel reads, as its left
   operand: Linear - activation - Linear, with both weights resident in SBUF and the hidden
@@ -82,6 +86,7 @@ class Fuse(Pass):
     matmul_rows: bool = True
     epilogue_producers: bool = True
     epilogue_results: bool = True
+    bias_gradients: bool = True
     mlp: bool = True
     keep_roundings: bool = False
     target: str = ""
@@ -126,6 +131,9 @@ class Fuse(Pass):
                 # One at a time: a merge replaces the matmul kernel another pair may name.
                 while pairs := epilogue_result_pairs(func):
                     merge_with_result(*pairs[0])
+            if self.bias_gradients and self.matmul_epilogue:
+                while pairs := bias_gradient_pairs(func):
+                    merge_column_sum(*pairs[0])
             if self.mlp and self.matmul_epilogue:
                 for pair in mlp_pairs(func, get_target(self.target or None)):
                     merge_kernels(pair, "mlp")
@@ -1109,6 +1117,100 @@ def merge_with_result(matmul: ir.Operation, consumer: ir.Operation) -> ir.Operat
         result.replace_all_uses_with(merged.results[1])
     consumer.erase()
     matmul.erase()
+    return merged
+
+
+def bias_gradient_pairs(func: ir.Operation) -> list[tuple]:
+    """(matmul, reduction) kernel pairs: a matmul kernel with one 2-D matmul whose left
+    operand is transpose(T) computed in the kernel, and a reduction kernel that sums the same
+    view T over dim 0 (and at most converts the sum), neither kernel's result read between
+    the two."""
+    body = U.body_ops(func)
+    position = {op: i for i, op in enumerate(body)}
+    sums = [op for op in body if op.name == "trn.kernel" and len(op.results) == 1
+            and U.str_attr(op, "kind") == "reduce" and _column_sum_of(op) is not None]
+    for matmul in body:
+        if matmul.name != "trn.kernel" or U.str_attr(matmul, "kind") != "matmul" or \
+                len(matmul.results) != 1:
+            continue
+        mms = [op for op in kernel_body(matmul) if op.name == "trn.matmul"]
+        if len(mms) != 1 or len(U.shape(mms[0].results[0])) != 2:
+            continue
+        transpose = U.defining_op(mms[0].operands[0])
+        if transpose is None or transpose.name != "trn.transpose" or \
+                transpose.parent != matmul:
+            continue
+        for reduction in sums:
+            if not _same_view(_column_sum_of(reduction), transpose.operands[0]):
+                continue
+            first, last = sorted((matmul, reduction), key=position.get)
+            between = body[position[first] + 1:position[last]]
+            if not any(_reads(op, first.results[0]) for op in between):
+                return [(matmul, reduction, last)]
+    return []
+
+
+def _column_sum_of(kernel: ir.Operation) -> ir.Value | None:
+    """The 2-D value a reduction kernel sums over dim 0 when that (and a float convert of
+    the sum) is all the kernel computes."""
+    computed = [op for op in kernel_body(kernel)[:-1] if op.name not in VIEW_OPS]
+    if not computed or computed[0].name != "trn.reduce" or len(computed) > 2:
+        return None
+    reduce = computed[0]
+    if U.str_attr(reduce, "op") != "add" or list(U.array_attr(reduce, "dimensions")) != [0] \
+            or len(U.shape(reduce.operands[0])) != 2:
+        return None
+    if len(computed) == 2 and (computed[1].name != "trn.convert" or
+                               computed[1].operands[0] != reduce.results[0]):
+        return None
+    return reduce.operands[0]
+
+
+def _same_view(a: ir.Value, b: ir.Value) -> bool:
+    """Whether `a` and `b` are the same value, or the same chain of view ops over it (each
+    kernel holds its own copy of the views it reads)."""
+    if a == b:
+        return True
+    pa, pb = U.defining_op(a), U.defining_op(b)
+    if pa is None or pb is None or pa.name != pb.name or pa.name not in VIEW_OPS or \
+            a.type != b.type or len(pa.operands) != len(pb.operands):
+        return False
+    attrs_a, attrs_b = U.attributes_of(pa), U.attributes_of(pb)
+    if attrs_a.keys() != attrs_b.keys() or any(attrs_a[k] != attrs_b[k] for k in attrs_a):
+        return False
+    return all(_same_view(x, y) for x, y in zip(pa.operands, pb.operands))
+
+
+def merge_column_sum(matmul: ir.Operation, reduction: ir.Operation,
+                     later: ir.Operation) -> ir.Operation:
+    """One matmul kernel yielding the matmul kernel's result and the reduction's sum, at the
+    place of `later` (the one of the two that comes later). The sum reads the very value the
+    matmul's left operand transposes, so the lowering sees one tensor loaded once."""
+    with ir.InsertionPoint(later), later.location:
+        merged = build_kernel("matmul", [matmul.results[0].type, reduction.results[0].type])
+    mapping: dict = {}
+    body = kernel_body(matmul)
+    with ir.InsertionPoint(merged.regions[0].blocks[0]):
+        for op in body[:-1]:
+            clone = U.clone_with_operands(op, [mapping.get(v, v) for v in op.operands])
+            for old, new in zip(op.results, clone.results):
+                mapping[old] = new
+        mm = next(op for op in body if op.name == "trn.matmul")
+        transposed = U.defining_op(mm.operands[0]).operands[0]
+        summed = mapping.get(transposed, transposed)
+        sums = kernel_body(reduction)
+        mapping[_column_sum_of(reduction)] = summed
+        for op in sums[:-1]:
+            if op.name in VIEW_OPS:
+                continue
+            clone = U.clone_with_operands(op, [mapping.get(v, v) for v in op.operands])
+            mapping[op.results[0]] = clone.results[0]
+        build_yield([mapping[body[-1].operands[0]], mapping[sums[-1].operands[0]]],
+                    loc=later.location)
+    matmul.results[0].replace_all_uses_with(merged.results[0])
+    reduction.results[0].replace_all_uses_with(merged.results[1])
+    matmul.erase()
+    reduction.erase()
     return merged
 
 

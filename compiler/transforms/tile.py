@@ -20,6 +20,7 @@ file, and the kernels keep the default choices.
 from __future__ import annotations
 
 import dataclasses
+import math
 import warnings
 
 from torch_mlir import ir
@@ -157,7 +158,11 @@ def choose_gemm_plan(kernel: ir.Operation, body: list[ir.Operation], orientation
         parts, free, p_tr, f_tr = m, n, a_t_transposed, b_transposed
     tp, tf, tk = target.pe_cols, target.matmul_max_moving, target.pe_rows
     etype = matmul_element_type(U.element_type(a), U.element_type(b))
-    out_bytes = sum(U.element_bytes(U.element_type(v)) for v in kernel.results)
+    # Per output element: every result the size of the product (a bias gradient computed
+    # beside a weight gradient has one element per column, not per element).
+    size = math.prod(U.shape(matmul.results[0]))
+    out_bytes = sum(U.element_bytes(U.element_type(v)) for v in kernel.results
+                    if math.prod(U.shape(v)) == size)
     return plan_gemm(target, -(-k // tk),
                      [(p0, min(tp, parts - p0)) for p0 in range(0, parts, tp)],
                      [(f0, min(tf, free - f0)) for f0 in range(0, free, tf)],

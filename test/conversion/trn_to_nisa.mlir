@@ -1237,3 +1237,34 @@ func.func @saved_linear_gelu(%w: tensor<128x128xf32>, %b: tensor<128xf32>, %x: t
   }) {kind = "matmul", orientation = "mn"} : () -> (tensor<64x128xf32>, tensor<64x128xf32>)
   return %k#1, %k#0 : tensor<64x128xf32>, tensor<64x128xf32>
 }
+
+// -----
+
+// Tests that a matmul kernel yielding the sum over dim 0 of the tensor its left operand
+// transposes (a Linear's weight and bias gradients) computes the sums on PE from the tiles the
+// matmul loads: a column of ones (set once) stationary against each loaded [K-tile, 128]
+// tile of dY, accumulating over K-tiles into one PSUM row per 128 features, stored in one
+// contiguous run; dY is loaded once.
+// CHECK-LABEL: func.func @linear_backward
+// CHECK-SAME: (%[[DY:[^:]*]]: memref<256x192xbf16, "hbm">, %{{[^:]*}}: memref<256x64xbf16, "hbm">, %{{[^:]*}}: memref<192x64xbf16, "hbm">, %[[DB:[^:]*]]: memref<192xbf16, "hbm">)
+// CHECK: "nisa.memset"(%[[ONES:[^)]*]]) {{.*}}value = 1.000000e+00
+// CHECK: "nisa.dma"(%[[DY0:[^,]*]], %[[DY]])
+// CHECK: "nisa.dma"(%[[DY1:[^,]*]], %[[DY]])
+// CHECK: "nisa.matmul"(%[[S:[^,]*]], %[[ONES]], %[[DY0]]) {accumulate = false, {{.*}}array<i64: 0, 192, 128, 1, 128>]
+// CHECK-NEXT: "nisa.matmul"(%[[S]], %[[ONES]], %[[DY1]]) {accumulate = true
+// CHECK: "nisa.tensor_copy"(%[[SB:[^,]*]], %[[S]])
+// CHECK-NEXT: "nisa.dma"(%[[DB]], %[[SB]]) {aps = [array<i64: 0, 128, 1, 1, 128>
+// CHECK: "nisa.matmul"(%[[S2:[^,]*]], %[[ONES]], %[[DY0]]) {accumulate = false, {{.*}}array<i64: 128, 192, 128, 1, 64>]
+// CHECK: "nisa.dma"(%[[DB]], %{{[^)]*}}) {aps = [array<i64: 128, 64, 1, 1, 64>
+// CHECK-NOT: "nisa.dma"(%{{[^,]*}}, %[[DY]])
+// CHECK: return
+func.func @linear_backward(%dy: tensor<256x192xbf16>, %x: tensor<256x64xbf16>) -> (tensor<192x64xbf16>, tensor<192xbf16>) {
+  %k:2 = "trn.kernel"() ({
+    %t = "trn.transpose"(%dy) {permutation = array<i64: 1, 0>} : (tensor<256x192xbf16>) -> tensor<192x256xbf16>
+    %w = "trn.matmul"(%t, %x) : (tensor<192x256xbf16>, tensor<256x64xbf16>) -> tensor<192x64xf32>
+    %wc = "trn.convert"(%w) : (tensor<192x64xf32>) -> tensor<192x64xbf16>
+    %b = "trn.reduce"(%dy) {op = "add", dimensions = array<i64: 0>} : (tensor<256x192xbf16>) -> tensor<192xbf16>
+    "trn.yield"(%wc, %b) : (tensor<192x64xbf16>, tensor<192xbf16>) -> ()
+  }) {kind = "matmul", orientation = "mn"} : () -> (tensor<192x64xbf16>, tensor<192xbf16>)
+  return %k#0, %k#1 : tensor<192x64xbf16>, tensor<192xbf16>
+}

@@ -260,3 +260,38 @@ def test_a_single_indexed_row_is_left_as_it_is():
         if node.op == "placeholder":
             node.meta["example_value"] = torch.zeros(3, 4)
     assert decompositions.rewrite_dynamo_graph(gm) == 0
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_bias_gradient_computed_with_the_weight_gradient(dtype, tmp_path, monkeypatch):
+    """trn-fuse bias-gradients: a Linear's bias gradient (dY summed over tokens) comes from the
+    kernel of its weight gradient (dY^T @ X), on PE from the dY tiles that kernel loads, not
+    from a kernel reading dY again; gradients as eager's and as the separate kernels'."""
+    torch.manual_seed(0)
+    linear = torch.nn.Linear(192, 320).to(dtype)
+    x = torch.randn(384, 192).to(dtype)
+    dy = torch.randn(384, 320).to(dtype)
+    linear(x).backward(dy)
+    expected = (linear.weight.grad.clone(), linear.bias.grad.clone())
+    results = {}
+    for fused in (True, False):
+        linear.zero_grad()
+        dump = tmp_path / str(fused)
+        monkeypatch.setenv("TORCHNEURON_DUMP_DIR", str(dump))
+        torch._dynamo.reset()
+        torch.compile(linear, backend="neuron",
+                      options={"fuse_bias_gradients": fused})(x).backward(dy)
+        trn = next(dump.glob("*backward.trn.mlir")).read_text()
+        results[fused] = ((linear.weight.grad.clone(), linear.bias.grad.clone()),
+                          backend.compiled_graphs()[-1].last_profile, trn)
+        assert all(r.fully_compiled for r in backend.graph_reports()[-2:])
+    (on, on_profile, on_trn), (off, off_profile, off_trn) = results[True], results[False]
+    etype = "bf16" if dtype == torch.bfloat16 else "f32"
+    both = f"-> (tensor<320x192x{etype}>, tensor<320x{etype}>)"
+    assert both in on_trn and both not in off_trn
+    tolerance = dict(atol=5e-2, rtol=2e-2) if dtype == torch.bfloat16 else \
+        dict(atol=1e-4, rtol=1e-5)
+    for got, unfused, want in zip(on, off, expected):
+        torch.testing.assert_close(got, want, **tolerance)
+        torch.testing.assert_close(got, unfused, **tolerance)
+    assert off_profile.dma_bytes - on_profile.dma_bytes >= dy.numel() * dtype.itemsize

@@ -7,6 +7,7 @@
 // RUN: neuron-opt --split-input-file --trn-fuse="epilogue-producers=false" %s | FileCheck %s --check-prefix=NOPROD
 // RUN: neuron-opt --split-input-file --trn-fuse="mlp=false" %s | FileCheck %s --check-prefix=NOMLP
 // RUN: neuron-opt --split-input-file --trn-fuse="epilogue-results=false" %s | FileCheck %s --check-prefix=RES
+// RUN: neuron-opt --split-input-file --trn-fuse="bias-gradients=false" %s | FileCheck %s --check-prefix=BIAS
 // RUN: not neuron-opt --trn-fuse %S/Inputs/fuse-invalid.mlir 2>&1 | FileCheck %s --check-prefix=ERR
 
 // Tests that a matmul, its bias add and activation become one kernel, and that the views
@@ -756,4 +757,41 @@ func.func @read_in_between(%w: tensor<16x8xf32>, %x: tensor<4x8xf32>) -> (tensor
   %g = "trn.tensor_tensor"(%y, %sb) {op = "mul"} : (tensor<4x16xf32>, tensor<4x16xf32>) -> tensor<4x16xf32>
   %s2 = "trn.reshape"(%s) {map = affine_map<(d0, d1) -> (d1)>} : (tensor<16xf32>) -> tensor<1x16xf32>
   return %s2, %g : tensor<1x16xf32>, tensor<4x16xf32>
+}
+
+// -----
+
+// Tests that a Linear's bias gradient (the output gradient summed over tokens) joins the
+// kernel of its weight gradient (dY^T @ X): one kernel yields both, the sum reading the
+// tensor the matmul's left operand transposes. bias-gradients=false keeps a reduction kernel.
+// CHECK-LABEL: func.func @linear_backward
+// CHECK: %[[K:.*]]:2 = "trn.kernel"() ({
+// CHECK-NEXT: %[[T:.*]] = "trn.transpose"(%arg0)
+// CHECK-NEXT: %[[MM:.*]] = "trn.matmul"(%[[T]], %arg1)
+// CHECK-NEXT: %[[S:.*]] = "trn.reduce"(%arg0) {dimensions = array<i64: 0>, op = "add"}
+// CHECK-NEXT: "trn.yield"(%[[MM]], %[[S]])
+// CHECK-NEXT: }) {kind = "matmul"} : () -> (tensor<32x16xf32>, tensor<32xf32>)
+// CHECK-NEXT: return %[[K]]#0, %[[K]]#1
+// BIAS-LABEL: func.func @linear_backward
+// BIAS: kind = "matmul"} : () -> tensor<32x16xf32>
+// BIAS: kind = "reduce"} : () -> tensor<32xf32>
+func.func @linear_backward(%dy: tensor<64x32xf32>, %x: tensor<64x16xf32>) -> (tensor<32x16xf32>, tensor<32xf32>) {
+  %t = "trn.transpose"(%dy) {permutation = array<i64: 1, 0>} : (tensor<64x32xf32>) -> tensor<32x64xf32>
+  %w = "trn.matmul"(%t, %x) : (tensor<32x64xf32>, tensor<64x16xf32>) -> tensor<32x16xf32>
+  %b = "trn.reduce"(%dy) {op = "add", dimensions = array<i64: 0>} : (tensor<64x32xf32>) -> tensor<32xf32>
+  return %w, %b : tensor<32x16xf32>, tensor<32xf32>
+}
+
+// -----
+
+// Tests that a sum over the other dim (the features of each token) is not a bias gradient of
+// the matmul: it stays a reduction kernel.
+// CHECK-LABEL: func.func @sum_over_features
+// CHECK: kind = "matmul"} : () -> tensor<32x16xf32>
+// CHECK: kind = "reduce"} : () -> tensor<64xf32>
+func.func @sum_over_features(%dy: tensor<64x32xf32>, %x: tensor<64x16xf32>) -> (tensor<32x16xf32>, tensor<64xf32>) {
+  %t = "trn.transpose"(%dy) {permutation = array<i64: 1, 0>} : (tensor<64x32xf32>) -> tensor<32x64xf32>
+  %w = "trn.matmul"(%t, %x) : (tensor<32x64xf32>, tensor<64x16xf32>) -> tensor<32x16xf32>
+  %b = "trn.reduce"(%dy) {op = "add", dimensions = array<i64: 1>} : (tensor<64x32xf32>) -> tensor<64xf32>
+  return %w, %b : tensor<32x16xf32>, tensor<64xf32>
 }
