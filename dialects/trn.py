@@ -25,7 +25,7 @@ from torchneuron.dialects.common import (
 ACTIVATION_FUNCS = (
     "identity", "relu", "gelu", "gelu_tanh", "silu", "sigmoid", "tanh", "exp", "log", "sqrt",
     "rsqrt", "reciprocal", "square", "abs", "sign", "erf", "softplus", "sin", "cos",
-    "arctan",
+    "arctan", "gelu_dx",
 )
 # Vector-engine ALU operations (names match the ISA's AluOp labels).
 ALU_OPS = (

@@ -366,6 +366,8 @@ def fold_activation(func: str, x: float) -> float | None:
         "sign": lambda v: float((v > 0) - (v < 0)), "erf": math.erf,
         "softplus": lambda v: math.log1p(math.exp(v)), "sin": math.sin, "cos": math.cos,
         "arctan": math.atan,
+        "gelu_dx": lambda v: 0.5 * (1.0 + math.erf(v / math.sqrt(2.0)))
+        + v * math.exp(-0.5 * v * v) / math.sqrt(2.0 * math.pi),
     }
     try:
         return float(funcs[func](x)) if func in funcs else None

@@ -95,6 +95,7 @@ class Fuse(Pass):
         for func in U.functions(module):
             narrow_matmul_operands(func)
             recognise_tanh_gelu(func, self.keep_roundings)
+            recognise_gelu_derivative(func, self.keep_roundings)
             fold_scales_into_activations(func)
             if self.matmul_epilogue or self.elementwise:
                 sink_views(func)
@@ -331,30 +332,35 @@ def fold_reshape_chains(func: ir.Operation) -> None:
 
 _SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
 _GELU_TANH_CUBIC = 0.044715
+_INV_SQRT_2 = 1.0 / math.sqrt(2.0)
+_INV_SQRT_2PI = 1.0 / math.sqrt(2.0 * math.pi)
 
 
-def recognise_tanh_gelu(func: ir.Operation, keep_roundings: bool = False) -> None:
-    """0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3))) written out in ops (GPT-2's gelu_new)
-    -> activation(x) with func gelu_tanh: ACT's table computes that function in one pass
-    (within 2 ulp of it), where the written-out form took eight ACT/DVE passes over the
-    tensor. The steps compute in fp32; roundings of a bf16 model between them (each read by
-    the next step alone) go too, as a fused kernel elides them anyway (not with
-    `keep_roundings`). Only where every step is read by the next one alone."""
-    def step(value: ir.Value, taken: list) -> ir.Operation | None:
+class _Walk:
+    """Walks back from a value through the ops of a written-out formula, collecting them in
+    `taken` (consumers before producers). The steps compute in fp32; roundings of a bf16
+    model between them (each read by the next step alone) are walked through too, as a fused
+    kernel elides them anyway (not with `keep_roundings`)."""
+
+    def __init__(self, keep_roundings: bool):
+        self.keep_roundings = keep_roundings
+        self.taken: list[ir.Operation] = []
+
+    def step(self, value: ir.Value) -> ir.Operation | None:
         """The op computing `value`, through a narrowing rounding read only by it."""
         producer = U.defining_op(value)
-        if producer is not None and producer.name == "trn.convert" and not keep_roundings \
-                and _width(producer.operands[0]) > _width(value) and \
+        if producer is not None and producer.name == "trn.convert" and \
+                not self.keep_roundings and _width(producer.operands[0]) > _width(value) and \
                 isinstance(U.element_type(value), ir.FloatType):
-            taken.append(producer)
+            self.taken.append(producer)
             producer = U.defining_op(producer.operands[0])
         if producer is not None:
-            taken.append(producer)
+            self.taken.append(producer)
         return producer
 
-    def scalar_op(value: ir.Value, op: str, constant: float, taken: list) -> ir.Value | None:
+    def scalar_op(self, value: ir.Value, op: str, constant: float) -> ir.Value | None:
         """The operand of `value` = operand <op> constant (a tensor_scalar), else None."""
-        producer = step(value, taken)
+        producer = self.step(value)
         if producer is None or producer.name != "trn.tensor_scalar" or \
                 U.str_attr(producer, "op") != op or \
                 ir.BoolAttr(producer.attributes["reverse"]).value or \
@@ -362,57 +368,119 @@ def recognise_tanh_gelu(func: ir.Operation, keep_roundings: bool = False) -> Non
             return None
         return producer.operands[0]
 
-    def tanh_argument(value: ir.Value, taken: list) -> ir.Value | None:
-        """s where value = tanh(sqrt(2 / pi) s), the scaling a multiply or the scale."""
-        act = step(value, taken)
-        if act is None or act.name != "trn.activation" or U.str_attr(act, "func") != "tanh" \
+    def activation_of(self, value: ir.Value, func: str, scale: float) -> ir.Value | None:
+        """s where value = func(scale * s) without bias, the scaling a multiply (tensor_scalar)
+        or the activation's scale."""
+        act = self.step(value)
+        if act is None or act.name != "trn.activation" or U.str_attr(act, "func") != func \
                 or U.float_attr(act, "bias") != 0.0:
             return None
-        scale = U.float_attr(act, "scale")
-        if math.isclose(scale, _SQRT_2_OVER_PI, rel_tol=1e-6):
+        own = U.float_attr(act, "scale")
+        if math.isclose(own, scale, rel_tol=1e-6):
             return act.operands[0]
-        return scalar_op(act.operands[0], "mul", _SQRT_2_OVER_PI, taken) if scale == 1.0 \
-            else None
+        return self.scalar_op(act.operands[0], "mul", scale) if own == 1.0 else None
 
+    def product(self, value: ir.Value) -> tuple[ir.Value, ir.Value] | None:
+        """The operands of `value` = a * b (a tensor_tensor), else None."""
+        producer = self.step(value)
+        if producer is None or producer.name != "trn.tensor_tensor" or \
+                U.str_attr(producer, "op") != "mul":
+            return None
+        return tuple(producer.operands)
+
+    def replaceable(self) -> bool:
+        """Every step but the last-walked input is read by the next one alone, in fp32."""
+        return all(len(list(op.results[0].uses)) == 1 for op in self.taken[1:]) and \
+            all(op.name == "trn.convert" or str(U.element_type(op.results[0])) == "f32"
+                for op in self.taken)
+
+
+def _replace_with_activation(root: ir.Operation, x: ir.Value, func: str,
+                             taken: list[ir.Operation]) -> None:
+    """`root`'s value becomes activation func(x); the formula's ops (`taken`) go."""
+    with ir.InsertionPoint(root), root.location:
+        act = U.create("trn.activation", [root.results[0].type], [x],
+                       {"func": U.string(func), "scale": U.f32(1.0), "bias": U.f32(0.0)})
+    root.results[0].replace_all_uses_with(act.results[0])
+    for op in sorted(set(taken), key=taken.index):     # consumers before producers
+        op.erase()
+
+
+def recognise_tanh_gelu(func: ir.Operation, keep_roundings: bool = False) -> None:
+    """0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3))) written out in ops (GPT-2's gelu_new)
+    -> activation(x) with func gelu_tanh: ACT's table computes that function in one pass
+    (within 2 ulp of it), where the written-out form took eight ACT/DVE passes over the
+    tensor. Only where every step is read by the next one alone (see _Walk)."""
     def match(y_op: ir.Operation, half: ir.Value, one_plus: ir.Value) -> tuple | None:
-        taken = [y_op]
-        x = scalar_op(half, "mul", 0.5, taken)
-        h = scalar_op(one_plus, "add", 1.0, taken) if x is not None else None
-        s = tanh_argument(h, taken) if h is not None else None
-        add = step(s, taken) if s is not None else None
+        walk = _Walk(keep_roundings)
+        walk.taken.append(y_op)
+        x = walk.scalar_op(half, "mul", 0.5)
+        h = walk.scalar_op(one_plus, "add", 1.0) if x is not None else None
+        s = walk.activation_of(h, "tanh", _SQRT_2_OVER_PI) if h is not None else None
+        add = walk.step(s) if s is not None else None
         if add is None or add.name != "trn.tensor_tensor" or U.str_attr(add, "op") != "add":
             return None
         terms = list(add.operands)
         if x not in terms:          # x + 0.044715 x^3 of the same x that 0.5 x reads
             return None
         cubic = terms[1] if terms[0] == x else terms[0]
-        cube = scalar_op(cubic, "mul", _GELU_TANH_CUBIC, taken)
-        if cube is None or scalar_op(cube, "pow", 3.0, taken) != x:
+        cube = walk.scalar_op(cubic, "mul", _GELU_TANH_CUBIC)
+        if cube is None or walk.scalar_op(cube, "pow", 3.0) != x:
             return None
-        return x, taken
+        return x, walk
 
     for y_op in U.body_ops(func):
         if y_op.name != "trn.tensor_tensor" or U.str_attr(y_op, "op") != "mul":
             continue
         for half, one_plus in (tuple(y_op.operands), tuple(y_op.operands)[::-1]):
             found = match(y_op, half, one_plus)
-            if found is None:
-                continue
-            x, taken = found
-            # Every step but x is read by the next one alone; the arithmetic is in fp32.
-            if any(len(list(op.results[0].uses)) != 1 for op in taken[1:]) or \
-                    any(op.name != "trn.convert" and str(U.element_type(op.results[0])) != "f32"
-                        for op in taken):
-                continue
-            with ir.InsertionPoint(y_op), y_op.location:
-                gelu = U.create("trn.activation", [y_op.results[0].type], [x],
-                                {"func": U.string("gelu_tanh"), "scale": U.f32(1.0),
-                                 "bias": U.f32(0.0)})
-            y_op.results[0].replace_all_uses_with(gelu.results[0])
-            # (Consumers before producers: `taken` lists them walking back from y.)
-            for op in sorted(set(taken), key=taken.index):
-                op.erase()
-            break
+            if found is not None and found[1].replaceable():
+                _replace_with_activation(y_op, found[0], "gelu_tanh", found[1].taken)
+                break
+
+
+def recognise_gelu_derivative(func: ir.Operation, keep_roundings: bool = False) -> None:
+    """GELU's derivative as its backward writes it out, Phi(x) + x phi(x) =
+    0.5 (1 + erf(x / sqrt 2)) + x * exp(-x^2 / 2) / sqrt(2 pi) -> activation(x) with func
+    gelu_dx (NKI's nki.language.gelu_dx): one ACT pass where the written-out form took two
+    ACT functions and six ACT/DVE passes, two of them fp32 tensor_tensors at half rate, over
+    the [tokens, hidden] tensor of every MLP's backward. Only where every step is read by
+    the next one alone (see _Walk)."""
+    def cdf(walk: _Walk, value: ir.Value) -> ir.Value | None:
+        """x where value = 0.5 (1 + erf(x / sqrt 2))."""
+        a = walk.scalar_op(value, "mul", 0.5)
+        e = walk.scalar_op(a, "add", 1.0) if a is not None else None
+        return walk.activation_of(e, "erf", _INV_SQRT_2) if e is not None else None
+
+    def x_density(walk: _Walk, value: ir.Value, x: ir.Value) -> bool:
+        """Whether value = x * exp(-x^2 / 2) / sqrt(2 pi), of this x."""
+        factors = walk.product(value)
+        if factors is None or x not in factors:
+            return False
+        density = factors[1] if factors[0] == x else factors[0]
+        e = walk.scalar_op(density, "mul", _INV_SQRT_2PI)
+        square = walk.activation_of(e, "exp", -0.5) if e is not None else None
+        if square is None:
+            return False
+        squared = walk.step(square)
+        if squared is None:
+            return False
+        if squared.name == "trn.activation":
+            return U.str_attr(squared, "func") == "square" and squared.operands[0] == x and \
+                U.float_attr(squared, "scale") == 1.0 and U.float_attr(squared, "bias") == 0.0
+        return squared.name == "trn.tensor_tensor" and U.str_attr(squared, "op") == "mul" \
+            and list(squared.operands) == [x, x]
+
+    for add in U.body_ops(func):
+        if add.name != "trn.tensor_tensor" or U.str_attr(add, "op") != "add":
+            continue
+        for first, second in (tuple(add.operands), tuple(add.operands)[::-1]):
+            walk = _Walk(keep_roundings)
+            walk.taken.append(add)
+            x = cdf(walk, first)
+            if x is not None and x_density(walk, second, x) and walk.replaceable():
+                _replace_with_activation(add, x, "gelu_dx", walk.taken)
+                break
 
 
 def fold_scales_into_activations(func: ir.Operation) -> None:

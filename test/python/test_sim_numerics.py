@@ -88,6 +88,8 @@ REFERENCES = {
     "sin": np.sin,
     "cos": np.cos,
     "arctan": np.arctan,
+    "gelu_dx": lambda x: 0.5 * special.erfc(-x / math.sqrt(2))
+    + np.where(np.isinf(x), 0.0, x * np.exp(-x * x / 2)) / math.sqrt(2 * math.pi),
 }
 
 SPECIALS = np.array([0.0, -0.0, TINY, -TINY, 1e-40, -1e-40, np.finfo(F32).tiny, 1.0, -1.0, 0.5,
@@ -150,6 +152,9 @@ INPUTS = {
     "sigmoid": lambda: np.concatenate([uniform(2000, -110, 100), wide(2000)]),
     "tanh": lambda: np.concatenate([uniform(2000, -12, 12), wide(2000)]),
     "erf": lambda: np.concatenate([uniform(2000, -6, 6), wide(2000)]),
+    # Around its root (-0.7518...) the result passes through zero.
+    "gelu_dx": lambda: np.concatenate([uniform(2000, -40, 40), uniform(1000, -1, -0.5),
+                                       near([-0.75179, -0.7518, -0.75175], 64), wide(1500)]),
 }
 
 

@@ -313,6 +313,8 @@ ACTIVATIONS = {
     "sin": np.sin,
     "cos": np.cos,
     "arctan": np.arctan,
+    "gelu_dx": lambda x: 0.5 * special.erfc(-x / np.sqrt(2))
+    + x * np.exp(-x * x / 2) / np.sqrt(2 * np.pi),
 }
 POSITIVE_ONLY = {"log", "sqrt", "rsqrt"}
 

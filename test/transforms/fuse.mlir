@@ -795,3 +795,52 @@ func.func @sum_over_features(%dy: tensor<64x32xf32>, %x: tensor<64x16xf32>) -> (
   %b = "trn.reduce"(%dy) {op = "add", dimensions = array<i64: 1>} : (tensor<64x32xf32>) -> tensor<64xf32>
   return %w, %b : tensor<32x16xf32>, tensor<64xf32>
 }
+
+// -----
+
+// Tests that GELU's derivative written out as its backward decomposes it, 0.5 (1 + erf(x /
+// sqrt 2)) + x * exp(-x^2 / 2) / sqrt(2 pi), becomes one activation gelu_dx of x, multiplied
+// into the gradient in the same kernel.
+// CHECK-LABEL: func.func @gelu_derivative
+// CHECK: "trn.kernel"() ({
+// CHECK-NEXT: %[[D:.*]] = "trn.activation"(%arg0) {bias = 0.000000e+00 : f32, func = "gelu_dx", scale = 1.000000e+00 : f32}
+// CHECK-NEXT: "trn.tensor_tensor"(%arg1, %[[D]]) {op = "mul"}
+// CHECK-NEXT: "trn.yield"
+// CHECK-NOT: "trn.activation"
+// CHECK: return
+func.func @gelu_derivative(%x: tensor<8x16xf32>, %g: tensor<8x16xf32>) -> tensor<8x16xf32> {
+  %m = "trn.tensor_scalar"(%x) {op = "mul", reverse = false, scalar = 0.707106769 : f32} : (tensor<8x16xf32>) -> tensor<8x16xf32>
+  %e = "trn.activation"(%m) {func = "erf", scale = 1.0 : f32, bias = 0.0 : f32} : (tensor<8x16xf32>) -> tensor<8x16xf32>
+  %a = "trn.tensor_scalar"(%e) {op = "add", reverse = false, scalar = 1.0 : f32} : (tensor<8x16xf32>) -> tensor<8x16xf32>
+  %h = "trn.tensor_scalar"(%a) {op = "mul", reverse = false, scalar = 0.5 : f32} : (tensor<8x16xf32>) -> tensor<8x16xf32>
+  %sq = "trn.tensor_tensor"(%x, %x) {op = "mul"} : (tensor<8x16xf32>, tensor<8x16xf32>) -> tensor<8x16xf32>
+  %n = "trn.tensor_scalar"(%sq) {op = "mul", reverse = false, scalar = -0.5 : f32} : (tensor<8x16xf32>) -> tensor<8x16xf32>
+  %ex = "trn.activation"(%n) {func = "exp", scale = 1.0 : f32, bias = 0.0 : f32} : (tensor<8x16xf32>) -> tensor<8x16xf32>
+  %pd = "trn.tensor_scalar"(%ex) {op = "mul", reverse = false, scalar = 0.398942292 : f32} : (tensor<8x16xf32>) -> tensor<8x16xf32>
+  %xp = "trn.tensor_tensor"(%x, %pd) {op = "mul"} : (tensor<8x16xf32>, tensor<8x16xf32>) -> tensor<8x16xf32>
+  %d = "trn.tensor_tensor"(%h, %xp) {op = "add"} : (tensor<8x16xf32>, tensor<8x16xf32>) -> tensor<8x16xf32>
+  %r = "trn.tensor_tensor"(%g, %d) {op = "mul"} : (tensor<8x16xf32>, tensor<8x16xf32>) -> tensor<8x16xf32>
+  return %r : tensor<8x16xf32>
+}
+
+// -----
+
+// Tests that the derivative's formula stays written out where one of its steps is needed
+// elsewhere too (here the CDF term).
+// CHECK-LABEL: func.func @gelu_derivative_shared_step
+// CHECK-NOT: "gelu_dx"
+// CHECK: func = "erf"
+// CHECK: return
+func.func @gelu_derivative_shared_step(%x: tensor<8x16xf32>) -> (tensor<8x16xf32>, tensor<8x16xf32>) {
+  %m = "trn.tensor_scalar"(%x) {op = "mul", reverse = false, scalar = 0.707106769 : f32} : (tensor<8x16xf32>) -> tensor<8x16xf32>
+  %e = "trn.activation"(%m) {func = "erf", scale = 1.0 : f32, bias = 0.0 : f32} : (tensor<8x16xf32>) -> tensor<8x16xf32>
+  %a = "trn.tensor_scalar"(%e) {op = "add", reverse = false, scalar = 1.0 : f32} : (tensor<8x16xf32>) -> tensor<8x16xf32>
+  %h = "trn.tensor_scalar"(%a) {op = "mul", reverse = false, scalar = 0.5 : f32} : (tensor<8x16xf32>) -> tensor<8x16xf32>
+  %sq = "trn.tensor_tensor"(%x, %x) {op = "mul"} : (tensor<8x16xf32>, tensor<8x16xf32>) -> tensor<8x16xf32>
+  %n = "trn.tensor_scalar"(%sq) {op = "mul", reverse = false, scalar = -0.5 : f32} : (tensor<8x16xf32>) -> tensor<8x16xf32>
+  %ex = "trn.activation"(%n) {func = "exp", scale = 1.0 : f32, bias = 0.0 : f32} : (tensor<8x16xf32>) -> tensor<8x16xf32>
+  %pd = "trn.tensor_scalar"(%ex) {op = "mul", reverse = false, scalar = 0.398942292 : f32} : (tensor<8x16xf32>) -> tensor<8x16xf32>
+  %xp = "trn.tensor_tensor"(%x, %pd) {op = "mul"} : (tensor<8x16xf32>, tensor<8x16xf32>) -> tensor<8x16xf32>
+  %d = "trn.tensor_tensor"(%h, %xp) {op = "add"} : (tensor<8x16xf32>, tensor<8x16xf32>) -> tensor<8x16xf32>
+  return %d, %h : tensor<8x16xf32>, tensor<8x16xf32>
+}

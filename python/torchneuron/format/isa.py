@@ -252,6 +252,7 @@ class ActFunc(IntEnum):
     SIN = 17
     COS = 18
     ARCTAN = 19
+    GELU_DX = 20        # GELU's derivative (NKI: nki.language.gelu_dx)
 
     @property
     def label(self) -> str:

@@ -19,7 +19,9 @@ Numerics (what the chip does, and where the simulator chooses):
   accurate than the chip, never less). gelu is the erf form 0.5 x (1 + erf(x / sqrt 2)),
   evaluated as x * Phi(x) (scipy's ndtr, free of erf's cancellation for x << 0); gelu_tanh
   the tanh approximation 0.5 x (1 + tanh(u)), u = sqrt(2/pi) (x + 0.044715 x^3), evaluated
-  as x * sigmoid(2u); softplus log(1 + e^x) computed stably; sign(0) = 0.
+  as x * sigmoid(2u); gelu_dx GELU's derivative Phi(x) + x phi(x) (phi the standard normal
+  density; both terms positive for x > 0 and of different magnitudes for x << 0, so no
+  cancellation beyond float64's at its root near -0.75); softplus log(1 + e^x) computed stably; sign(0) = 0.
   The optional accum operand receives the fp32 sum of the fp32 results (before the output
   conversion).
 - ALU ops: comparisons give 1.0/0.0; and/or/xor act on the operands converted to int64
@@ -170,6 +172,14 @@ ALU: dict[isa.AluOp, object] = {
 }
 
 _SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
+_INV_SQRT_2PI = 1.0 / math.sqrt(2.0 * math.pi)
+
+
+def _x_phi(x: np.ndarray) -> np.ndarray:
+    """x times the standard normal density: 0 where |x| is so large that it underflows (so
+    +-inf give 0, not inf * 0)."""
+    finite = np.where(np.abs(x) < 1e3, x, 0.0)
+    return finite * np.exp(-0.5 * finite * finite) * _INV_SQRT_2PI
 
 # Activation functions on float64 arrays.
 ACTIVATIONS: dict[isa.ActFunc, object] = {
@@ -196,6 +206,7 @@ ACTIVATIONS: dict[isa.ActFunc, object] = {
     Act.SIN: np.sin,
     Act.COS: np.cos,
     Act.ARCTAN: np.arctan,
+    Act.GELU_DX: lambda x: special.ndtr(x) + _x_phi(x),
 }
 
 
