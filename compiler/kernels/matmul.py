@@ -54,6 +54,9 @@ class _Staged:
         self.panel_k = -(-per_run // tk) * tk
         self.panel_f = self.panel_k if row_panels and not self.transposed else 0
         self.row_panels: dict[tuple[int, int], Tile] = {}
+        # K-tiles interleaved by partition (see `interleave_k`): 1 = K-tile j is rows
+        # [128 j, 128 j + 128).
+        self.interleave = 1
 
     def tile(self, k0: int, kn: int, f0: int, fn: int) -> Tile:
         key = (k0, f0, fn)
@@ -62,6 +65,8 @@ class _Staged:
             if self.transposed:
                 tile = self._part_of_k_tile(k0, kn, f0, fn) or \
                     self._transposed_tile(k0, kn, f0, fn)
+            elif self.interleave > 1:
+                tile = self._part_of_group(k0, kn, f0, fn)
             else:
                 tile = self._part_of_row_panel(k0, kn, f0, fn) or \
                     load_tile(self.em, self.view.slice(0, k0, kn).slice(1, f0, fn),
@@ -101,6 +106,28 @@ class _Staged:
             self.row_panels[k0, c0] = panel
         return panel.columns(f0 - c0, fn)
 
+    def _part_of_group(self, k0: int, kn: int, f0: int, fn: int) -> Tile:
+        """K-tile (k0, kn) of an interleaved operand: the rows g p + j (p < 128) of its block
+        of 128 g rows, j = its index in the block; columns f0..f0+fn. The block's rows are
+        loaded by one DMA into [128, g x panel columns], partition p holding rows g p ..
+        g p + g - 1 (consecutive in HBM: g rows in one run where a panel spans whole rows)."""
+        tk, g = self.em.target.pe_rows, self.interleave
+        block, j = divmod(k0, tk * g)
+        j //= tk
+        width = self.panel_f or self.view.shape[1]
+        c0 = f0 // width * width
+        cn = min(width, self.view.shape[1] - c0)
+        if kn != tk or f0 + fn > c0 + cn:
+            raise CompileError("an interleaved K-tile must be whole and within one panel")
+        key = ("group", block, c0)
+        group = self.panels.get(key)
+        if group is None:
+            rows = self.view.slice(0, block * tk * g, tk * g).reshape((tk, g) + self.view.shape[1:])
+            group = self.em.alloc("sbuf", tk, g * cn, self.element_type)
+            self.em.load(group, rows.slice(2, c0, cn), 0, [1, 2])
+            self.panels[key] = group
+        return group.columns(j * cn + f0 - c0, fn)
+
     def _transposed_tile(self, k0: int, kn: int, f0: int, fn: int) -> Tile:
         em = self.em
         tile = em.alloc("sbuf", kn, fn, self.element_type)
@@ -137,6 +164,36 @@ class _Staged:
         k, f = self.view.shape
         tiles_k = -(-k // self.em.target.pe_rows)
         return tiles_k * f * U.element_bytes(self.element_type)
+
+
+# Most rows one partition takes of an interleaved operand block.
+_MAX_INTERLEAVE = 4
+
+
+def interleave_k(target, k: int, x_p: _Staged, x_f: _Staged) -> int:
+    """How many consecutive K rows each partition takes (g), for two operands both stored
+    with K along rows (neither transposed) where some row is short: a batched matmul over
+    [512, 64] bf16 slices loaded [128, 64] at a time moves 128 B per partition per DMA,
+    each run paying the DMA's per-chunk cost (TARGET.md) several times its bytes. With g
+    rows per partition, K-tile j of a block of 128 g rows is the rows g p + j: both
+    operands number K the same way, so the products sum the same terms. 1 where K is not
+    whole blocks or the rows are long enough already."""
+    if x_p.transposed or x_f.transposed or x_p.view.buffer is None or \
+            x_f.view.buffer is None:
+        return 1
+    tk = target.pe_rows
+
+    def run_bytes(x: _Staged) -> int:
+        width = min(x.panel_f or x.view.shape[1], x.view.shape[1])
+        contiguous = x.view.strides[1] == 1
+        return width * U.element_bytes(x.view.element_type) if contiguous else 0
+
+    shortest = min(run_bytes(x_p), run_bytes(x_f))
+    g = 1
+    while g < _MAX_INTERLEAVE and 0 < g * shortest < _EFFICIENT_RUN_BYTES and \
+            k % (tk * g * 2) == 0:
+        g *= 2
+    return g
 
 
 def matmul_element_type(lhs: ir.Type, rhs: ir.Type) -> ir.Type:
@@ -206,6 +263,7 @@ def _lower_2d(em: Emitter, matmul, chain, a: HbmView, b: HbmView, views, outputs
     k = a.shape[1]
     parts, free = x_p.view.shape[1], x_f.view.shape[1]
     tp, tf, tk = target.pe_cols, target.matmul_max_moving, target.pe_rows
+    x_p.interleave = x_f.interleave = interleave_k(target, k, x_p, x_f)
     p_tiles = [(p0, min(tp, parts - p0)) for p0 in range(0, parts, tp)]
     f_tiles = [(f0, min(tf, free - f0)) for f0 in range(0, free, tf)]
     k_tiles = [(k0, min(tk, k - k0)) for k0 in range(0, k, tk)]

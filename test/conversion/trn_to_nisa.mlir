@@ -1242,19 +1242,18 @@ func.func @saved_linear_gelu(%w: tensor<128x128xf32>, %b: tensor<128xf32>, %x: t
 
 // Tests that a matmul kernel yielding the sum over dim 0 of the tensor its left operand
 // transposes (a Linear's weight and bias gradients) computes the sums on PE from the tiles the
-// matmul loads: a column of ones (set once) stationary against each loaded [K-tile, 128]
-// tile of dY, accumulating over K-tiles into one PSUM row per 128 features, stored in one
-// contiguous run; dY is loaded once.
+// matmul loads: a column of ones (set once) stationary against each loaded K-tile [128, 128
+// features] of dY, accumulating over K-tiles into one PSUM row per 128 features, stored in one
+// contiguous run; dY is loaded once (two rows per partition, K-tile j the rows 2p + j).
 // CHECK-LABEL: func.func @linear_backward
 // CHECK-SAME: (%[[DY:[^:]*]]: memref<256x192xbf16, "hbm">, %{{[^:]*}}: memref<256x64xbf16, "hbm">, %{{[^:]*}}: memref<192x64xbf16, "hbm">, %[[DB:[^:]*]]: memref<192xbf16, "hbm">)
 // CHECK: "nisa.memset"(%[[ONES:[^)]*]]) {{.*}}value = 1.000000e+00
-// CHECK: "nisa.dma"(%[[DY0:[^,]*]], %[[DY]])
-// CHECK: "nisa.dma"(%[[DY1:[^,]*]], %[[DY]])
-// CHECK: "nisa.matmul"(%[[S:[^,]*]], %[[ONES]], %[[DY0]]) {accumulate = false, {{.*}}array<i64: 0, 192, 128, 1, 128>]
-// CHECK-NEXT: "nisa.matmul"(%[[S]], %[[ONES]], %[[DY1]]) {accumulate = true
+// CHECK: "nisa.dma"(%[[DYT:[^,]*]], %[[DY]])
+// CHECK: "nisa.matmul"(%[[S:[^,]*]], %[[ONES]], %[[DYT]]) {accumulate = false, {{.*}}array<i64: 0, 384, 128, 1, 128>]
+// CHECK-NEXT: "nisa.matmul"(%[[S]], %[[ONES]], %[[DYT]]) {accumulate = true, {{.*}}array<i64: 192, 384, 128, 1, 128>]
 // CHECK: "nisa.tensor_copy"(%[[SB:[^,]*]], %[[S]])
 // CHECK-NEXT: "nisa.dma"(%[[DB]], %[[SB]]) {aps = [array<i64: 0, 128, 1, 1, 128>
-// CHECK: "nisa.matmul"(%[[S2:[^,]*]], %[[ONES]], %[[DY0]]) {accumulate = false, {{.*}}array<i64: 128, 192, 128, 1, 64>]
+// CHECK: "nisa.matmul"(%[[S2:[^,]*]], %[[ONES]], %[[DYT]]) {accumulate = false, {{.*}}array<i64: 128, 384, 128, 1, 64>]
 // CHECK: "nisa.dma"(%[[DB]], %{{[^)]*}}) {aps = [array<i64: 128, 64, 1, 1, 64>
 // CHECK-NOT: "nisa.dma"(%{{[^,]*}}, %[[DY]])
 // CHECK: return
@@ -1267,4 +1266,30 @@ func.func @linear_backward(%dy: tensor<256x192xbf16>, %x: tensor<256x64xbf16>) -
     "trn.yield"(%wc, %b) : (tensor<192x64xbf16>, tensor<192xbf16>) -> ()
   }) {kind = "matmul", orientation = "mn"} : () -> (tensor<192x64xbf16>, tensor<192xbf16>)
   return %k#0, %k#1 : tensor<192x64xbf16>, tensor<192xbf16>
+}
+
+// -----
+
+// Tests that two operands stored with K along their rows, one of short rows (A^T [512, 64]
+// bf16: 128 B), are loaded four rows per partition: partition p holds rows 4p..4p+3 of each
+// (256 and 2048 contiguous elements), and K-tile j is rows 4p + j of both, columns
+// [64 j, 64 j + 64) of A^T's tile and [512 j, 512 j + 512) of B's.
+// CHECK-LABEL: func.func @interleaved_k
+// CHECK-SAME: (%[[AT:[^:]*]]: memref<512x64xbf16, "hbm">, %[[B:[^:]*]]: memref<512x512xbf16, "hbm">
+// CHECK: "nisa.dma"(%[[AG:[^,]*]], %[[AT]]) {aps = [array<i64: 0, 256, 64, 1, 256>, array<i64: 0, 256, 64, 64, 4, 1, 64>]
+// CHECK: "nisa.dma"(%[[BG:[^,]*]], %[[B]]) {aps = [array<i64: 0, 2048, 8, 1, 2048>, array<i64: 0, 2048, 8, 512, 4, 1, 512>]
+// CHECK: "nisa.matmul"(%[[ACC:[^,]*]], %[[AG]], %[[BG]]) {accumulate = false, aps = [array<i64: 0, 512, 64, 1, 512>, array<i64: 0, 256, 128, 1, 64>, array<i64: 0, 2048, 128, 1, 512>]
+// CHECK-NEXT: "nisa.matmul"(%[[ACC]], %[[AG]], %[[BG]]) {accumulate = true, aps = [array<i64: 0, 512, 64, 1, 512>, array<i64: 64, 256, 128, 1, 64>, array<i64: 512, 2048, 128, 1, 512>]
+// CHECK-NEXT: "nisa.matmul"(%[[ACC]], %[[AG]], %[[BG]]) {accumulate = true, aps = [array<i64: 0, 512, 64, 1, 512>, array<i64: 128, 256, 128, 1, 64>, array<i64: 1024, 2048, 128, 1, 512>]
+// CHECK-NEXT: "nisa.matmul"(%[[ACC]], %[[AG]], %[[BG]]) {accumulate = true, aps = [array<i64: 0, 512, 64, 1, 512>, array<i64: 192, 256, 128, 1, 64>, array<i64: 1536, 2048, 128, 1, 512>]
+// CHECK-NOT: "nisa.matmul"
+// CHECK: return
+func.func @interleaved_k(%at: tensor<512x64xbf16>, %b: tensor<512x512xbf16>) -> tensor<64x512xbf16> {
+  %k = "trn.kernel"() ({
+    %a = "trn.transpose"(%at) {permutation = array<i64: 1, 0>} : (tensor<512x64xbf16>) -> tensor<64x512xbf16>
+    %y = "trn.matmul"(%a, %b) : (tensor<64x512xbf16>, tensor<512x512xbf16>) -> tensor<64x512xf32>
+    %c = "trn.convert"(%y) : (tensor<64x512xf32>) -> tensor<64x512xbf16>
+    "trn.yield"(%c) : (tensor<64x512xbf16>) -> ()
+  }) {kind = "matmul", orientation = "mn"} : () -> tensor<64x512xbf16>
+  return %k : tensor<64x512xbf16>
 }

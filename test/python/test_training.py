@@ -262,15 +262,18 @@ def test_a_single_indexed_row_is_left_as_it_is():
     assert decompositions.rewrite_dynamo_graph(gm) == 0
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_bias_gradient_computed_with_the_weight_gradient(dtype, tmp_path, monkeypatch):
+# 384 tokens: K-tiles of consecutive rows; 512: four rows per partition (interleaved K, as
+# kernels/matmul.py's interleave_k chooses for rows this short).
+@pytest.mark.parametrize("dtype,tokens", [(torch.float32, 384), (torch.bfloat16, 384),
+                                          (torch.float32, 512)])
+def test_bias_gradient_computed_with_the_weight_gradient(dtype, tokens, tmp_path, monkeypatch):
     """trn-fuse bias-gradients: a Linear's bias gradient (dY summed over tokens) comes from the
     kernel of its weight gradient (dY^T @ X), on PE from the dY tiles that kernel loads, not
     from a kernel reading dY again; gradients as eager's and as the separate kernels'."""
     torch.manual_seed(0)
     linear = torch.nn.Linear(192, 320).to(dtype)
-    x = torch.randn(384, 192).to(dtype)
-    dy = torch.randn(384, 320).to(dtype)
+    x = torch.randn(tokens, 192).to(dtype)
+    dy = torch.randn(tokens, 320).to(dtype)
     linear(x).backward(dy)
     expected = (linear.weight.grad.clone(), linear.bias.grad.clone())
     results = {}
@@ -295,3 +298,15 @@ def test_bias_gradient_computed_with_the_weight_gradient(dtype, tmp_path, monkey
         torch.testing.assert_close(got, want, **tolerance)
         torch.testing.assert_close(got, unfused, **tolerance)
     assert off_profile.dma_bytes - on_profile.dma_bytes >= dy.numel() * dtype.itemsize
+
+
+def test_batched_matmul_of_short_rows_matches_eager():
+    """A^T @ B over [512, 64] slices (an attention backward's shapes): both operands are
+    loaded four rows per partition and K-tile j is rows 4p + j of both; the products are
+    eager's."""
+    torch.manual_seed(0)
+    a, b = torch.randn(3, 512, 64), torch.randn(3, 512, 96)
+    torch._dynamo.reset()
+    got = torch.compile(lambda a, b: torch.bmm(a.transpose(1, 2), b), backend="neuron")(a, b)
+    assert backend.graph_reports()[-1].fully_compiled
+    torch.testing.assert_close(got, torch.bmm(a.transpose(1, 2), b), atol=1e-4, rtol=1e-5)
