@@ -1171,13 +1171,7 @@ def merge_with_result(matmul: ir.Operation, consumer: ir.Operation) -> ir.Operat
         merged = build_kernel("matmul", types)
     mapping: dict = {}
     with ir.InsertionPoint(merged.regions[0].blocks[0]):
-        for kernel in (matmul, consumer):
-            body = kernel_body(kernel)
-            for op in body[:-1]:
-                clone = U.clone_with_operands(op, [mapping.get(v, v) for v in op.operands])
-                for old, new in zip(op.results, clone.results):
-                    mapping[old] = new
-            mapping[kernel.results[0]] = mapping[body[-1].operands[0]]
+        _clone_bodies((matmul, consumer), mapping)
         values = [mapping[consumer.results[0]]] + ([mapping[result]] if others else [])
         build_yield(values, loc=consumer.location)
     consumer.results[0].replace_all_uses_with(merged.results[0])
@@ -1259,10 +1253,7 @@ def merge_column_sum(matmul: ir.Operation, reduction: ir.Operation,
     mapping: dict = {}
     body = kernel_body(matmul)
     with ir.InsertionPoint(merged.regions[0].blocks[0]):
-        for op in body[:-1]:
-            clone = U.clone_with_operands(op, [mapping.get(v, v) for v in op.operands])
-            for old, new in zip(op.results, clone.results):
-                mapping[old] = new
+        _clone_bodies((matmul,), mapping)
         mm = next(op for op in body if op.name == "trn.matmul")
         transposed = U.defining_op(mm.operands[0]).operands[0]
         summed = mapping.get(transposed, transposed)
@@ -1446,6 +1437,18 @@ def _attention_shapes(scores: ir.Operation, rows: ir.Operation, output: ir.Opera
     return _rows_of(rows, scores_shape[-1]) and _query_blocks_fit(scores_shape, target)
 
 
+def _clone_bodies(kernels, mapping: dict) -> None:
+    """Clone the bodies of single-result `kernels`, one after another, at the insertion point;
+    `mapping` takes every old value (each kernel's result included) to its clone."""
+    for kernel in kernels:
+        body = kernel_body(kernel)
+        for op in body[:-1]:
+            clone = U.clone_with_operands(op, [mapping.get(v, v) for v in op.operands])
+            for old, new in zip(op.results, clone.results):
+                mapping[old] = new
+        mapping[kernel.results[0]] = mapping[body[-1].operands[0]]
+
+
 def merge_kernels(kernels: tuple, kind: str) -> ir.Operation:
     """One kernel of `kind` computing `kernels` (in block order, each read only by the next):
     their bodies one after another, each reading its predecessor's yielded value."""
@@ -1454,13 +1457,7 @@ def merge_kernels(kernels: tuple, kind: str) -> ir.Operation:
         merged = build_kernel(kind, last.results[0].type)
     mapping: dict = {}
     with ir.InsertionPoint(merged.regions[0].blocks[0]):
-        for kernel in kernels:
-            body = kernel_body(kernel)
-            for op in body[:-1]:
-                clone = U.clone_with_operands(op, [mapping.get(v, v) for v in op.operands])
-                for old, new in zip(op.results, clone.results):
-                    mapping[old] = new
-            mapping[kernel.results[0]] = mapping[body[-1].operands[0]]
+        _clone_bodies(kernels, mapping)
         build_yield(mapping[last.results[0]], loc=last.location)
     last.results[0].replace_all_uses_with(merged.results[0])
     for kernel in reversed(kernels):
