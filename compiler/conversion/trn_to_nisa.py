@@ -289,10 +289,10 @@ class _FunctionLowering:
             raise CompileError(f"a '{kind}' kernel has one result; only matmul and elementwise "
                                "kernels store a second", kernel.location)
         extra = list(zip(list(body[-1].operands)[1:], also))
-        if U.str_attr(kernel, "kind") == "rows":
+        if kind == "rows":
             lower_rows(self.em, body[:-1], self.views, self._view, (body[-1].operands[0], out))
             return
-        if U.str_attr(kernel, "kind") in ("attention", "matmul_rows"):
+        if kind in ("attention", "matmul_rows"):
             lower_attention(self.em, body[:-1], self.views, self._batched_view,
                             (body[-1].operands[0], out))
             return
@@ -329,7 +329,7 @@ class _FunctionLowering:
                 views[op.results[0]] = self._view(op, source)
             else:
                 compute.append(op)
-        if U.str_attr(kernel, "kind") == "mlp":
+        if kind == "mlp":
             lower_mlp(self.em, compute, views, (yielded, out))
             return
         matmuls = [op for op in compute if op.name == "trn.matmul"]

@@ -122,7 +122,8 @@ class _Staged:
         key = ("group", block, c0)
         group = self.panels.get(key)
         if group is None:
-            rows = self.view.slice(0, block * tk * g, tk * g).reshape((tk, g) + self.view.shape[1:])
+            rows = self.view.slice(0, block * tk * g, tk * g).reshape(
+                (tk, g) + self.view.shape[1:])
             group = self.em.alloc("sbuf", tk, g * cn, self.element_type)
             self.em.load(group, rows.slice(2, c0, cn), 0, [1, 2])
             self.panels[key] = group

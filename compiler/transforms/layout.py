@@ -114,7 +114,8 @@ def _wants_transposed_result(kernel: ir.Operation) -> bool:
     body = kernel_body(kernel)
     matmuls = [op for op in body if op.name == "trn.matmul"]
     result = kernel.results[0]
-    if len(matmuls) != 1 or len(kernel.results) != 1 or len(U.shape(result)) < 2 or epilogue_operand_along(body, "m"):
+    if len(matmuls) != 1 or len(kernel.results) != 1 or len(U.shape(result)) < 2 or \
+            epilogue_operand_along(body, "m"):
         return False
     if "orientation" in kernel.attributes and U.str_attr(kernel, "orientation") != "nm":
         return False     # a decision made before (by a user or the tuner) stands

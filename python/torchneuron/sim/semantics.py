@@ -21,7 +21,8 @@ Numerics (what the chip does, and where the simulator chooses):
   the tanh approximation 0.5 x (1 + tanh(u)), u = sqrt(2/pi) (x + 0.044715 x^3), evaluated
   as x * sigmoid(2u); gelu_dx GELU's derivative Phi(x) + x phi(x) (phi the standard normal
   density; both terms positive for x > 0 and of different magnitudes for x << 0, so no
-  cancellation beyond float64's at its root near -0.75); softplus log(1 + e^x) computed stably; sign(0) = 0.
+  cancellation beyond float64's at its root near -0.75); softplus log(1 + e^x) computed
+  stably; sign(0) = 0.
   The optional accum operand receives the fp32 sum of the fp32 results (before the output
   conversion).
 - ALU ops: comparisons give 1.0/0.0; and/or/xor act on the operands converted to int64
