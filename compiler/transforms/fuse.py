@@ -1133,16 +1133,23 @@ def epilogue_result_pairs(func: ir.Operation) -> list[tuple]:
                     not _mergeable_producer(consumer):
                 continue
             inside = [r for r in readers if r.parent == consumer]
-            if not all(r.name in ELEMENTWISE_OPS and r.name not in VIEW_OPS for r in inside):
+            if not all(r.name in ELEMENTWISE_OPS for r in inside):
                 continue
             # The merged kernel takes the consumer's place: nothing between the two may read
             # the matmul's result.
-            between = [op for op in body[position[matmul] + 1:position[consumer]]]
-            if any(_reads(op, result) for op in between):
+            if _read_between(body, position, matmul, consumer):
                 continue
             pairs.append((matmul, consumer))
             break
     return pairs
+
+
+def _read_between(body: list[ir.Operation], position: dict, first: ir.Operation,
+                  last: ir.Operation) -> bool:
+    """Whether an op of `body` between kernel `first` and `last` reads `first`'s result (so
+    that the two cannot become one kernel at `last`'s place)."""
+    return any(_reads(op, first.results[0])
+               for op in body[position[first] + 1:position[last]])
 
 
 def _reads(op: ir.Operation, value: ir.Value) -> bool:
@@ -1189,8 +1196,8 @@ def bias_gradient_pairs(func: ir.Operation) -> list[tuple]:
     the two."""
     body = U.body_ops(func)
     position = {op: i for i, op in enumerate(body)}
-    sums = [op for op in body if op.name == "trn.kernel" and len(op.results) == 1
-            and U.str_attr(op, "kind") == "reduce" and _column_sum_of(op) is not None]
+    summed = {op: _column_sum_of(op) for op in body if op.name == "trn.kernel"
+              and len(op.results) == 1 and U.str_attr(op, "kind") == "reduce"}
     for matmul in body:
         if matmul.name != "trn.kernel" or U.str_attr(matmul, "kind") != "matmul" or \
                 len(matmul.results) != 1:
@@ -1202,12 +1209,11 @@ def bias_gradient_pairs(func: ir.Operation) -> list[tuple]:
         if transpose is None or transpose.name != "trn.transpose" or \
                 transpose.parent != matmul:
             continue
-        for reduction in sums:
-            if not _same_view(_column_sum_of(reduction), transpose.operands[0]):
+        for reduction, value in summed.items():
+            if value is None or not _same_view(value, transpose.operands[0]):
                 continue
             first, last = sorted((matmul, reduction), key=position.get)
-            between = body[position[first] + 1:position[last]]
-            if not any(_reads(op, first.results[0]) for op in between):
+            if not _read_between(body, position, first, last):
                 return [(matmul, reduction, last)]
     return []
 
