@@ -4,7 +4,8 @@ Each engine and DMA queue runs its instructions in program order, so only depend
 different streams need synchronisation. Dependencies come from memory: an instruction depends
 on earlier instructions of other streams that wrote what it reads (RAW) or that read or wrote
 what it writes (WAR, WAW), judged by the bytes each access pattern touches in its buffer, and,
-where trn-plan-memory reused memory, on every access to the buffer that lived there before.
+where trn-plan-memory reused memory, on every access to the buffer that lived there before
+(through that buffer's last accesses: an edge implied by others is not added).
 
 Semaphore s counts completed, depended-upon instructions of stream s (streams are numbered
 pe, act, dve, pool, sp, q0, q1, ...). A dependent instruction waits until that count reaches
@@ -170,10 +171,12 @@ class _BufferState:
     def __init__(self):
         self.writes = _ByteIndex()
         self.reads = _ByteIndex()
-        self.accesses: list[int] = []     # every instruction that touched the buffer
-        # Accesses of the buffers that lived at this one's address before it: every access
-        # of this buffer waits for them (not only the first: DMA pieces that write disjoint
-        # partitions of a buffer do not depend on each other).
+        # The accesses of the buffer no later access of it depends on: waiting for these
+        # is waiting for every access of it (each other one is an ancestor of one of them).
+        self.frontier: set[int] = set()
+        # The frontier of the buffers that lived at this one's address before it: every
+        # access of this buffer waits for them (not only the first: DMA pieces that write
+        # disjoint partitions of a buffer do not depend on each other).
         self.inherited: set[int] = set()
 
 
@@ -215,7 +218,8 @@ def _prod(xs) -> int:
 def dependencies(instructions: list[ir.Operation], allocs: dict) -> list[list[int]]:
     """For each instruction (in the given order), the earlier instructions it must wait for:
     writers of what it reads, readers and writers of what it writes (by the bytes the access
-    patterns touch), and every access to a buffer that lived before at its address."""
+    patterns touch), and every access to a buffer that lived before at its address (as the
+    accesses of that buffer no other access of it waits for, which the rest precede)."""
     boxes = memo("schedule.boxes")
     if boxes is None:
         boxes = {}
@@ -245,6 +249,7 @@ def box_dependencies(records: list[list[tuple]], address_range) -> list[list[int
     preds: list[list[int]] = []
     for index, operands in enumerate(records):
         needs: set[int] = set()
+        touched = []
         for buffer, role, box in operands:
             state = states.get(buffer)
             if state is None:
@@ -253,7 +258,7 @@ def box_dependencies(records: list[list[tuple]], address_range) -> list[list[int
                 if placed is not None:
                     for previous in _take_over(occupants[placed[0]], placed[1], placed[2],
                                                buffer):
-                        state.inherited.update(states[previous].accesses)
+                        state.inherited.update(states[previous].frontier)
             needs.update(state.inherited)
             write = role in WRITTEN_ROLES
             state.writes.overlapping(box, needs)
@@ -261,12 +266,15 @@ def box_dependencies(records: list[list[tuple]], address_range) -> list[list[int
                 state.reads.overlapping(box, needs)
             access = _Access(box, index)
             (state.writes if write else state.reads).add(access)
-            state.accesses.append(index)
+            state.frontier.add(index)
+            touched.append(state)
             if write and role == "dst":
                 # Accesses this write fully covers can no longer be the latest conflict.
                 state.writes.drop_covered(box, keep=access)
                 state.reads.drop_covered(box)
         needs.discard(index)
+        for state in touched:
+            state.frontier -= needs
         preds.append(sorted(needs))
     return preds
 
