@@ -46,6 +46,9 @@ class CompileOptions:
     # trn-fuse bias-gradients: a Linear's bias gradient (a sum over tokens) computed by the
     # kernel of its weight gradient, on PE from the tiles that kernel loads
     fuse_bias_gradients: bool = True
+    # trn-fuse weight-gradients: a matmul whose result only a weight gradient reads (T^T @ X)
+    # computed inside that gradient's kernel, T kept on chip
+    fuse_weight_gradients: bool = True
     fuse_mlp: bool = True             # trn-fuse mlp: Linear - activation - Linear in one kernel
     layout_assignment: bool = True    # trn-layout: matmul results stored as consumers read them
     # trn-layout attention-token-major: attention outputs stored as [B, S, H, Dv] where the
@@ -93,6 +96,7 @@ def stages(options: CompileOptions) -> list[Stage]:
             f"epilogue-producers={str(options.fuse_epilogue_producers).lower()} "
             f"epilogue-results={str(options.fuse_epilogue_results).lower()} "
             f"bias-gradients={str(options.fuse_bias_gradients).lower()} "
+            f"weight-gradients={str(options.fuse_weight_gradients).lower()} "
             f"mlp={str(options.fuse_mlp).lower()} "
             f"target={target}}}")
     layout = (f"trn-layout{{attention-token-major="

@@ -28,6 +28,7 @@ from torchneuron.compiler.kernels.scan import lower_scan
 from torchneuron.compiler.kernels.reduce import lower_reduce
 from torchneuron.compiler.kernels.rows import lower_rows
 from torchneuron.compiler.kernels.tile_ops import ELEMENTWISE_OPS, ROOT_OPS, SOURCE_OPS, VIEW_OPS
+from torchneuron.compiler.kernels.weight_gradient import lower_weight_gradient
 from torchneuron.compiler.kernels.views import (
     HbmView, apply_view_op, row_major_strides, source_view,
 )
@@ -285,9 +286,9 @@ class _FunctionLowering:
         annotate(kernel, self.em.target)
         body = kernel_body(kernel)
         kind = U.str_attr(kernel, "kind")
-        if also and kind not in ("matmul", "elementwise"):
-            raise CompileError(f"a '{kind}' kernel has one result; only matmul and elementwise "
-                               "kernels store a second", kernel.location)
+        if also and kind not in ("matmul", "elementwise", "weight_gradient"):
+            raise CompileError(f"a '{kind}' kernel has one result; only matmul, elementwise "
+                               "and weight_gradient kernels store a second", kernel.location)
         extra = list(zip(list(body[-1].operands)[1:], also))
         if kind == "rows":
             lower_rows(self.em, body[:-1], self.views, self._view, (body[-1].operands[0], out))
@@ -314,6 +315,9 @@ class _FunctionLowering:
                 views[op.results[0]] = source_view(op)
             elif op.name in VIEW_OPS:
                 source = views.get(op.operands[0])
+                if source is None and kind == "weight_gradient":
+                    continue      # the transpose of the product it keeps on chip (it reads
+                    #               that product's tiles as they are)
                 if source is None:
                     raise UnsupportedOpError(f"'{op.name}' of a value computed inside the kernel",
                                              op.location)
@@ -331,6 +335,9 @@ class _FunctionLowering:
                 compute.append(op)
         if kind == "mlp":
             lower_mlp(self.em, compute, views, (yielded, out))
+            return
+        if kind == "weight_gradient":
+            lower_weight_gradient(self.em, compute, views, [(yielded, out)] + extra)
             return
         matmuls = [op for op in compute if op.name == "trn.matmul"]
         reduces = [op for op in compute if op.name == "trn.reduce"]

@@ -39,6 +39,13 @@ Groups formed:
   reduction kernel summing that tensor over its first dim (a Linear's weight gradient
   dY^T @ X and its bias gradient, dY summed over tokens): the matmul kernel computes the sums
   too, on PE from the tiles of dY it loads anyway, and yields them second;
+- weight gradients (kind "weight_gradient"): a 2-D matmul kernel whose result T only a
+  second 2-D matmul kernel reads, as transpose(T) @ X (and, where bias-gradients merged it,
+  T summed over its rows): a Linear - activation - Linear block's backward computes T, the
+  gradient of the first Linear's output, and reads it back only for that Linear's weight and
+  bias gradients. One kernel computes T 128 tokens at a time and multiplies each tile into
+  the weight gradient's accumulators on chip (compiler/kernels/weight_gradient.py): T never
+  reaches HBM;
 - mlp (kind "mlp"), merged last: a 2-D matmul kernel whose epilogue is per output feature
   (bias, activation) and whose result only another 2-D matmul kernel reads, as its left
   operand: Linear - activation - Linear, with both weights resident in SBUF and the hidden
@@ -68,6 +75,7 @@ from torchneuron.compiler.kernels.tile_ops import (
 from torchneuron.compiler.passes import Pass, register
 from torchneuron.compiler.kernels import attention as attention_kernel
 from torchneuron.compiler.kernels import mlp as mlp_kernel
+from torchneuron.compiler.kernels import weight_gradient as weight_gradient_kernel
 from torchneuron.compiler.transforms.tile import kernel_body, layout_of
 from torchneuron.dialects.trn import build_kernel, build_yield
 from torchneuron.target import get_target
@@ -87,6 +95,7 @@ class Fuse(Pass):
     epilogue_producers: bool = True
     epilogue_results: bool = True
     bias_gradients: bool = True
+    weight_gradients: bool = True
     mlp: bool = True
     keep_roundings: bool = False
     target: str = ""
@@ -135,6 +144,9 @@ class Fuse(Pass):
             if self.bias_gradients and self.matmul_epilogue:
                 while pairs := bias_gradient_pairs(func):
                     merge_column_sum(*pairs[0])
+            if self.weight_gradients and self.matmul_epilogue:
+                for pair in weight_gradient_pairs(func, get_target(self.target or None)):
+                    merge_weight_gradient(*pair)
             if self.mlp and self.matmul_epilogue:
                 for pair in mlp_pairs(func, get_target(self.target or None)):
                     merge_kernels(pair, "mlp")
@@ -1276,6 +1288,87 @@ def merge_column_sum(matmul: ir.Operation, reduction: ir.Operation,
     reduction.results[0].replace_all_uses_with(merged.results[1])
     matmul.erase()
     reduction.erase()
+    return merged
+
+
+def weight_gradient_pairs(func: ir.Operation, target) -> list[tuple]:
+    """(first, second) kernel pairs that form a weight_gradient kernel (see the module
+    docstring): `first` a matmul kernel with one 2-D matmul and an elementwise epilogue whose
+    result T only `second` reads; `second` a matmul kernel computing transpose(T) @ X, 2-D,
+    converted at most, and possibly (second result) T summed over its rows; the resident
+    operands within SBUF's share and the accumulators within PSUM's."""
+    pairs, taken = [], set()
+    for second in U.body_ops(func):
+        if second.name != "trn.kernel" or U.str_attr(second, "kind") != "matmul" or \
+                second in taken:
+            continue
+        body2 = kernel_body(second)
+        mm2 = [op for op in body2 if op.name == "trn.matmul"]
+        if len(mm2) != 1 or any(len(U.shape(v)) != 2 for v in (*mm2[0].operands,
+                                                                 mm2[0].results[0])):
+            continue
+        transpose = U.defining_op(mm2[0].operands[0])
+        if transpose is None or transpose.name != "trn.transpose" or \
+                transpose.parent != second:
+            continue
+        product = transpose.operands[0]
+        first = U.defining_op(product)
+        if first is None or first.name != "trn.kernel" or first in taken or \
+                U.str_attr(first, "kind") != "matmul" or len(first.results) != 1 or \
+                first.parent != second.parent:
+            continue
+        readers = [U.operation(u.owner) for u in product.uses]
+        sums = weight_gradient_kernel.row_sum_ops(body2[-1].operands[1], set(body2)) \
+            if len(body2[-1].operands) == 2 else []
+        if any(U.operation(r.parent) != second for r in readers) or sums is None or \
+                {r for r in readers if r != transpose} != set(sums[-1:]):
+            continue        # (T read elsewhere must reach HBM: the kernels stay apart)
+        body1 = kernel_body(first)
+        mm1 = [op for op in body1 if op.name == "trn.matmul"]
+        if len(mm1) != 1 or any(len(U.shape(v)) != 2 for v in (*mm1[0].operands,
+                                                                 mm1[0].results[0])):
+            continue
+        if any(op.name not in ELEMENTWISE_OPS + VIEW_OPS + SOURCE_OPS
+               for op in body1[:-1] if op != mm1[0]):
+            continue
+        if not _unary_epilogue([op for op in body2 if op not in sums], mm2[0]):
+            continue
+        tokens, k = U.shape(mm1[0].operands[0])
+        features = U.shape(mm2[0].operands[1])[1]
+        itemsize = max(U.element_bytes(U.element_type(v))
+                       for v in (*mm1[0].operands, mm2[0].operands[1]))
+        if weight_gradient_kernel.hidden_block(target, features) is None or \
+                weight_gradient_kernel.resident_bytes(target, tokens, k, features, itemsize) > \
+                target.sbuf_partition_bytes * WEIGHT_GRADIENT_RESIDENT_SHARE:
+            continue
+        pairs.append((first, second))
+        taken.update((first, second))
+    return pairs
+
+
+# The share of SBUF the resident operands of a weight_gradient kernel (A^T and X) may take:
+# the rest holds a block of B, T's tiles, the transposes' staging and the epilogues.
+WEIGHT_GRADIENT_RESIDENT_SHARE = 0.5
+
+
+def merge_weight_gradient(first: ir.Operation, second: ir.Operation) -> ir.Operation:
+    """One weight_gradient kernel computing `first` and then `second` (which reads first's
+    result), with second's results."""
+    with ir.InsertionPoint(second), second.location:
+        merged = build_kernel("weight_gradient", [r.type for r in second.results])
+    mapping: dict = {}
+    body = kernel_body(second)
+    with ir.InsertionPoint(merged.regions[0].blocks[0]):
+        _clone_bodies((first,), mapping)
+        for op in body[:-1]:
+            clone = U.clone_with_operands(op, [mapping.get(v, v) for v in op.operands])
+            for old, new in zip(op.results, clone.results):
+                mapping[old] = new
+        build_yield([mapping[v] for v in body[-1].operands], loc=second.location)
+    for old, new in zip(second.results, merged.results):
+        old.replace_all_uses_with(new)
+    second.erase()
+    first.erase()
     return merged
 
 

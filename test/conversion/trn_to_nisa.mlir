@@ -2,6 +2,7 @@
 // RUN: not neuron-opt --convert-trn-to-nisa %S/Inputs/trn_to_nisa-invalid.mlir 2>&1 | FileCheck %s --check-prefix=ERR
 // RUN: not neuron-opt --convert-trn-to-nisa %S/Inputs/trn_to_nisa-invalid-mlp.mlir 2>&1 | FileCheck %s --check-prefix=ERRMLP
 // RUN: not neuron-opt --convert-trn-to-nisa %S/Inputs/trn_to_nisa-invalid-results.mlir 2>&1 | FileCheck %s --check-prefix=ERRRES
+// RUN: not neuron-opt --convert-trn-to-nisa %S/Inputs/trn_to_nisa-invalid-weight-gradient.mlir 2>&1 | FileCheck %s --check-prefix=ERRWG
 
 // Tests the lowering of a Linear + bias + ReLU kernel computed transposed ("nm"): tensors
 // become HBM buffers and the result an output argument; K = 256 runs as two 128-row K-tiles
@@ -972,8 +973,9 @@ func.func @mlp(%arg0: tensor<256x128xbf16>, %arg1: tensor<512x128xbf16>, %arg2: 
   return %0 : tensor<256x128xbf16>
 }
 
+// ERRWG: trn_to_nisa-invalid-weight-gradient.mlir:7:10: error: convert-trn-to-nisa: a weight_gradient kernel's second matmul reads the transpose of the first's result
 // ERRMLP: trn_to_nisa-invalid-mlp.mlir:5:10: error: convert-trn-to-nisa: an mlp kernel holds two matmuls
-// ERRRES: trn_to_nisa-invalid-results.mlir:3:10: error: convert-trn-to-nisa: a 'reduce' kernel has one result; only matmul and elementwise kernels store a second
+// ERRRES: trn_to_nisa-invalid-results.mlir:3:10: error: convert-trn-to-nisa: a 'reduce' kernel has one result; only matmul, elementwise and weight_gradient kernels store a second
 
 // -----
 
@@ -1292,4 +1294,46 @@ func.func @interleaved_k(%at: tensor<512x64xbf16>, %b: tensor<512x512xbf16>) -> 
     "trn.yield"(%c) : (tensor<64x512xbf16>) -> ()
   }) {kind = "matmul", orientation = "mn"} : () -> tensor<64x512xbf16>
   return %k : tensor<64x512xbf16>
+}
+
+// -----
+
+// Tests the lowering of a weight_gradient kernel (a first Linear's weight and bias gradients
+// computing the gradient T they read): per 128-token tile, T's tile accumulates in PSUM, the
+// epilogue (times GELU's derivative) evacuates it into SBUF, and that tile is at once the
+// stationary operand of the weight gradient's two accumulators (hidden units 0..127 and
+// 128..255 of its columns) against X's tile, and the moving one of the ones column summing
+// it; the next token tile accumulates into the same three. T is never stored: no HBM
+// scratch, and the only stores are W's and the sums'.
+// CHECK-LABEL: func.func @first_linear_backward
+// CHECK-SAME: %[[X:[^:]*]]: memref<384x64xf32, "hbm">, %[[W:[^:]*]]: memref<256x64xf32, "hbm">, %[[B:[^:]*]]: memref<256xf32, "hbm">)
+// CHECK-NOT: memory = "hbm"
+// CHECK: "nisa.memset"(%[[ONES:[^)]*]]) {{.*}}value = 1.000000e+00
+// CHECK: "nisa.matmul"(%[[ACC:[^,]*]], {{.*}}) {accumulate = false
+// CHECK: "nisa.activation"(%[[D:[^,]*]], {{.*}}func = "gelu_dx"
+// CHECK: "nisa.tensor_tensor"(%[[T:[^,]*]], %[[ACC]], %[[D]]) {{.*}}op = "mul"
+// CHECK: "nisa.dma"(%[[XT:[^,]*]], %[[X]])
+// CHECK-NEXT: "nisa.matmul"(%[[W0:[^,]*]], %[[T]], %[[XT]]) {accumulate = false, aps = [array<i64: 0, 64, 128, 1, 64>, array<i64: 0, 256, 128, 1, 128>
+// CHECK-NEXT: "nisa.matmul"(%[[W1:[^,]*]], %[[T]], %[[XT]]) {accumulate = false, aps = [array<i64: 0, 64, 128, 1, 64>, array<i64: 128, 256, 128, 1, 128>
+// CHECK-NEXT: "nisa.matmul"(%[[S:[^,]*]], %[[ONES]], %[[T]]) {accumulate = false
+// CHECK: "nisa.matmul"(%[[W0]], %{{[^,]*}}, %{{[^)]*}}) {accumulate = true
+// CHECK-NEXT: "nisa.matmul"(%[[W1]], %{{[^,]*}}, %{{[^)]*}}) {accumulate = true
+// CHECK-NEXT: "nisa.matmul"(%[[S]], %[[ONES]], %{{[^)]*}}) {accumulate = true
+// CHECK: "nisa.tensor_copy"(%[[WS:[^,]*]], %[[W0]])
+// CHECK-NEXT: "nisa.dma"(%[[W]], %[[WS]])
+// CHECK: "nisa.tensor_copy"(%[[SS:[^,]*]], %[[S]])
+// CHECK-NEXT: "nisa.dma"(%[[B]], %[[SS]])
+// CHECK-NOT: "nisa.dma"
+// CHECK: return
+func.func @first_linear_backward(%h: tensor<384x256xf32>, %dy: tensor<384x128xf32>, %w2: tensor<128x256xf32>, %x: tensor<384x64xf32>) -> (tensor<256x64xf32>, tensor<256xf32>) {
+  %k:2 = "trn.kernel"() ({
+    %d = "trn.activation"(%h) {bias = 0.000000e+00 : f32, func = "gelu_dx", scale = 1.000000e+00 : f32} : (tensor<384x256xf32>) -> tensor<384x256xf32>
+    %g = "trn.matmul"(%dy, %w2) : (tensor<384x128xf32>, tensor<128x256xf32>) -> tensor<384x256xf32>
+    %t = "trn.tensor_tensor"(%g, %d) {op = "mul"} : (tensor<384x256xf32>, tensor<384x256xf32>) -> tensor<384x256xf32>
+    %tt = "trn.transpose"(%t) {permutation = array<i64: 1, 0>} : (tensor<384x256xf32>) -> tensor<256x384xf32>
+    %w = "trn.matmul"(%tt, %x) : (tensor<256x384xf32>, tensor<384x64xf32>) -> tensor<256x64xf32>
+    %b = "trn.reduce"(%t) {dimensions = array<i64: 0>, op = "add"} : (tensor<384x256xf32>) -> tensor<256xf32>
+    "trn.yield"(%w, %b) : (tensor<256x64xf32>, tensor<256xf32>) -> ()
+  }) {kind = "weight_gradient"} : () -> (tensor<256x64xf32>, tensor<256xf32>)
+  return %k#0, %k#1 : tensor<256x64xf32>, tensor<256xf32>
 }

@@ -300,6 +300,72 @@ def test_bias_gradient_computed_with_the_weight_gradient(dtype, tokens, tmp_path
     assert off_profile.dma_bytes - on_profile.dma_bytes >= dy.numel() * dtype.itemsize
 
 
+# Tokens and hidden units not whole tiles nor whole blocks; 256 output features: two
+# hidden tiles per block; 640 (two 512-feature chunks): one.
+@pytest.mark.parametrize("dtype,tokens,hidden,features", [
+    (torch.float32, 300, 320, 192), (torch.bfloat16, 384, 384, 256),
+    (torch.bfloat16, 256, 256, 640)])
+def test_first_weight_gradient_computed_with_the_gradient_it_reads(dtype, tokens, hidden,
+                                                                   features, tmp_path,
+                                                                   monkeypatch):
+    """trn-fuse weight-gradients: in a Linear - GELU - Linear block's backward whose input
+    needs no gradient, the gradient of the first Linear's output (dY @ W2 times GELU's
+    derivative) is read only by that Linear's weight and bias gradients. One kernel computes
+    it 128 tokens at a time and multiplies it into the weight gradient on chip: it is never
+    written to HBM nor read back. Gradients as eager's and as the separate kernels'."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(features, hidden), torch.nn.GELU(),
+                                torch.nn.Linear(hidden, 96)).to(dtype)
+    x = torch.randn(tokens, features).to(dtype)
+    dy = torch.randn(tokens, 96).to(dtype)
+    model(x).backward(dy)
+    expected = [p.grad.clone() for p in model.parameters()]
+    results = {}
+    for fused in (True, False):
+        model.zero_grad()
+        dump = tmp_path / str(fused)
+        monkeypatch.setenv("TORCHNEURON_DUMP_DIR", str(dump))
+        torch._dynamo.reset()
+        torch.compile(model, backend="neuron",
+                      options={"fuse_weight_gradients": fused})(x).backward(dy)
+        trn = next(dump.glob("*backward.trn.mlir")).read_text()
+        results[fused] = ([p.grad.clone() for p in model.parameters()],
+                          backend.compiled_graphs()[-1].last_profile, trn)
+        assert all(r.fully_compiled for r in backend.graph_reports()[-2:])
+    (on, on_profile, on_trn), (off, off_profile, off_trn) = results[True], results[False]
+    assert 'kind = "weight_gradient"' in on_trn and 'kind = "weight_gradient"' not in off_trn
+    tolerance = dict(atol=6e-2, rtol=2e-2) if dtype == torch.bfloat16 else \
+        dict(atol=1e-4, rtol=1e-4)
+    for got, unfused, want in zip(on, off, expected):
+        torch.testing.assert_close(got, want, **tolerance)
+        torch.testing.assert_close(got, unfused, **tolerance)
+    # The gradient [tokens, hidden] is neither written nor read back.
+    gradient_bytes = tokens * hidden * dtype.itemsize
+    assert off_profile.dma_bytes - on_profile.dma_bytes >= 2 * gradient_bytes
+
+
+def test_weight_gradient_kernel_not_formed_when_the_gradient_is_read_elsewhere(tmp_path,
+                                                                              monkeypatch):
+    """Where the block's input needs its gradient too (dX = T @ W1 reads T as well), T must
+    reach HBM: the weight gradient stays a kernel of its own."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(128, 256), torch.nn.GELU(),
+                                torch.nn.Linear(256, 64))
+    x = torch.randn(256, 128, requires_grad=True)
+    dy = torch.randn(256, 64)
+    model(x).backward(dy)
+    expected = [x.grad.clone()] + [p.grad.clone() for p in model.parameters()]
+    x.grad = None
+    model.zero_grad()
+    monkeypatch.setenv("TORCHNEURON_DUMP_DIR", str(tmp_path))
+    torch._dynamo.reset()
+    torch.compile(model, backend="neuron")(x).backward(dy)
+    got = [x.grad] + [p.grad for p in model.parameters()]
+    for g, e in zip(got, expected):
+        torch.testing.assert_close(g, e, atol=1e-4, rtol=1e-4)
+    assert 'kind = "weight_gradient"' not in next(tmp_path.glob("*backward.trn.mlir")).read_text()
+
+
 def test_batched_matmul_of_short_rows_matches_eager():
     """A^T @ B over [512, 64] slices (an attention backward's shapes): both operands are
     loaded four rows per partition and K-tile j is rows 4p + j of both; the products are

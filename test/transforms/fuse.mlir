@@ -8,6 +8,7 @@
 // RUN: neuron-opt --split-input-file --trn-fuse="mlp=false" %s | FileCheck %s --check-prefix=NOMLP
 // RUN: neuron-opt --split-input-file --trn-fuse="epilogue-results=false" %s | FileCheck %s --check-prefix=RES
 // RUN: neuron-opt --split-input-file --trn-fuse="bias-gradients=false" %s | FileCheck %s --check-prefix=BIAS
+// RUN: neuron-opt --split-input-file --trn-fuse="weight-gradients=false" %s | FileCheck %s --check-prefix=WG
 // RUN: not neuron-opt --trn-fuse %S/Inputs/fuse-invalid.mlir 2>&1 | FileCheck %s --check-prefix=ERR
 
 // Tests that a matmul, its bias add and activation become one kernel, and that the views
@@ -780,6 +781,51 @@ func.func @linear_backward(%dy: tensor<64x32xf32>, %x: tensor<64x16xf32>) -> (te
   %w = "trn.matmul"(%t, %x) : (tensor<32x64xf32>, tensor<64x16xf32>) -> tensor<32x16xf32>
   %b = "trn.reduce"(%dy) {op = "add", dimensions = array<i64: 0>} : (tensor<64x32xf32>) -> tensor<32xf32>
   return %w, %b : tensor<32x16xf32>, tensor<32xf32>
+}
+
+// -----
+
+// Tests that the gradient T of a first Linear's output (dY @ W2 times GELU's derivative), read
+// only by that Linear's weight gradient T^T @ X and bias gradient (T summed over tokens),
+// joins their kernel: one weight_gradient kernel computes T and both gradients, yielding the
+// two gradients. weight-gradients=false keeps T's matmul kernel apart.
+// CHECK-LABEL: func.func @first_linear_backward
+// CHECK: %[[K:.*]]:2 = "trn.kernel"() ({
+// CHECK-NEXT: %[[D:.*]] = "trn.activation"(%arg0) {{.*}}func = "gelu_dx"
+// CHECK-NEXT: %[[G:.*]] = "trn.matmul"(%arg1, %arg2)
+// CHECK-NEXT: %[[T:.*]] = "trn.tensor_tensor"(%[[G]], %[[D]]) {op = "mul"}
+// CHECK-NEXT: %[[TT:.*]] = "trn.transpose"(%[[T]])
+// CHECK-NEXT: %[[W:.*]] = "trn.matmul"(%[[TT]], %arg3)
+// CHECK-NEXT: %[[S:.*]] = "trn.reduce"(%[[T]]) {dimensions = array<i64: 0>, op = "add"}
+// CHECK-NEXT: "trn.yield"(%[[W]], %[[S]])
+// CHECK-NEXT: }) {kind = "weight_gradient"} : () -> (tensor<256x64xf32>, tensor<256xf32>)
+// CHECK-NEXT: return %[[K]]#0, %[[K]]#1
+// WG-LABEL: func.func @first_linear_backward
+// WG: kind = "matmul"} : () -> tensor<384x256xf32>
+// WG: kind = "matmul"} : () -> (tensor<256x64xf32>, tensor<256xf32>)
+func.func @first_linear_backward(%h: tensor<384x256xf32>, %dy: tensor<384x128xf32>, %w2: tensor<128x256xf32>, %x: tensor<384x64xf32>) -> (tensor<256x64xf32>, tensor<256xf32>) {
+  %g = "trn.matmul"(%dy, %w2) : (tensor<384x128xf32>, tensor<128x256xf32>) -> tensor<384x256xf32>
+  %d = "trn.activation"(%h) {func = "gelu_dx", scale = 1.0 : f32, bias = 0.0 : f32} : (tensor<384x256xf32>) -> tensor<384x256xf32>
+  %t = "trn.tensor_tensor"(%g, %d) {op = "mul"} : (tensor<384x256xf32>, tensor<384x256xf32>) -> tensor<384x256xf32>
+  %tt = "trn.transpose"(%t) {permutation = array<i64: 1, 0>} : (tensor<384x256xf32>) -> tensor<256x384xf32>
+  %w = "trn.matmul"(%tt, %x) : (tensor<256x384xf32>, tensor<384x64xf32>) -> tensor<256x64xf32>
+  %b = "trn.reduce"(%t) {op = "add", dimensions = array<i64: 0>} : (tensor<384x256xf32>) -> tensor<256xf32>
+  return %w, %b : tensor<256x64xf32>, tensor<256xf32>
+}
+
+// -----
+
+// Tests that T stays a kernel's result stored to HBM where something else reads it too (here
+// the function returns it: the block's input gradient T @ W1 would read it likewise).
+// CHECK-LABEL: func.func @gradient_read_elsewhere
+// CHECK: kind = "matmul"} : () -> tensor<384x256xf32>
+// CHECK: kind = "matmul"} : () -> tensor<256x64xf32>
+// CHECK-NOT: weight_gradient
+func.func @gradient_read_elsewhere(%dy: tensor<384x128xf32>, %w2: tensor<128x256xf32>, %x: tensor<384x64xf32>) -> (tensor<256x64xf32>, tensor<384x256xf32>) {
+  %t = "trn.matmul"(%dy, %w2) : (tensor<384x128xf32>, tensor<128x256xf32>) -> tensor<384x256xf32>
+  %tt = "trn.transpose"(%t) {permutation = array<i64: 1, 0>} : (tensor<384x256xf32>) -> tensor<256x384xf32>
+  %w = "trn.matmul"(%tt, %x) : (tensor<256x384xf32>, tensor<384x64xf32>) -> tensor<256x64xf32>
+  return %w, %t : tensor<256x64xf32>, tensor<384x256xf32>
 }
 
 // -----

@@ -1,0 +1,158 @@
+"""The weight-gradient chain kernel (kind "weight_gradient"): W = T^T @ X (and, where asked,
+T's sums over its rows), with T = epilogue(A @ B) [tokens, hidden] computed on chip and never
+stored (trn-fuse's `weight-gradients` groups: in a Linear - activation - Linear block's
+backward, T is the gradient of the first Linear's output, dY @ W2 times the activation's
+derivative, and W the first Linear's weight gradient T^T @ X, its bias gradient T summed over
+tokens).
+
+The second matmul contracts over T's rows (tokens), so the tokens go on partitions for both:
+T tiles [128 tokens, block of hidden] come out of PSUM the way the first matmul ("mn") leaves
+them and are the second's stationary operand as they are, X tiles [128 tokens, <= 512
+features] its moving one. For each block of hidden columns:
+- for every 128-token tile: T's tile [128, block] accumulates over the K-tiles of A's
+  features (A^T tiles, transposed on PE once, stay resident), its epilogue evacuates it into
+  SBUF rounded as the graph rounds T, and the W accumulators [128 hidden, <= 512 features] of
+  the block take its product with X's tile (X stays resident); a column of ones against the
+  same tile sums it over the tokens into one PSUM row;
+- after the last token tile, W's epilogue evacuates the accumulators and they are stored.
+DMA moves A, B, X, T's epilogue operands and W once: T's write and read back never happen.
+"""
+
+from __future__ import annotations
+
+from torch_mlir import ir
+
+from torchneuron.compiler import ir_utils as U
+from torchneuron.compiler.errors import CompileError
+from torchneuron.compiler.kernels.emitter import Emitter
+from torchneuron.compiler.kernels.epilogue import Epilogue
+from torchneuron.compiler.kernels.matmul import _Staged, matmul_element_type
+from torchneuron.compiler.kernels.transfers import store_tile
+from torchneuron.compiler.kernels.views import HbmView
+
+# PSUM banks the block's W accumulators may take: the rest holds T's accumulators (two, so
+# one evacuates while PE fills the other), the sums row and the transposes staging A and B.
+_ACCUMULATOR_BANKS = 4
+
+
+def hidden_block(target, features: int) -> int | None:
+    """The widest block of hidden columns (512, 256 or 128) whose W accumulators, one [128,
+    <= 512] fp32 bank per 128 hidden units and 512 features, take at most
+    _ACCUMULATOR_BANKS banks; None when not even 128 columns do."""
+    chunks = -(-features // target.matmul_max_moving)
+    for block in (512, 256, 128):
+        if block // target.pe_rows * chunks <= _ACCUMULATOR_BANKS:
+            return block
+    return None
+
+
+def resident_bytes(target, tokens: int, k: int, features: int, itemsize: int) -> int:
+    """SBUF bytes per partition the resident operands take: A^T as K-tiles [128, tokens] and
+    X as token tiles [128, features]."""
+    tiles = lambda n: -(-n // target.pe_rows)       # noqa: E731
+    return itemsize * (tiles(k) * tokens + tiles(tokens) * features)
+
+
+def lower_weight_gradient(em: Emitter, compute: list[ir.Operation], views: dict,
+                          outputs: list[tuple[ir.Value, HbmView]]) -> None:
+    """`compute`: the kernel's ops but views, sources and trn.yield (those are in `views`; the
+    transpose of T, computed on chip, is in neither); `outputs`: (yielded value, destination
+    view) for W and, where the kernel yields it second, T's column sums."""
+    target = em.target
+    matmuls = [op for op in compute if op.name == "trn.matmul"]
+    if len(matmuls) != 2:
+        raise CompileError("a weight_gradient kernel holds two matmuls", compute[-1].location)
+    first, second = matmuls
+    transpose = U.defining_op(second.operands[0])
+    if transpose is None or transpose.name != "trn.transpose":
+        raise CompileError("a weight_gradient kernel's second matmul reads the transpose of "
+                           "the first's result", second.location)
+    product = transpose.operands[0]
+    position = {op: i for i, op in enumerate(compute)}
+    (w_value, w_out), sums_output = outputs[0], (outputs[1] if len(outputs) > 1 else None)
+    sum_ops = []
+    if sums_output is not None:
+        sum_ops = row_sum_ops(sums_output[0], set(compute))
+        if sum_ops is None or sum_ops[-1].operands[0] != product:
+            raise CompileError("a weight_gradient kernel's second result must be the sum of "
+                               "the first matmul's result over its rows", second.location)
+    chain1 = [op for op in compute[:position[second]] if op is not first]
+    chain2 = [op for op in compute[position[second] + 1:] if op not in sum_ops]
+    a, b, x = (views.get(v) for v in (first.operands[0], first.operands[1],
+                                      second.operands[1]))
+    if a is None or b is None or x is None or a.rank != 2 or x.rank != 2:
+        raise CompileError("weight_gradient kernel operands must come from HBM",
+                           first.location)
+    tokens, k = a.shape
+    hidden = b.shape[1]
+    features = x.shape[1]
+    etype1 = matmul_element_type(a.element_type, b.element_type)
+    etype2 = matmul_element_type(U.element_type(product), x.element_type)
+    block = hidden_block(target, features)
+    if block is None:
+        raise CompileError("weight_gradient kernel: its accumulators do not fit PSUM",
+                           second.location)
+    tp, tf, tk = target.pe_cols, target.matmul_max_moving, target.pe_rows
+
+    a_t = _Staged(em, a.transpose([1, 0]), etype1)               # [k, tokens], resident
+    x_res = _Staged(em, x, etype2)                               # [tokens, features], resident
+    x_res.panel_f = tf
+    k_tiles = [(k0, min(tk, k - k0)) for k0 in range(0, k, tk)]
+    t_tiles = [(t0, min(tp, tokens - t0)) for t0 in range(0, tokens, tp)]
+    f_tiles = [(f0, min(tf, features - f0)) for f0 in range(0, features, tf)]
+    epilogue1 = Epilogue(em, chain1, views, first.results[0], {product})
+    epilogue2 = Epilogue(em, chain2, views, second.results[0], {w_value})
+    ones = None
+    if sums_output is not None:
+        ones = em.alloc("sbuf", tp, 1, etype2)
+        em.memset(ones, 1.0)
+
+    for j0 in range(0, hidden, block):
+        jn = min(block, hidden - j0)
+        b_block = _Staged(em, b.slice(1, j0, jn), etype1)       # [k, block]
+        rows = [(r0, min(tk, j0 + jn - r0)) for r0 in range(j0, j0 + jn, tk)]
+        accs = {(r0, f0): em.alloc("psum", rn, fn, ir.F32Type.get())
+                for r0, rn in rows for f0, fn in f_tiles}
+        sums = em.alloc("psum", 1, jn, ir.F32Type.get()) if ones is not None else None
+        for t0, tn in t_tiles:
+            acc = em.alloc("psum", tn, jn, ir.F32Type.get())
+            for k0, kn in k_tiles:
+                em.matmul(acc, a_t.tile(k0, kn, t0, tn), b_block.tile(k0, kn, 0, jn),
+                          accumulate=k0 > 0)
+            tiles = epilogue1.run(acc, (t0, tn), lambda view, t0=t0, tn=tn, j0=j0, jn=jn:
+                                  view.slice(0, t0, tn).slice(1, j0, jn))
+            t_tile = tiles[product]                                # [tokens t, block]
+            if t_tile.memory != "sbuf" or t_tile.element_type != etype2:
+                staged = em.alloc("sbuf", tn, jn, etype2)
+                em.copy(staged, t_tile)
+                t_tile = staged
+            for r0, rn in rows:
+                for f0, fn in f_tiles:
+                    em.matmul(accs[(r0, f0)], t_tile.columns(r0 - j0, rn),
+                              x_res.tile(t0, tn, f0, fn), accumulate=t0 > 0)
+            if sums is not None:
+                em.matmul(sums, ones.rows(tn), t_tile, accumulate=t0 > 0)
+        b_block.release()
+        for (r0, f0), acc in accs.items():
+            rn, fn = acc.partitions, acc.free
+            results = epilogue2.run(acc, (r0, rn), lambda view, r0=r0, rn=rn, f0=f0, fn=fn:
+                                    view.slice(0, r0, rn).slice(1, f0, fn))
+            store_tile(em, w_out.slice(0, r0, rn).slice(1, f0, fn), results[w_value])
+        if sums is not None:
+            store_tile(em, sums_output[1].slice(0, j0, jn).reshape((1, jn)), sums)
+
+
+def row_sum_ops(value: ir.Value, inside: set) -> list[ir.Operation] | None:
+    """The ops computing `value` as a sum over dim 0 (a trn.reduce add), converted at most,
+    the reduction last, where all of them are in `inside`; None where it is not one."""
+    ops = []
+    while (op := U.defining_op(value)) is not None and op in inside:
+        ops.append(op)
+        if op.name == "trn.reduce":
+            if U.str_attr(op, "op") == "add" and list(U.array_attr(op, "dimensions")) == [0]:
+                return ops
+            return None
+        if op.name != "trn.convert":
+            return None
+        value = op.operands[0]
+    return None
