@@ -77,10 +77,7 @@ def _load_plane(em: Emitter, view: HbmView, element_type: ir.Type,
 
 
 def _store(em: Emitter, tile: Tile, view: HbmView) -> None:
-    if tile.memory != "sbuf" or tile.element_type != view.element_type:
-        staged = em.alloc("sbuf", tile.partitions, tile.free, view.element_type)
-        em.copy(staged, tile)
-        tile = staged
+    tile = em.in_sbuf(tile, view.element_type)
     em.store(view, 0, list(range(1, view.rank)), tile)
 
 

@@ -298,6 +298,15 @@ class Emitter:
             engine = self.sooner_engine({"dve": dst.free, "act": dst.free})
         self._instr("nisa.tensor_copy", engine, [(dst.buffer, dst.ap()), (src.buffer, src.ap())])
 
+    def in_sbuf(self, tile: Tile, element_type: ir.Type) -> Tile:
+        """`tile` where it is an SBUF tile of `element_type` (what DMA stores and PE operands
+        read), else a copy of it into a new one (out of PSUM, converted)."""
+        if tile.memory == "sbuf" and tile.element_type == element_type:
+            return tile
+        staged = self.alloc("sbuf", tile.partitions, tile.free, element_type)
+        self.copy(staged, tile)
+        return staged
+
     def memset(self, dst: Tile, value: float, engine: str = "pool") -> None:
         self._instr("nisa.memset", engine, [(dst.buffer, dst.ap())], value=U.f32(value))
 

@@ -427,10 +427,7 @@ class _RowGather:
         """C^T tile [pn features from p0, fn tokens from f0] of output `out` ([tokens,
         features] in HBM)."""
         em = self.em
-        if tile.memory != "sbuf" or tile.element_type != out.element_type:
-            staged = em.alloc("sbuf", tile.partitions, tile.free, out.element_type)
-            em.copy(staged, tile)
-            tile = staged
+        tile = em.in_sbuf(tile, out.element_type)
         start, width = self.span[p0]
         step = em.target.pe_rows
         for c0 in range(0, fn, step):

@@ -105,11 +105,7 @@ def lower_mlp(em: Emitter, compute: list[ir.Operation], views: dict,
             a_res.panels.clear()          # A's tiles stay; the rows they came from go
             tiles = epilogue1.run(acc, (j0, jn), lambda view, j0=j0, jn=jn, t0=t0, tn=tn:
                                   view.transpose([1, 0]).slice(0, j0, jn).slice(1, t0, tn))
-            h_t = tiles[hidden_value]                          # [hidden j, tokens]
-            if h_t.memory != "sbuf" or h_t.element_type != etype2:
-                staged = em.alloc("sbuf", jn, tn, etype2)
-                em.copy(staged, h_t)
-                h_t = staged
+            h_t = em.in_sbuf(tiles[hidden_value], etype2)     # [hidden j, tokens]
             for r0, rn in rows:
                 for n0, nn in n_tiles:
                     em.matmul(accs[(r0, n0)], h_t.columns(r0 - t0, rn),

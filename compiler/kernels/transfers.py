@@ -37,10 +37,7 @@ def load_tile(em: Emitter, view: HbmView, element_type: ir.Type) -> Tile:
 def store_tile(em: Emitter, view: HbmView, tile: Tile) -> None:
     """Store an on-chip tile [P, F] to a 2-D view of the same shape (a PSUM tile, or one of
     another element type, is first copied to an SBUF tile of the view's type)."""
-    if tile.memory != "sbuf" or tile.element_type != view.element_type:
-        staged = em.alloc("sbuf", tile.partitions, tile.free, view.element_type)
-        em.copy(staged, tile)
-        tile = staged
+    tile = em.in_sbuf(tile, view.element_type)
     if not transposed_access(view):
         em.store(view, 0, [1], tile)
         return

@@ -121,11 +121,7 @@ def lower_weight_gradient(em: Emitter, compute: list[ir.Operation], views: dict,
                           accumulate=k0 > 0)
             tiles = epilogue1.run(acc, (t0, tn), lambda view, t0=t0, tn=tn, j0=j0, jn=jn:
                                   view.slice(0, t0, tn).slice(1, j0, jn))
-            t_tile = tiles[product]                                # [tokens t, block]
-            if t_tile.memory != "sbuf" or t_tile.element_type != etype2:
-                staged = em.alloc("sbuf", tn, jn, etype2)
-                em.copy(staged, t_tile)
-                t_tile = staged
+            t_tile = em.in_sbuf(tiles[product], etype2)           # [tokens t, block]
             for r0, rn in rows:
                 for f0, fn in f_tiles:
                     em.matmul(accs[(r0, f0)], t_tile.columns(r0 - j0, rn),
