@@ -20,7 +20,7 @@ from torchneuron.compiler.kernels.emitter import Emitter, Tile
 from torchneuron.compiler.kernels.tile_ops import (
     COMMUTATIVE, ConstantVectors, emit_elementwise, rounding_writes, widening_aliases,
 )
-from torchneuron.compiler.kernels.transfers import load_tile
+from torchneuron.compiler.kernels.transfers import load_tile, store_tile
 from torchneuron.compiler.kernels.views import HbmView
 
 # SBUF per partition that operands broadcast across partitions, kept for every partition
@@ -140,6 +140,17 @@ class Epilogue:
                 self.broadcast_bytes += size
         tiles[value] = tile
         return tile
+
+
+def store_accumulators(em: Emitter, epilogue: Epilogue, accs: dict, value: ir.Value,
+                       out: HbmView) -> None:
+    """Run `epilogue` on each PSUM accumulator of `accs` ({(row, column): tile} of a 2-D
+    result whose tiles start there) and store its `value` to the same part of `out`."""
+    for (r0, c0), acc in accs.items():
+        rn, cn = acc.partitions, acc.free
+        results = epilogue.run(acc, (r0, rn), lambda view, r0=r0, rn=rn, c0=c0, cn=cn:
+                               view.slice(0, r0, rn).slice(1, c0, cn))
+        store_tile(em, out.slice(0, r0, rn).slice(1, c0, cn), results[value])
 
 
 def _takes_bias(op: ir.Operation | None, value: ir.Value) -> bool:

@@ -22,9 +22,8 @@ from torch_mlir import ir
 from torchneuron.compiler import ir_utils as U
 from torchneuron.compiler.errors import CompileError
 from torchneuron.compiler.kernels.emitter import Emitter
-from torchneuron.compiler.kernels.epilogue import Epilogue
+from torchneuron.compiler.kernels.epilogue import Epilogue, store_accumulators
 from torchneuron.compiler.kernels.matmul import _Staged, matmul_element_type
-from torchneuron.compiler.kernels.transfers import store_tile
 from torchneuron.compiler.kernels.views import HbmView
 
 # PSUM kept for the first matmul's accumulators (two, so one evacuates while PE fills the
@@ -113,8 +112,4 @@ def lower_mlp(em: Emitter, compute: list[ir.Operation], views: dict,
             if (j0 + jn) % b_res.panel_k == 0:    # B's row panels hold panel_k hidden units
                 b_res.panels.clear()
         x_t.release()
-        for (r0, n0), acc in accs.items():
-            rn, nn = acc.partitions, acc.free
-            results = epilogue2.run(acc, (r0, rn), lambda view, r0=r0, rn=rn, n0=n0, nn=nn:
-                                    view.slice(0, r0, rn).slice(1, n0, nn))
-            store_tile(em, out.slice(0, r0, rn).slice(1, n0, nn), results[yielded])
+        store_accumulators(em, epilogue2, accs, yielded, out)

@@ -25,7 +25,7 @@ from torch_mlir import ir
 from torchneuron.compiler import ir_utils as U
 from torchneuron.compiler.errors import CompileError
 from torchneuron.compiler.kernels.emitter import Emitter
-from torchneuron.compiler.kernels.epilogue import Epilogue
+from torchneuron.compiler.kernels.epilogue import Epilogue, store_accumulators
 from torchneuron.compiler.kernels.matmul import _Staged, matmul_element_type
 from torchneuron.compiler.kernels.transfers import store_tile
 from torchneuron.compiler.kernels.views import HbmView
@@ -129,11 +129,7 @@ def lower_weight_gradient(em: Emitter, compute: list[ir.Operation], views: dict,
             if sums is not None:
                 em.matmul(sums, ones.rows(tn), t_tile, accumulate=t0 > 0)
         b_block.release()
-        for (r0, f0), acc in accs.items():
-            rn, fn = acc.partitions, acc.free
-            results = epilogue2.run(acc, (r0, rn), lambda view, r0=r0, rn=rn, f0=f0, fn=fn:
-                                    view.slice(0, r0, rn).slice(1, f0, fn))
-            store_tile(em, w_out.slice(0, r0, rn).slice(1, f0, fn), results[w_value])
+        store_accumulators(em, epilogue2, accs, w_value, w_out)
         if sums is not None:
             store_tile(em, sums_output[1].slice(0, j0, jn).reshape((1, jn)), sums)
 
