@@ -33,7 +33,7 @@ from torchneuron.compiler.errors import CompileError, UnsupportedOpError
 from torchneuron.compiler.kernels.elementwise import load_leaf
 from torchneuron.compiler.kernels.emitter import Emitter, Tile
 from torchneuron.compiler.kernels.tile_ops import (
-    SOURCE_OPS, VIEW_OPS, ConstantVectors, emit_elementwise, rounding_writes,
+    SOURCE_OPS, VIEW_OPS, ConstantVectors, emit_elementwise, rounding_writes, widening_aliases,
 )
 from torchneuron.compiler.kernels.views import HbmView, source_view
 from torchneuron.dialects.nisa import MAX_FREE_DIMS
@@ -127,6 +127,9 @@ def lower_rows(em: Emitter, body: list[ir.Operation], views: dict,
     tp = min(layout.rows, em.target.num_partitions)
     consts = ConstantVectors(em)
     storage, aliases = rounding_writes(compute, {yielded})
+    # A loaded row widened only for elementwise ops (a saved bf16 softmax read back in fp32)
+    # is read as loaded: the engines widen their inputs exactly as they read them.
+    aliases.update(widening_aliases(compute, {yielded}))
 
 
     users = {}

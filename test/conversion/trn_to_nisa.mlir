@@ -1337,3 +1337,29 @@ func.func @first_linear_backward(%h: tensor<384x256xf32>, %dy: tensor<384x128xf3
   }) {kind = "weight_gradient"} : () -> (tensor<256x64xf32>, tensor<256xf32>)
   return %k#0, %k#1 : tensor<256x64xf32>, tensor<256xf32>
 }
+
+// -----
+
+// Tests that a row-wise kernel reads a loaded bf16 row that the graph widens to fp32 (a saved
+// softmax in its backward) as loaded, with no copy into an fp32 tile: the engines widen
+// their inputs exactly as they read them. Both products read the bf16 tile itself.
+// CHECK-LABEL: func.func @softmax_backward_bf16_saved
+// CHECK: "nisa.dma"(%[[P:[^,]*]], %arg0) {{.*}} : (memref<128x64xbf16, "sbuf">, memref<128x64xbf16, "hbm">)
+// CHECK-NOT: "nisa.tensor_copy"
+// CHECK: "nisa.tensor_tensor"(%[[GP:[^,]*]], %{{[^,]*}}, %[[P]]) {{.*}}op = "mul"
+// CHECK: "nisa.activation"(%[[PS:[^,]*]], %[[P]], %{{[^)]*}})
+// CHECK: "nisa.tensor_tensor"(%{{[^,]*}}, %[[GP]], %[[PS]]) {{.*}}op = "sub"
+// CHECK-NOT: "nisa.tensor_copy"
+// CHECK: return
+func.func @softmax_backward_bf16_saved(%p: tensor<128x64xbf16>, %g: tensor<128x64xf32>) -> tensor<128x64xf32> {
+  %k = "trn.kernel"() ({
+    %pf = "trn.convert"(%p) : (tensor<128x64xbf16>) -> tensor<128x64xf32>
+    %gp = "trn.tensor_tensor"(%g, %pf) {op = "mul"} : (tensor<128x64xf32>, tensor<128x64xf32>) -> tensor<128x64xf32>
+    %s = "trn.reduce"(%gp) {dimensions = array<i64: 1>, op = "add"} : (tensor<128x64xf32>) -> tensor<128xf32>
+    %sb = "trn.broadcast"(%s) {dimensions = array<i64: 1>} : (tensor<128xf32>) -> tensor<128x64xf32>
+    %ps = "trn.tensor_tensor"(%pf, %sb) {op = "mul"} : (tensor<128x64xf32>, tensor<128x64xf32>) -> tensor<128x64xf32>
+    %d = "trn.tensor_tensor"(%gp, %ps) {op = "sub"} : (tensor<128x64xf32>, tensor<128x64xf32>) -> tensor<128x64xf32>
+    "trn.yield"(%d) : (tensor<128x64xf32>) -> ()
+  }) {kind = "rows"} : () -> tensor<128x64xf32>
+  return %k : tensor<128x64xf32>
+}
