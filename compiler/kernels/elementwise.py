@@ -84,7 +84,7 @@ def lower_elementwise(em: Emitter, compute: list[ir.Operation], views: dict,
                 tiles: dict[ir.Value, Tile] = {}
                 for v, view in leaf_views.items():
                     tiles[v] = load_leaf(em, at(view, p0, pn, f0, fn),
-                                         computed_on=v not in stored)
+                                         computed_on=v not in stored, column=v not in stored)
                 for op in compute:
                     result = op.results[0]
                     if result in aliases:
@@ -92,23 +92,33 @@ def lower_elementwise(em: Emitter, compute: list[ir.Operation], views: dict,
                         continue
                     dst = em.alloc("sbuf", pn, fn,
                                    storage.get(result, U.element_type(result)))
-                    emit_elementwise(em, op, [tiles[v] for v in op.operands], dst, consts,
-                                     share=True)
+                    emit_with_columns(em, op, [tiles[v] for v in op.operands], dst, consts,
+                                      share=True)
                     tiles[result] = dst
                 for v, view in out_views:
                     em.store(at(view, p0, pn, f0, fn), 0, free_dims, tiles[v])
 
 
-def load_leaf(em: Emitter, view: HbmView, computed_on: bool = False) -> Tile:
+def load_leaf(em: Emitter, view: HbmView, computed_on: bool = False,
+              column: bool = False) -> Tile:
     """A view [P, free dims...] into a new SBUF tile [P, F]: by DMA, or generated on chip
     (MEMSET for a constant, IOTA for a loop index) when the view has no storage.
 
     A view broadcast along its innermost free dim is spread on chip from its distinct
     elements (`_load_spread`) where an engine's copy is exact: floats, and integers of up to
     16 bits; wider integers too when `computed_on` (the tile is only read by ACT/DVE ops,
-    which read it through fp32 anyway, so a copy through fp32 changes nothing they see)."""
+    which read it through fp32 anyway, so a copy through fp32 changes nothing they see).
+    With `column`, a float view broadcast along every free dim (one value per partition: a
+    row's mean beside the row) is returned as that [P, 1] column, not spread: the ops
+    reading it take it per partition (`emit_with_columns`)."""
     parts, free = view.shape[0], math.prod(view.shape[1:])
     etype = view.element_type
+    if column and free > 1 and view.buffer is not None and isinstance(etype, ir.FloatType) \
+            and all(s == 0 for s in view.strides[1:]):
+        compact = view
+        for dim in range(1, view.rank):
+            compact = compact.slice(dim, 0, 1)
+        return load_leaf(em, compact)
     exact_copy = computed_on or not isinstance(etype, ir.IntegerType) or etype.width <= 16
     if view.buffer is not None and view.rank >= 2 and view.strides[-1] == 0 and \
             view.shape[-1] > 1 and exact_copy:
@@ -134,6 +144,40 @@ def load_leaf(em: Emitter, view: HbmView, computed_on: bool = False) -> Tile:
             base = view.offset + sum(i * s for i, (s, _) in zip(position, outer))
             em.iota(tile.columns(k * width, width), base, view.strides[0], step)
     return tile
+
+
+# tensor_tensor ALU ops a tensor_scalar computes the same way with one operand per partition.
+_PER_PARTITION_ALUS = ("add", "sub", "mul", "div", "max", "min")
+
+
+def emit_with_columns(em: Emitter, op: ir.Operation, operands: list[Tile], dst: Tile,
+                      consts: ConstantVectors, share: bool = False) -> None:
+    """`emit_elementwise` where an operand may be a [P, 1] column (`load_leaf(column=True)`)
+    of a tile that is one value per partition: a tensor_tensor between such a column and a
+    full tile is a tensor_scalar with the column as its per-partition operand (one pass at
+    one cycle per element, where the full tensor_tensor took a spread copy and, in fp32, two
+    cycles per element; the same fp32 arithmetic). Any other op reads the column spread over
+    the tile."""
+    columns = [t.free == 1 and dst.free > 1 for t in operands]
+    if op.name == "trn.tensor_tensor" and sum(columns) == 1 and \
+            U.str_attr(op, "op") in _PER_PARTITION_ALUS:
+        index = columns.index(True)
+        column = operands[index]
+        if column.element_type != ir.F32Type.get():
+            wide = em.alloc("sbuf", column.partitions, 1, ir.F32Type.get())
+            em.copy(wide, column)
+            column = wide
+        em.tensor_scalar(dst, operands[1 - index], U.str_attr(op, "op"), column,
+                         reverse0=index == 0)
+        return
+    spread = []
+    for tile, is_column in zip(operands, columns):
+        if is_column:
+            full = em.alloc("sbuf", tile.partitions, dst.free, tile.element_type)
+            em.copy(full, tile.pattern(0, [(0, dst.free)]))
+            tile = full
+        spread.append(tile)
+    emit_elementwise(em, op, spread, dst, consts, share=share)
 
 
 def _load_spread(em: Emitter, view: HbmView) -> Tile:

@@ -27,7 +27,7 @@ from torch_mlir import ir
 
 from torchneuron.compiler import ir_utils as U
 from torchneuron.compiler.errors import CompileError
-from torchneuron.compiler.kernels.elementwise import load_leaf
+from torchneuron.compiler.kernels.elementwise import emit_with_columns, load_leaf
 from torchneuron.compiler.kernels.emitter import Emitter, Tile
 from torchneuron.compiler.kernels.tile_ops import ConstantVectors, emit_elementwise
 from torchneuron.compiler.kernels.views import HbmView
@@ -89,10 +89,11 @@ def lower_reduce(em: Emitter, pre: list[ir.Operation], reduce: ir.Operation,
                     fn = cn * inner
                     window = _Window(shape, part_dim, p0, pn, free_dims, loop_dims, outer,
                                      fixed, chunked, c0, cn)
-                    tiles = {v: load_leaf(em, window.view(views[v])) for v in leaves}
+                    tiles = {v: load_leaf(em, window.view(views[v]),
+                                          column=v != reduce.operands[0]) for v in leaves}
                     for op in pre:
                         dst = em.alloc("sbuf", pn, fn, U.element_type(op.results[0]))
-                        emit_elementwise(em, op, [tiles[v] for v in op.operands], dst, consts)
+                        emit_with_columns(em, op, [tiles[v] for v in op.operands], dst, consts)
                         tiles[op.results[0]] = dst
                     source = tiles[reduce.operands[0]]
                     if first:
@@ -160,11 +161,12 @@ def _leading_sum(em: Emitter, pre: list[ir.Operation], reduce: ir.Operation,
         sums = em.alloc("psum", 1, cn, f32)
         for i, p0 in enumerate(range(0, rows, tp)):
             pn = min(tp, rows - p0)
-            tiles = {v: load_leaf(em, view.slice(0, p0, pn).slice(1, c0, cn))
+            tiles = {v: load_leaf(em, view.slice(0, p0, pn).slice(1, c0, cn),
+                                  column=v != reduce.operands[0])
                      for v, view in flat.items()}
             for op in pre:
                 dst = em.alloc("sbuf", pn, cn, U.element_type(op.results[0]))
-                emit_elementwise(em, op, [tiles[v] for v in op.operands], dst, consts)
+                emit_with_columns(em, op, [tiles[v] for v in op.operands], dst, consts)
                 tiles[op.results[0]] = dst
             source = tiles[reduce.operands[0]]
             if source.element_type != ones_type:

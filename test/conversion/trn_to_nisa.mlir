@@ -1363,3 +1363,26 @@ func.func @softmax_backward_bf16_saved(%p: tensor<128x64xbf16>, %g: tensor<128x6
   }) {kind = "rows"} : () -> tensor<128x64xf32>
   return %k : tensor<128x64xf32>
 }
+
+// -----
+
+// Tests that an elementwise kernel reads a value broadcast along every free dim (a row's
+// mean beside the row) as one column per partition: the subtraction is a tensor_scalar with
+// that column as its per-partition operand (reversed: mean - x), widened once to fp32, not
+// a spread copy of the column across the tile and a tensor_tensor.
+// CHECK-LABEL: func.func @centre_rows
+// CHECK: "nisa.dma"(%[[M:[^,]*]], %arg1) {{.*}} : (memref<128x1xbf16, "sbuf">, memref<256xbf16, "hbm">)
+// CHECK-NOT: "nisa.tensor_tensor"
+// CHECK: "nisa.tensor_copy"(%[[MF:[^,]*]], %[[M]]) {{.*}} : (memref<128x1xf32, "sbuf">, memref<128x1xbf16, "sbuf">)
+// CHECK-NEXT: "nisa.tensor_scalar"(%{{[^,]*}}, %{{[^,]*}}, %[[MF]]) {{.*}}op0 = "sub", {{.*}}reverse0 = true
+// CHECK-NOT: "nisa.tensor_tensor"
+// CHECK: return
+func.func @centre_rows(%x: tensor<256x64xf32>, %m: tensor<256xbf16>) -> tensor<256x64xf32> {
+  %k = "trn.kernel"() ({
+    %b = "trn.broadcast"(%m) {dimensions = array<i64: 1>} : (tensor<256xbf16>) -> tensor<256x64xbf16>
+    %bf = "trn.convert"(%b) : (tensor<256x64xbf16>) -> tensor<256x64xf32>
+    %d = "trn.tensor_tensor"(%bf, %x) {op = "sub"} : (tensor<256x64xf32>, tensor<256x64xf32>) -> tensor<256x64xf32>
+    "trn.yield"(%d) : (tensor<256x64xf32>) -> ()
+  }) {kind = "elementwise", free_tile = 64 : i64} : () -> tensor<256x64xf32>
+  return %k : tensor<256x64xf32>
+}
