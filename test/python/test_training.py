@@ -262,6 +262,23 @@ def test_a_single_indexed_row_is_left_as_it_is():
     assert decompositions.rewrite_dynamo_graph(gm) == 0
 
 
+def _backward_with_and_without(option: str, model, x, dy, tmp_path, monkeypatch) -> dict:
+    """{fused: (parameter gradients, the backward graph's profile, its trn stage)} of one
+    compiled training step with compile option `option` on (True) and off (False)."""
+    results = {}
+    for fused in (True, False):
+        model.zero_grad()
+        dump = tmp_path / str(fused)
+        monkeypatch.setenv("TORCHNEURON_DUMP_DIR", str(dump))
+        torch._dynamo.reset()
+        torch.compile(model, backend="neuron", options={option: fused})(x).backward(dy)
+        trn = next(dump.glob("*backward.trn.mlir")).read_text()
+        results[fused] = ([p.grad.clone() for p in model.parameters()],
+                          backend.compiled_graphs()[-1].last_profile, trn)
+        assert all(r.fully_compiled for r in backend.graph_reports()[-2:])
+    return results
+
+
 # 384 tokens: K-tiles of consecutive rows; 512: four rows per partition (interleaved K, as
 # kernels/matmul.py's interleave_k chooses for rows this short).
 @pytest.mark.parametrize("dtype,tokens", [(torch.float32, 384), (torch.bfloat16, 384),
@@ -275,19 +292,9 @@ def test_bias_gradient_computed_with_the_weight_gradient(dtype, tokens, tmp_path
     x = torch.randn(tokens, 192).to(dtype)
     dy = torch.randn(tokens, 320).to(dtype)
     linear(x).backward(dy)
-    expected = (linear.weight.grad.clone(), linear.bias.grad.clone())
-    results = {}
-    for fused in (True, False):
-        linear.zero_grad()
-        dump = tmp_path / str(fused)
-        monkeypatch.setenv("TORCHNEURON_DUMP_DIR", str(dump))
-        torch._dynamo.reset()
-        torch.compile(linear, backend="neuron",
-                      options={"fuse_bias_gradients": fused})(x).backward(dy)
-        trn = next(dump.glob("*backward.trn.mlir")).read_text()
-        results[fused] = ((linear.weight.grad.clone(), linear.bias.grad.clone()),
-                          backend.compiled_graphs()[-1].last_profile, trn)
-        assert all(r.fully_compiled for r in backend.graph_reports()[-2:])
+    expected = [p.grad.clone() for p in linear.parameters()]
+    results = _backward_with_and_without("fuse_bias_gradients", linear, x, dy, tmp_path,
+                                         monkeypatch)
     (on, on_profile, on_trn), (off, off_profile, off_trn) = results[True], results[False]
     etype = "bf16" if dtype == torch.bfloat16 else "f32"
     both = f"-> (tensor<320x192x{etype}>, tensor<320x{etype}>)"
@@ -320,18 +327,8 @@ def test_first_weight_gradient_computed_with_the_gradient_it_reads(dtype, tokens
     dy = torch.randn(tokens, 96).to(dtype)
     model(x).backward(dy)
     expected = [p.grad.clone() for p in model.parameters()]
-    results = {}
-    for fused in (True, False):
-        model.zero_grad()
-        dump = tmp_path / str(fused)
-        monkeypatch.setenv("TORCHNEURON_DUMP_DIR", str(dump))
-        torch._dynamo.reset()
-        torch.compile(model, backend="neuron",
-                      options={"fuse_weight_gradients": fused})(x).backward(dy)
-        trn = next(dump.glob("*backward.trn.mlir")).read_text()
-        results[fused] = ([p.grad.clone() for p in model.parameters()],
-                          backend.compiled_graphs()[-1].last_profile, trn)
-        assert all(r.fully_compiled for r in backend.graph_reports()[-2:])
+    results = _backward_with_and_without("fuse_weight_gradients", model, x, dy, tmp_path,
+                                         monkeypatch)
     (on, on_profile, on_trn), (off, off_profile, off_trn) = results[True], results[False]
     assert 'kind = "weight_gradient"' in on_trn and 'kind = "weight_gradient"' not in off_trn
     tolerance = dict(atol=6e-2, rtol=2e-2) if dtype == torch.bfloat16 else \
