@@ -545,10 +545,9 @@ def _reduce(em: Emitter, dst: Tile, src: Tile, op: str) -> None:
     activation that accumulates its fp32 results (the same sum; its output, rounded to bf16,
     is not read), where DVE has more work than ACT by more than the sum takes there: the
     rows' other work may leave DVE the busier (a softmax's backward: two tensor_tensors and
-    the sum on DVE, the rest on ACT; a layer norm's: the residual add, both sums and the
-    affine on DVE). For bf16 rows too, though DVE sums them at two elements per cycle: the
-    same test says the move shortens the busier engine's work."""
-    if op == "add" and dst.free == 1 and isinstance(src.element_type, ir.FloatType):
+    the sum on DVE, the rest on ACT). Only for fp32 rows: DVE sums bf16 at two elements per
+    cycle."""
+    if op == "add" and dst.free == 1 and src.element_type == ir.F32Type.get():
         act = em.busy_ns("act", src.free + em.target.min_ii)
         if em.engine_work["dve"] - em.engine_work["act"] > act:
             discarded = em.alloc("sbuf", src.partitions, src.free, ir.BF16Type.get())

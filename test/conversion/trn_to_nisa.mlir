@@ -1386,25 +1386,3 @@ func.func @centre_rows(%x: tensor<256x64xf32>, %m: tensor<256xbf16>) -> tensor<2
   }) {kind = "elementwise", free_tile = 64 : i64} : () -> tensor<256x64xf32>
   return %k : tensor<256x64xf32>
 }
-
-// -----
-
-// Tests that a bf16 row sum goes to ACT too where DVE is the busier by more than the sum
-// takes on ACT (here by the residual add: 0.80 us of DVE against 0.69 us for the sum on ACT),
-// though DVE sums bf16 at two elements per cycle: the kernel's time is its busier engine's.
-// CHECK-LABEL: func.func @bf16_sum_on_act
-// CHECK: "nisa.tensor_tensor"(%[[A:[0-9]+]], %{{[0-9]+}}, %{{[0-9]+}}) {{.*}}engine = "dve", op = "add"
-// CHECK-NOT: "nisa.tensor_reduce"
-// CHECK: "nisa.activation"(%{{[0-9]+}}, %[[A]], %{{[0-9]+}}) {{.*}}engine = "act", func = "identity", operandSegmentSizes = array<i32: 1, 1, 0, 0, 1>
-// CHECK-NOT: "nisa.tensor_reduce"
-// CHECK: return
-func.func @bf16_sum_on_act(%x: tensor<128x768xbf16>, %y: tensor<128x768xbf16>) -> tensor<128x768xbf16> {
-  %0 = "trn.kernel"() ({
-    %a = "trn.tensor_tensor"(%x, %y) {op = "add"} : (tensor<128x768xbf16>, tensor<128x768xbf16>) -> tensor<128x768xbf16>
-    %s = "trn.reduce"(%a) {op = "add", dimensions = array<i64: 1>} : (tensor<128x768xbf16>) -> tensor<128xbf16>
-    %sb = "trn.broadcast"(%s) {dimensions = array<i64: 1>} : (tensor<128xbf16>) -> tensor<128x768xbf16>
-    %d = "trn.tensor_tensor"(%a, %sb) {op = "sub"} : (tensor<128x768xbf16>, tensor<128x768xbf16>) -> tensor<128x768xbf16>
-    "trn.yield"(%d) : (tensor<128x768xbf16>) -> ()
-  }) {kind = "rows"} : () -> tensor<128x768xbf16>
-  return %0 : tensor<128x768xbf16>
-}
