@@ -22,7 +22,7 @@ from torchneuron.compiler.kernels.elementwise import lower_elementwise
 from torchneuron.compiler.kernels.conv import Padding, lower_conv, lower_pool
 from torchneuron.compiler.kernels.emitter import Emitter
 from torchneuron.compiler.kernels.gather import lower_gather
-from torchneuron.compiler.kernels.matmul import lower_matmul
+from torchneuron.compiler.kernels.matmul import column_sum_ops, lower_matmul
 from torchneuron.compiler.kernels.mlp import lower_mlp
 from torchneuron.compiler.kernels.scan import lower_scan
 from torchneuron.compiler.kernels.reduce import lower_reduce
@@ -422,16 +422,8 @@ def _column_sums(matmuls: list, reduces: list, compute: list, views: dict,
     if len(matmuls) != 1 or len(reduces) != 1 or len(extra) != 1:
         return None
     reduce, (value, out) = reduces[0], extra[0]
-    ops = [reduce]
-    producer = U.defining_op(value)
-    if producer is not None and producer.name == "trn.convert" and \
-            producer.operands[0] == reduce.results[0] and \
-            isinstance(U.element_type(value), ir.FloatType):
-        ops.append(producer)
-    elif value != reduce.results[0]:
-        return None
-    if U.str_attr(reduce, "op") != "add" or list(U.array_attr(reduce, "dimensions")) != [0] or \
-            len(U.shape(reduce.operands[0])) != 2 or \
+    ops = column_sum_ops(value, set(compute))
+    if ops is None or ops[0] != reduce or \
             any(v == reduce.results[0] for op in compute if op not in ops for v in op.operands):
         return None
     lhs, summed = views.get(matmuls[0].operands[0]), views.get(reduce.operands[0])

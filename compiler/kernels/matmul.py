@@ -353,6 +353,25 @@ def _lower_2d(em: Emitter, matmul, chain, a: HbmView, b: HbmView, views, outputs
         resident.panels.clear()
 
 
+def column_sum_ops(value: ir.Value, inside) -> list[ir.Operation] | None:
+    """[reduce] or [reduce, convert]: the ops computing `value` as the sum over dim 0 of a
+    2-D tensor (a trn.reduce add), converted at most once to another float type, all of them
+    in `inside`; None where `value` is not such a sum. The matmul lowerings compute such a
+    sum on PE beside the product (_ColumnSums) and round it once as they store it."""
+    ops = []
+    producer = U.defining_op(value)
+    if producer is not None and producer in inside and producer.name == "trn.convert" and \
+            isinstance(U.element_type(value), ir.FloatType):
+        ops.append(producer)
+        producer = U.defining_op(producer.operands[0])
+    if producer is None or producer not in inside or producer.name != "trn.reduce" or \
+            U.str_attr(producer, "op") != "add" or \
+            list(U.array_attr(producer, "dimensions")) != [0] or \
+            len(U.shape(producer.operands[0])) != 2:
+        return None
+    return [producer] + ops
+
+
 class _ColumnSums:
     """Sums over K of A's columns (C = A @ B, A [M, K]), computed on PE from the A^T tiles
     [K-tile, M-tile] the matmul loads anyway: a column of ones as the stationary operand and

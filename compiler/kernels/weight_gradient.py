@@ -26,7 +26,9 @@ from torchneuron.compiler import ir_utils as U
 from torchneuron.compiler.errors import CompileError
 from torchneuron.compiler.kernels.emitter import Emitter
 from torchneuron.compiler.kernels.epilogue import Epilogue, store_accumulators
-from torchneuron.compiler.kernels.matmul import _Staged, matmul_element_type
+from torchneuron.compiler.kernels.matmul import (
+    _Staged, column_sum_ops, matmul_element_type,
+)
 from torchneuron.compiler.kernels.transfers import store_tile
 from torchneuron.compiler.kernels.views import HbmView
 
@@ -72,8 +74,8 @@ def lower_weight_gradient(em: Emitter, compute: list[ir.Operation], views: dict,
     (w_value, w_out), sums_output = outputs[0], (outputs[1] if len(outputs) > 1 else None)
     sum_ops = []
     if sums_output is not None:
-        sum_ops = row_sum_ops(sums_output[0], set(compute))
-        if sum_ops is None or sum_ops[-1].operands[0] != product:
+        sum_ops = column_sum_ops(sums_output[0], set(compute))
+        if sum_ops is None or sum_ops[0].operands[0] != product:
             raise CompileError("a weight_gradient kernel's second result must be the sum of "
                                "the first matmul's result over its rows", second.location)
     chain1 = [op for op in compute[:position[second]] if op is not first]
@@ -132,19 +134,3 @@ def lower_weight_gradient(em: Emitter, compute: list[ir.Operation], views: dict,
         store_accumulators(em, epilogue2, accs, w_value, w_out)
         if sums is not None:
             store_tile(em, sums_output[1].slice(0, j0, jn).reshape((1, jn)), sums)
-
-
-def row_sum_ops(value: ir.Value, inside: set) -> list[ir.Operation] | None:
-    """The ops computing `value` as a sum over dim 0 (a trn.reduce add), converted at most,
-    the reduction last, where all of them are in `inside`; None where it is not one."""
-    ops = []
-    while (op := U.defining_op(value)) is not None and op in inside:
-        ops.append(op)
-        if op.name == "trn.reduce":
-            if U.str_attr(op, "op") == "add" and list(U.array_attr(op, "dimensions")) == [0]:
-                return ops
-            return None
-        if op.name != "trn.convert":
-            return None
-        value = op.operands[0]
-    return None

@@ -75,6 +75,7 @@ from torchneuron.compiler.kernels.tile_ops import (
 from torchneuron.compiler.passes import Pass, register
 from torchneuron.compiler.kernels import attention as attention_kernel
 from torchneuron.compiler.kernels import mlp as mlp_kernel
+from torchneuron.compiler.kernels.matmul import column_sum_ops
 from torchneuron.compiler.kernels import weight_gradient as weight_gradient_kernel
 from torchneuron.compiler.transforms.tile import kernel_body, layout_of
 from torchneuron.dialects.trn import build_kernel, build_yield
@@ -1318,10 +1319,10 @@ def weight_gradient_pairs(func: ir.Operation, target) -> list[tuple]:
                 first.parent != second.parent:
             continue
         readers = [U.operation(u.owner) for u in product.uses]
-        sums = weight_gradient_kernel.row_sum_ops(body2[-1].operands[1], set(body2)) \
+        sums = column_sum_ops(body2[-1].operands[1], set(body2)) \
             if len(body2[-1].operands) == 2 else []
         if any(U.operation(r.parent) != second for r in readers) or sums is None or \
-                {r for r in readers if r != transpose} != set(sums[-1:]):
+                {r for r in readers if r != transpose} != set(sums[:1]):
             continue        # (T read elsewhere must reach HBM: the kernels stay apart)
         body1 = kernel_body(first)
         mm1 = [op for op in body1 if op.name == "trn.matmul"]
