@@ -162,22 +162,19 @@ def emit_with_columns(em: Emitter, op: ir.Operation, operands: list[Tile], dst: 
     if op.name == "trn.tensor_tensor" and sum(columns) == 1 and \
             U.str_attr(op, "op") in _PER_PARTITION_ALUS:
         index = columns.index(True)
-        column = operands[index]
-        if column.element_type != ir.F32Type.get():
-            wide = em.alloc("sbuf", column.partitions, 1, ir.F32Type.get())
-            em.copy(wide, column)
-            column = wide
-        em.tensor_scalar(dst, operands[1 - index], U.str_attr(op, "op"), column,
-                         reverse0=index == 0)
+        em.tensor_scalar(dst, operands[1 - index], U.str_attr(op, "op"),
+                         em.in_sbuf(operands[index], ir.F32Type.get()), reverse0=index == 0)
         return
-    spread = []
-    for tile, is_column in zip(operands, columns):
-        if is_column:
-            full = em.alloc("sbuf", tile.partitions, dst.free, tile.element_type)
-            em.copy(full, tile.pattern(0, [(0, dst.free)]))
-            tile = full
-        spread.append(tile)
-    emit_elementwise(em, op, spread, dst, consts, share=share)
+    operands = [spread_column(em, t, dst.free) if is_column else t
+                for t, is_column in zip(operands, columns)]
+    emit_elementwise(em, op, operands, dst, consts, share=share)
+
+
+def spread_column(em: Emitter, column: Tile, width: int) -> Tile:
+    """A [P, 1] column copied across a [P, width] tile (a stride-0 read)."""
+    tile = em.alloc("sbuf", column.partitions, width, column.element_type)
+    em.copy(tile, column.pattern(0, [(0, width)]))
+    return tile
 
 
 def _load_spread(em: Emitter, view: HbmView) -> Tile:

@@ -30,7 +30,7 @@ from torch_mlir import ir
 
 from torchneuron.compiler import ir_utils as U
 from torchneuron.compiler.errors import CompileError, UnsupportedOpError
-from torchneuron.compiler.kernels.elementwise import load_leaf
+from torchneuron.compiler.kernels.elementwise import load_leaf, spread_column
 from torchneuron.compiler.kernels.emitter import Emitter, Tile
 from torchneuron.compiler.kernels.tile_ops import (
     SOURCE_OPS, VIEW_OPS, ConstantVectors, emit_elementwise, rounding_writes, widening_aliases,
@@ -296,7 +296,7 @@ def lower_rows(em: Emitter, body: list[ir.Operation], views: dict,
             def operand(v: ir.Value) -> Tile:
                 v = per_row_alias.get(v, v)
                 if v in broadcast_of:           # only where no per-partition form exists
-                    return _spread(em, tiles[broadcast_of[v]], row_elements)
+                    return spread_column(em, tiles[broadcast_of[v]], row_elements)
                 return tiles[v]
 
             for op in compute:
@@ -531,13 +531,6 @@ def _per_row_op(em: Emitter, dst: Tile, row: Tile, alu: str, per_row: Tile,
         negated = em.alloc("sbuf", per_row.partitions, 1, ir.F32Type.get())
         em.tensor_scalar(negated, per_row, "mul", -1.0)
         em.activation(dst, row, "identity", bias=negated)
-
-
-def _spread(em: Emitter, per_row: Tile, row_elements: int) -> Tile:
-    """A [P, 1] per-row tile copied across a [P, L] row tile (a stride-0 read)."""
-    tile = em.alloc("sbuf", per_row.partitions, row_elements, per_row.element_type)
-    em.copy(tile, per_row.pattern(0, [(0, row_elements)]))
-    return tile
 
 
 def _reduce(em: Emitter, dst: Tile, src: Tile, op: str) -> None:
