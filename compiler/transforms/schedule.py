@@ -259,11 +259,14 @@ def box_dependencies(records: list[list[tuple]], address_range) -> list[list[int
                     for previous in _take_over(occupants[placed[0]], placed[1], placed[2],
                                                buffer):
                         state.inherited.update(states[previous].frontier)
-            needs.update(state.inherited)
             write = role in WRITTEN_ROLES
-            state.writes.overlapping(box, needs)
+            conflicts: set[int] = set()
+            state.writes.overlapping(box, conflicts)
             if write:
-                state.reads.overlapping(box, needs)
+                state.reads.overlapping(box, conflicts)
+            # Every access of the buffer waits for the inherited frontier, directly or
+            # through an earlier access of the buffer it conflicts with.
+            needs.update(conflicts if conflicts else state.inherited)
             access = _Access(box, index)
             (state.writes if write else state.reads).add(access)
             state.frontier.add(index)

@@ -93,7 +93,8 @@ def _ancestors(preds):
 def test_a_buffer_placed_where_another_lived_waits_only_for_its_last_accesses():
     # "a": written by two DMA pieces (0, 1), read by one instruction (2) and by another that
     # depends on nothing else of it (3). "b" then takes a's place: its accesses wait for 2
-    # and 3, which come after 0 and 1, not for all four.
+    # and 3, which come after 0 and 1, not for all four; a read of what b's first piece
+    # wrote (6) waits for that piece alone, which waited for them.
     records = [
         [("a", "dst", (0, 64, 0, 256))],
         [("a", "dst", (64, 128, 0, 256))],
@@ -101,8 +102,10 @@ def test_a_buffer_placed_where_another_lived_waits_only_for_its_last_accesses():
         [("y", "dst", (0, 64, 0, 256)), ("a", "src", (0, 64, 0, 128))],
         [("b", "dst", (0, 64, 0, 256))],
         [("b", "dst", (64, 128, 0, 256))],
+        [("z", "dst", (0, 64, 0, 256)), ("b", "src", (0, 64, 0, 256))],
     ]
     placed = {"a": ("sbuf", 0, 256), "b": ("sbuf", 0, 256)}
     got = box_dependencies(records, placed.get)
     assert got[4] == [2, 3] and got[5] == [2, 3]
+    assert got[6] == [4]
     assert _ancestors(got) == _ancestors(_scanned_dependencies(records, placed.get))
