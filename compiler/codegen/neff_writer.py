@@ -231,38 +231,44 @@ def _instruction(op: ir.Operation, tensor_of: dict, base: dict) -> isa.Instructi
 
 def _operand(buffer: ir.Value, ap: tuple[int, ...], tensor_of: dict, base: dict,
              op: ir.Operation) -> isa.Operand:
-    memory, dtype, pstride, pcount, sizes, strides, row = _pattern_fields(buffer, ap)
-    offset = ap[0]
-    if memory == "hbm":
-        if buffer not in tensor_of:
-            raise CompileError("HBM operand is not a program tensor", op.location)
-        return isa.Operand(isa.Memory.HBM, dtype, pcount, sizes, strides, offset=offset,
-                           partition_stride=pstride, tensor=tensor_of[buffer])
-    if buffer not in base:
-        raise CompileError("on-chip operand has no address (run trn-plan-memory first)",
-                           op.location)
-    return isa.Operand(isa.Memory.SBUF if memory == "sbuf" else isa.Memory.PSUM, dtype, pcount,
-                       sizes, strides, offset=base[buffer] + (offset % row) * dtype.itemsize,
-                       partition_start=offset // row)
-
-
-def _pattern_fields(buffer: ir.Value, ap: tuple[int, ...]) -> tuple:
-    """What an operand's encoding takes from its buffer type and access pattern alone
-    (remembered per pair within a memref_info_cache block): memory, dtype, partition stride
-    and count, free sizes and strides, and the tile row length (elements; on chip)."""
-    table = memo("neff.patterns")
-    key = (buffer.type, ap)
+    """The encoded operand; equal ones are one object (the writer does not change them)."""
+    place = base.get(buffer)
+    if place is None:
+        place = tensor_of.get(buffer)
+        if place is None:
+            what = "HBM operand is not a program tensor" if memory_of(buffer) == "hbm" else \
+                "on-chip operand has no address (run trn-plan-memory first)"
+            raise CompileError(what, op.location)
+        place = -1 - place          # a tensor id, apart from on-chip addresses
+    buffer_type = buffer.type
+    table = memo("neff.operands")
+    key = (buffer_type, ap, place)
     if table is not None:
         found = table.get(key)
         if found is not None:
             return found
-    info = memref_info(buffer.type)
-    free = ap[3:]
-    found = (memory_of(buffer), dtype_of(info.element), ap[1], ap[2], tuple(free[1::2]),
-             tuple(free[0::2]), info.shape[1] if len(info.shape) == 2 else 0)
+    memory, dtype, pstride, pcount, sizes, strides, row = _pattern_fields(buffer_type, ap)
+    offset = ap[0]
+    if memory == "hbm":
+        found = isa.Operand(isa.Memory.HBM, dtype, pcount, sizes, strides, offset=offset,
+                            partition_stride=pstride, tensor=-1 - place)
+    else:
+        found = isa.Operand(isa.Memory.SBUF if memory == "sbuf" else isa.Memory.PSUM, dtype,
+                            pcount, sizes, strides, offset=place + (offset % row) * dtype.itemsize,
+                            partition_start=offset // row)
     if table is not None:
         table[key] = found
     return found
+
+
+def _pattern_fields(buffer_type: ir.Type, ap: tuple[int, ...]) -> tuple:
+    """What an operand's encoding takes from its buffer type and access pattern alone:
+    memory, dtype, partition stride and count, free sizes and strides, and the tile row
+    length (elements; on chip)."""
+    info = memref_info(buffer_type)
+    free = ap[3:]
+    return (info.memory, dtype_of(info.element), ap[1], ap[2], tuple(free[1::2]),
+            tuple(free[0::2]), info.shape[1] if len(info.shape) == 2 else 0)
 
 
 @dataclasses.dataclass(frozen=True)

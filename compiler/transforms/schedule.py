@@ -180,9 +180,9 @@ class _BufferState:
         self.inherited: set[int] = set()
 
 
-def _box(buffer: ir.Value, ap: tuple[int, ...]) -> tuple[int, int, int, int]:
-    """Partition and byte extent an access pattern touches within its buffer."""
-    info = memref_info(buffer.type)
+def _box(buffer_type: ir.Type, ap: tuple[int, ...]) -> tuple[int, int, int, int]:
+    """Partition and byte extent an access pattern touches within a buffer of the type."""
+    info = memref_info(buffer_type)
     itemsize, shape = info.itemsize, info.shape
     offset, dims = ap[0], [(ap[i], ap[i + 1]) for i in range(1, len(ap), 2)]
     if info.memory == "hbm":
@@ -197,15 +197,14 @@ def _box(buffer: ir.Value, ap: tuple[int, ...]) -> tuple[int, int, int, int]:
 
 
 def _address_range(alloc: ir.Operation) -> tuple[str, int, int] | None:
-    if "address" not in alloc.attributes:
+    attributes = alloc.attributes
+    if "address" not in attributes:
         return None
-    memory = U.str_attr(alloc, "memory")
-    mtype = ir.MemRefType(alloc.results[0].type)
-    itemsize = U.element_bytes(mtype.element_type)
-    shape = list(mtype.shape)
-    size = itemsize * (shape[1] if memory != "hbm" else _prod(shape))
-    start = U.int_attr(alloc, "address")
-    return memory, start, start + size
+    info = memref_info(alloc.results[0].type)
+    shape = info.shape
+    size = info.itemsize * (shape[1] if info.memory != "hbm" else _prod(shape))
+    start = ir.IntegerAttr(attributes["address"]).value
+    return info.memory, start, start + size
 
 
 def _prod(xs) -> int:
@@ -215,7 +214,20 @@ def _prod(xs) -> int:
     return n
 
 
-def dependencies(instructions: list[ir.Operation], allocs: dict) -> list[list[int]]:
+class _Decoded:
+    """What scheduling reads of an instruction op, read from the IR once."""
+    __slots__ = ("op", "engine", "roles", "operands", "types", "aps")
+
+    def __init__(self, op: ir.Operation):
+        self.op = op
+        self.engine = U.str_attr(op, "engine")
+        self.roles = instruction_roles(op)
+        self.operands = list(op.operands)
+        self.types = tuple(v.type for v in self.operands)
+        self.aps = access_patterns(op)
+
+
+def dependencies(decoded: list[_Decoded], allocs: dict) -> list[list[int]]:
     """For each instruction (in the given order), the earlier instructions it must wait for:
     writers of what it reads, readers and writers of what it writes (by the bytes the access
     patterns touch), and every access to a buffer that lived before at its address (as the
@@ -224,17 +236,15 @@ def dependencies(instructions: list[ir.Operation], allocs: dict) -> list[list[in
     if boxes is None:
         boxes = {}
 
-    def box(buffer: ir.Value, ap: tuple[int, ...]) -> tuple[int, int, int, int]:
-        key = (buffer.type, ap)
+    def box(buffer_type: ir.Type, ap: tuple[int, ...]) -> tuple[int, int, int, int]:
+        key = (buffer_type, ap)
         found = boxes.get(key)
         if found is None:
-            found = boxes[key] = _box(buffer, ap)
+            found = boxes[key] = _box(buffer_type, ap)
         return found
 
-    records = []
-    for op in instructions:
-        records.append([(buffer, role, box(buffer, ap)) for role, buffer, ap in
-                        zip(instruction_roles(op), op.operands, access_patterns(op))])
+    records = [[(buffer, role, box(t, ap)) for role, buffer, t, ap in
+                zip(d.roles, d.operands, d.types, d.aps)] for d in decoded]
     return box_dependencies(records, lambda buffer: _address_range(allocs[buffer])
                             if buffer in allocs else None)
 
@@ -284,18 +294,22 @@ def box_dependencies(records: list[list[tuple]], address_range) -> list[list[int
 
 def schedule_function(func: ir.Operation, reorder: bool = True) -> None:
     ops = U.body_ops(func)
-    instructions = [op for op in ops if op.name in INSTRUCTION_OPS]
+    decoded = [_Decoded(op) for op in ops if op.name in INSTRUCTION_OPS]
     allocs = {op.results[0]: op for op in ops if op.name == "nisa.alloc"}
     target = _target_of(func)
-    preds = dependencies(instructions, allocs)
-    if reorder and instructions:
-        order = list_schedule(instructions, preds, target)
-        _apply_order(func, ops, [instructions[i] for i in order])
-        instructions = [instructions[i] for i in order]
+    preds = dependencies(decoded, allocs)
+    if reorder and decoded:
+        order, queues = list_schedule(decoded, preds, target)
+        decoded = [decoded[i] for i in order]
+        _apply_order(func, ops, [d.op for d in decoded])
         # The same edges, renumbered: dependent pairs keep their order in a schedule.
         position = {old: new for new, old in enumerate(order)}
         preds = [sorted(position[p] for p in preds[old]) for old in order]
-    streams = [stream_of(op) for op in instructions]
+        streams = [d.engine if d.engine != "dma" else f"q{queues[i]}"
+                   for i, d in zip(order, decoded)]
+    else:
+        streams = [stream_of(d.op) for d in decoded]
+    instructions = [d.op for d in decoded]
     # Per instruction, the latest instruction of each other stream it waits for.
     deps: list[dict[str, int]] = []
     for index, needs in enumerate(preds):
@@ -400,7 +414,8 @@ def _apply_order(func: ir.Operation, ops: list[ir.Operation],
         op.move_before(terminator)
 
 
-def list_schedule(instructions: list[ir.Operation], preds: list[list[int]], target) -> list[int]:
+def list_schedule(decoded: list[_Decoded], preds: list[list[int]],
+                  target) -> tuple[list[int], dict[int, int]]:
     """An order of the instructions that keeps every engine busy, by list scheduling with the
     cost model: repeatedly take the engine or DMA queue that can start an instruction soonest
     and start there, among the instructions whose predecessors are all placed and finished by
@@ -409,16 +424,16 @@ def list_schedule(instructions: list[ir.Operation], preds: list[list[int]], targ
     the work that holds up the most on the critical path first, where the order in which
     instructions became ready would let a concurrent kernel's loads delay the one the next
     kernel waits for. Each DMA also gets the queue where it would finish first (queues issue
-    in order and overlap the fixed latency with earlier transfers, as the simulator does)."""
+    in order and overlap the fixed latency with earlier transfers, as the simulator does).
+    Returns the order and, per DMA, its queue (also set on the op)."""
     import heapq
 
     from torchneuron import cost_model
 
-    n = len(instructions)
-    engines = [U.str_attr(op, "engine") for op in instructions]
+    n = len(decoded)
+    engines = [d.engine for d in decoded]
     known: dict = {}       # one target's costs: not kept beyond this schedule
-    costs = [_cost(op, engine, target, cost_model, known)
-             for op, engine in zip(instructions, engines)]
+    costs = [_cost(d, target, cost_model, known) for d in decoded]
     succs: list[list[int]] = [[] for _ in range(n)]
     indegree = [len(p) for p in preds]
     for i, ps in enumerate(preds):
@@ -494,18 +509,18 @@ def list_schedule(instructions: list[ir.Operation], preds: list[list[int]], targ
             if indegree[s] == 0:
                 heapq.heappush(pending.setdefault(engines[s], []), (ready_at[s], s))
     for i, q in chosen_queue.items():
-        instructions[i].attributes["queue"] = U.i64(q)
-    return order
+        decoded[i].op.attributes["queue"] = U.i64(q)
+    return order, chosen_queue
 
 
-def _cost(op: ir.Operation, engine: str, target, cost_model, known: dict) -> float:
+def _cost(decoded: _Decoded, target, cost_model, known: dict) -> float:
     """Estimated ns an instruction occupies its engine (a DMA: its transfer time). `known`
     remembers the answer per what the cost model reads (cost_view): the op's name, engine,
     ALU op, access patterns and buffer types."""
     from torchneuron.compiler.codegen.neff_writer import cost_alu_attribute, cost_view
 
-    key = (op.name, engine, cost_alu_attribute(op), op.attributes["aps"],
-           tuple(v.type for v in op.operands))
+    op, engine = decoded.op, decoded.engine
+    key = (op.name, engine, cost_alu_attribute(op), decoded.aps, decoded.types)
     found = known.get(key)
     if found is not None:
         return found

@@ -412,18 +412,21 @@ def _operand_columns(ops: list[Operand | None]) -> dict[str, tuple]:
     # (only `memory` says an operand is absent; every other field stays zero)
     absent = (Memory.NONE, 0, 0, 0, 0, 0, 0, 0, zeros, zeros)
     rows = []
+    # A writer may hand the same Operand object to many instructions: one row for it.
+    row_of: dict[int, tuple] = {id(None): absent}
     for op in ops:
-        if op is None:
-            rows.append(absent)
-            continue
-        ndim = len(op.sizes)
-        if ndim > MAX_FREE_DIMS or len(op.strides) != ndim:
-            raise IsaError(f"operand {op.describe()}: at most {MAX_FREE_DIMS} free dims, "
-                           "one stride per size")
-        pad = MAX_FREE_DIMS - ndim
-        rows.append((op.memory, op.dtype, ndim, op.partition_start, op.partition_count,
-                     op.tensor, op.offset, op.partition_stride, tuple(op.strides) + zeros[:pad],
-                     tuple(op.sizes) + ones[:pad]))
+        row = row_of.get(id(op))
+        if row is None:
+            ndim = len(op.sizes)
+            if ndim > MAX_FREE_DIMS or len(op.strides) != ndim:
+                raise IsaError(f"operand {op.describe()}: at most {MAX_FREE_DIMS} free dims, "
+                               "one stride per size")
+            pad = MAX_FREE_DIMS - ndim
+            row = row_of[id(op)] = (
+                op.memory, op.dtype, ndim, op.partition_start, op.partition_count, op.tensor,
+                op.offset, op.partition_stride, tuple(op.strides) + zeros[:pad],
+                tuple(op.sizes) + ones[:pad])
+        rows.append(row)
     return dict(zip(_OPERAND_COLUMNS, zip(*rows)))
 
 
