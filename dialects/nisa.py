@@ -140,8 +140,8 @@ def instruction_roles(op) -> list[str]:
 def _check_instruction(op) -> None:
     roles, engines, memories = _SPECS[op.name]
     engine = string(op, "engine")
-    require(engine in engines,
-            f"cannot run on engine '{engine}'; allowed: {', '.join(engines)}")
+    if engine not in engines:      # (the message is built only for a failing op)
+        raise VerifyError(f"cannot run on engine '{engine}'; allowed: {', '.join(engines)}")
     # What the operands and their access patterns must satisfy depends on the op's name,
     # engine, operand segments, patterns and buffer types alone: checked once per such key
     # within a compilation (dialects/common.memo), for each instruction outside one.
@@ -205,11 +205,13 @@ def _instruction_verifier(extra=None):
 def _check_alloc(op) -> None:
     memory = string(op, "memory")
     require(memory in MEMORIES, f"unknown memory '{memory}'")
-    require(memory_of(op.results[0]) == memory,
-            f"result type {op.results[0].type} is not in memory '{memory}'")
-    shape = list(ir.MemRefType(op.results[0].type).shape)
-    if memory != "hbm":
-        require(len(shape) == 2, f"on-chip tiles are 2-D [partitions, free], got {shape}")
+    result = op.results[0]
+    # (Messages are built only for a failing op: printing a type takes microseconds.)
+    if memory_of(result) != memory:
+        raise VerifyError(f"result type {result.type} is not in memory '{memory}'")
+    shape = memref_info(result.type).shape
+    if memory != "hbm" and len(shape) != 2:
+        raise VerifyError(f"on-chip tiles are 2-D [partitions, free], got {list(shape)}")
     if "address" in op.attributes:
         require(int_value(op, "address") >= 0, "address must be non-negative")
 
