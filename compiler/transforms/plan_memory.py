@@ -20,6 +20,7 @@ from torch_mlir import ir
 from torchneuron.compiler import ir_utils as U
 from torchneuron.compiler.errors import CompileError
 from torchneuron.compiler.passes import Pass, register
+from torchneuron.dialects.common import memref_info
 from torchneuron.target import get_target
 
 _ALIGN = {"sbuf": 64, "psum": 4, "hbm": 64}
@@ -157,15 +158,16 @@ def plan_function(func: ir.Operation, target) -> None:
 
 
 def _bytes(buffer: ir.Value, memory: str) -> int:
-    mtype = ir.MemRefType(buffer.type)
-    shape = list(mtype.shape)
-    itemsize = U.element_bytes(mtype.element_type)
+    info = memref_info(buffer.type)
+    if not info.itemsize:
+        raise ValueError(f"no storage size for element type {info.element}")
+    shape = info.shape
     if memory == "hbm":
         n = 1
         for s in shape:
             n *= s
-        return n * itemsize
-    return shape[1] * itemsize      # bytes per partition of a [partitions, free] tile
+        return n * info.itemsize
+    return shape[1] * info.itemsize      # bytes per partition of a [partitions, free] tile
 
 
 def _overflow_message(memory: str, size: int, space, target) -> str:
