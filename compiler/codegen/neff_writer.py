@@ -58,6 +58,7 @@ def function_to_neff(func: ir.Operation, metadata: dict | None = None) -> Neff:
     base: dict = {}
     locations = ["unknown"]
     location_index: dict[str, int] = {}
+    index_of_location: dict[ir.Attribute, int] = {}
     per_stream: dict[str, list[isa.Instruction]] = {}
     for op in U.body_ops(func):
         if op.name == "nisa.hbm_constant":
@@ -74,12 +75,17 @@ def function_to_neff(func: ir.Operation, metadata: dict | None = None) -> Neff:
             else:
                 base[op.results[0]] = U.int_attr(op, "address")
         elif op.name in INSTRUCTION_OPS:
-            loc = str(op.location)
-            if loc not in location_index:
-                location_index[loc] = len(locations)
-                locations.append(loc)
+            # Locations are uniqued attributes: each distinct one is printed once.
+            location = op.location
+            loc_index = index_of_location.get(location.attr)
+            if loc_index is None:
+                loc = str(location)
+                if loc not in location_index:
+                    location_index[loc] = len(locations)
+                    locations.append(loc)
+                loc_index = index_of_location[location.attr] = location_index[loc]
             ins = _instruction(op, tensor_of, base)
-            ins.loc = location_index[loc]
+            ins.loc = loc_index
             per_stream.setdefault(stream_of(op), []).append(ins)
 
     num_semaphores = U.int_attr(func, "nisa.num_semaphores") \
