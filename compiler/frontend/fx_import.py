@@ -6,13 +6,17 @@ node's stack trace, so that later errors can name the node and the user's source
 
 from __future__ import annotations
 
+import operator
 import re
 
 import torch
+from torch._subclasses.fake_tensor import is_fake, unset_fake_temporarily
 from torch_mlir import fx, ir
 from torch_mlir.compiler_utils import OutputType
 from torch_mlir.dialects import torch as torch_dialect
-from torch_mlir.extras.fx_importer import ContextCache, FxImporter
+from torch_mlir.extras.fx_importer import (
+    TORCH_DTYPE_TO_MLIR_TYPE, ContextCache, FxImporter, FxImporterHooks,
+)
 
 from torchneuron.compiler.errors import CompileError, UnsupportedOpError
 
@@ -29,13 +33,43 @@ class _NodeLocations(ContextCache):
         return ir.Location.name(node.name, childLoc=child, context=self._c)
 
 
+class _DenseLiterals(FxImporterHooks):
+    """Tensor constants of the graph (folded ones among them) as dense elements, which the
+    compiler reads, rather than as the resource blobs torch-mlir makes by default."""
+
+    def resolve_literal(self, gni, literal, info):
+        if not isinstance(literal, torch.Tensor) or literal.numel() <= 1 or is_fake(literal):
+            return None
+        with unset_fake_temporarily():      # (the importer runs under a fake mode)
+            return self._literal(gni, literal)
+
+    @staticmethod
+    def _literal(gni, literal: torch.Tensor):
+        tensor = literal.detach()
+        if not tensor.is_contiguous():   # (no copy here: this may run in a forked child)
+            return None
+        element_type = TORCH_DTYPE_TO_MLIR_TYPE.get(tensor.dtype)
+        if element_type is None or tensor.dtype.is_complex:
+            return None
+        # The bytes as stored, reinterpreted where numpy has no such type (bf16, fp8).
+        storage = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[
+            tensor.element_size()]
+        array = tensor.view(storage).numpy() if tensor.dtype != storage else tensor.numpy()
+        attr = ir.DenseElementsAttr.get(array, type=element_type(),
+                                        shape=list(tensor.shape))
+        op = ir.Operation.create("torch.vtensor.literal",
+                                 results=[gni._cc.tensor_to_vtensor_type(literal)],
+                                 attributes={"value": attr})
+        return op.result
+
+
 def import_fx_graph(gm: torch.fx.GraphModule, name: str) -> str:
     """Lower an ATen-level FX graph to linalg-on-tensors; returns the module's text with
     locations (it is re-parsed in the compiler's own context)."""
     gm = prepare_graph(gm)
     context = ir.Context()
     torch_dialect.register_dialect(context)
-    importer = FxImporter(context=context)
+    importer = FxImporter(context=context, hooks=_DenseLiterals())
     importer._cc = _NodeLocations(context, py_attr_tracker=importer._py_attr_tracker)
     try:
         module = fx.stateless_fx_import(
@@ -55,7 +89,8 @@ def prepare_graph(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
       never read, and torch-mlir's shape arithmetic on empty tensors can divide by zero
       (e.g. `view(-1, n)` of a [0, 3, n] tensor aborts the process);
     - `aten.squeeze.dims`, which torch-mlir has no lowering for, becomes a view to its
-      result's shape."""
+      result's shape.
+    (The caller folds constants first, `fold_constants`, outside any forked child.)"""
     rewrites = [(node, rewrite) for node in gm.graph.nodes
                 for rewrite in [_node_rewrite(node)] if rewrite is not None]
     if not rewrites:
@@ -75,6 +110,114 @@ def prepare_graph(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
         new.name = name          # locations (and so error messages) name the user's node
     graph.eliminate_dead_code()
     return torch.fx.GraphModule(gm, graph)
+
+
+# Ops that only view their input: a folded constant is taken before them, so that what
+# reaches the program is the value, not its expansion (a mask broadcast over heads).
+_VIEWS = {torch.ops.aten.expand.default, torch.ops.aten.view.default,
+          torch.ops.aten._unsafe_view.default, torch.ops.aten.reshape.default,
+          torch.ops.aten.permute.default, torch.ops.aten.unsqueeze.default,
+          torch.ops.aten.squeeze.dim, torch.ops.aten.squeeze.dims,
+          torch.ops.aten.squeeze.default, torch.ops.aten.slice.Tensor,
+          torch.ops.aten.t.default, torch.ops.aten.transpose.int, torch.ops.aten.select.int,
+          torch.ops.aten.alias.default}
+# Ops whose result is not a function of their arguments.
+_UNFOLDABLE = {torch.ops.aten.empty.memory_format, torch.ops.aten.empty_like.default,
+               torch.ops.aten.empty_strided.default, torch.ops.aten.empty_permuted.default}
+# Larger folded values stay computed by the program rather than stored in it.
+FOLD_MAX_ELEMENTS = 1 << 22
+
+
+def fold_constants(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
+    """A copy of `gm` in which each value computed only from constants (no graph input),
+    where a node that does depend on the inputs reads it, is that constant: evaluated here by
+    PyTorch, as eager evaluates it, and stored in the program (a tensor of one repeated value
+    becomes `aten.full`). A causal attention mask built from `arange`s (GPT-2's) is then
+    known to the compiler, which skips the blocks it masks whole. Not folded: random and
+    mutating ops, nodes with no node inputs (already sources), views (the value before them
+    is), bool tensors, graph results (torch-mlir cannot return a literal it also reads), and
+    values over FOLD_MAX_ELEMENTS elements. `gm` is unchanged; returned as is when
+    nothing folds."""
+    # Evaluated for real even where the caller traces with fake tensors (Dynamo does).
+    with unset_fake_temporarily():
+        return _fold_constants(gm)
+
+
+def _fold_constants(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
+    values: dict = {}
+    for node in gm.graph.nodes:
+        if node.op == "get_attr":
+            value = _attribute(gm, node.target)
+            if isinstance(value, torch.Tensor) and not is_fake(value):
+                values[node] = value
+        elif node.op == "call_function" and _foldable_target(node.target) and \
+                all(n in values for n in node.all_input_nodes):
+            try:
+                with torch.no_grad():
+                    value = node.target(*torch.fx.node.map_arg(node.args, values.get),
+                                        **torch.fx.node.map_arg(node.kwargs, values.get))
+            except Exception:       # (left to the program, which reports it as it would)
+                continue
+            if isinstance(value, torch.Tensor) and value.numel() > FOLD_MAX_ELEMENTS and \
+                    node.target not in _VIEWS:
+                continue
+            values[node] = value
+    # (Not bool tensors: torch-mlir converts those to bytes with the tracing fake mode on,
+    # which fails for a real tensor; the value they select between is folded instead.)
+    folded = [node for node in values
+              if node.op == "call_function" and node.target not in _VIEWS and
+              node.all_input_nodes and isinstance(values[node], torch.Tensor) and
+              values[node].dtype != torch.bool and
+              all(user.op != "output" for user in node.users) and
+              any(user not in values or user.target in _VIEWS for user in node.users)]
+    if not folded:
+        return gm
+    graph = torch.fx.Graph()
+    copies: dict = {}
+    out = graph.graph_copy(gm.graph, copies)
+    graph.output(out)
+    constants: dict[str, torch.Tensor] = {}
+    for i, node in enumerate(folded):
+        old = copies[node]
+        value = values[node].detach().contiguous()
+        with graph.inserting_before(old):
+            first = value.reshape(-1)[0].item() if value.numel() else 0
+            if value.numel() and bool((value == first).all()):
+                new = graph.call_function(torch.ops.aten.full.default,
+                                          (list(value.shape), first), {"dtype": value.dtype})
+            else:
+                name = f"_folded_constant{i}"
+                while _attribute(gm, name) is not None:
+                    name += "_"
+                constants[name] = value
+                new = graph.get_attr(name)
+        new.meta = dict(old.meta)
+        old.replace_all_uses_with(new)
+        graph.erase_node(old)
+    graph.eliminate_dead_code()
+    # What the new graph reads: the folded constants and gm's own attributes and modules.
+    root: dict = {}
+    for node in graph.nodes:
+        if node.op == "get_attr":
+            root[node.target] = constants.get(node.target, _attribute(gm, node.target))
+        elif node.op == "call_module":
+            root[node.target] = gm.get_submodule(node.target)
+    return torch.fx.GraphModule(root, graph)
+
+
+def _foldable_target(target) -> bool:
+    if target is operator.getitem:
+        return True
+    return isinstance(target, torch._ops.OpOverload) and target not in _UNFOLDABLE and \
+        not target._schema.is_mutable and \
+        torch.Tag.nondeterministic_seeded not in target.tags
+
+
+def _attribute(gm: torch.nn.Module, target: str):
+    value = gm
+    for part in target.split("."):
+        value = getattr(value, part, None)
+    return value
 
 
 def _node_rewrite(node: torch.fx.Node):

@@ -402,11 +402,13 @@ def _compile_uncached(sub, name: str, options, dump_dir: str | None,
                       start: float) -> tuple["CompiledGraph", bytes]:
     from torchneuron import runtime
     from torchneuron.compiler.errors import CompileError
-    from torchneuron.compiler.frontend.fx_import import import_fx_graph
+    from torchneuron.compiler.frontend.fx_import import fold_constants, import_fx_graph
     from torchneuron.compiler.pipeline import compile_linalg
     from torchneuron.partition import PartitionFailure
 
-    linalg, error, diagnostics = _import(import_fx_graph, sub, name)
+    # Folded here, not in the importing child: PyTorch's thread pool, started in this
+    # process, hangs a forked child that runs parallel ops.
+    linalg, error, diagnostics = _import(import_fx_graph, fold_constants(sub), name)
     if error is not None:
         node, message = _import_diagnostic(diagnostics, sub)
         if message is None:

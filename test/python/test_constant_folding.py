@@ -1,0 +1,69 @@
+"""The frontend's constant folding (compiler/frontend/fx_import.py, fold_constants): values
+computed from no graph input become constants of the program, as eager computes them."""
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from torch.fx.experimental.proxy_tensor import make_fx  # noqa: E402
+
+from torchneuron.compiler.frontend import fx_import  # noqa: E402
+from torchneuron.compiler.frontend.fx_import import fold_constants  # noqa: E402
+
+
+def causal_bias_added(x):
+    i = torch.arange(x.shape[-1])
+    return x + torch.where(i[None, :] <= i[:, None], 0.0, float("-inf"))
+
+
+def _targets(gm):
+    return [str(n.target) for n in gm.graph.nodes if n.op == "call_function"]
+
+
+def test_a_mask_built_from_aranges_becomes_one_constant():
+    x = torch.randn(6, 6)
+    gm = make_fx(causal_bias_added)(x)
+    folded = fold_constants(gm)
+    assert not any("arange" in t or "where" in t for t in _targets(folded))
+    constants = [n for n in folded.graph.nodes if n.op == "get_attr"]
+    assert len(constants) == 1
+    torch.testing.assert_close(getattr(folded, constants[0].target),
+                               torch.full((6, 6), float("-inf")).triu(1))
+    torch.testing.assert_close(folded(x), causal_bias_added(x), rtol=0, atol=0)
+    assert any("arange" in t for t in _targets(gm))          # the caller's graph as it was
+
+
+def test_a_value_repeated_throughout_becomes_a_fill():
+    def f(x):
+        return x * (torch.ones(4, 4) * 3.0)
+
+    folded = fold_constants(make_fx(f)(torch.randn(4, 4)))
+    fills = [n for n in folded.graph.nodes if n.target == torch.ops.aten.full.default]
+    assert [list(n.args) for n in fills] == [[[4, 4], 3.0]]
+    assert not any(n.op == "get_attr" for n in folded.graph.nodes)
+
+
+def test_random_values_graph_results_and_large_values_stay_computed(monkeypatch):
+    def noisy(x):
+        return x + torch.rand(4, 4) * 2.0
+
+    def returns_it(x):
+        return x + 1, torch.arange(4) * 2
+
+    for fn in (noisy, returns_it):
+        gm = make_fx(fn)(torch.randn(4, 4))
+        assert fold_constants(gm) is gm, fn.__name__
+    monkeypatch.setattr(fx_import, "FOLD_MAX_ELEMENTS", 16)
+    gm = make_fx(causal_bias_added)(torch.randn(6, 6))
+    assert fold_constants(gm) is gm
+
+
+def test_folded_mask_compiles_and_matches_eager():
+    from torchneuron import backend
+
+    x = torch.randn(2, 8, 8)
+    model = lambda v: torch.softmax(causal_bias_added(v), -1)  # noqa: E731
+    torch._dynamo.reset()
+    out = torch.compile(model, backend="neuron")(x)
+    assert backend.graph_reports()[-1].fully_compiled
+    torch.testing.assert_close(out, model(x))
