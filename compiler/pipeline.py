@@ -55,6 +55,9 @@ class CompileOptions:
     # output projection reads them so
     attention_token_major: bool = True
     kernel_order: bool = True         # trn-order: kernels on the longest chain of work first
+    # convert-trn-to-nisa masked-keys: an attention kernel computes only the keys a constant
+    # mask lets some row of each query tile see
+    attention_masked_keys: bool = True
     # neuron-tune's database, read by trn-tile (default: TORCHNEURON_TUNING_DB when set; taken
     # at construction so that the persistent compile cache keys on it).
     tuning_db: str = dataclasses.field(default_factory=lambda: config.TUNING_DB.get() or "")
@@ -108,7 +111,8 @@ def stages(options: CompileOptions) -> list[Stage]:
         Stage("trn", "recognise engine ops, fuse kernels, choose layouts and tiles",
               f"convert-linalg-to-trn,{fuse},{layout}{order}trn-tile{{target={target}{db}}}"),
         Stage("isa", "tile into instructions, place buffers, synchronise engines",
-              f"convert-trn-to-nisa{{target={target}}},trn-plan-memory,trn-schedule"),
+              f"convert-trn-to-nisa{{target={target} masked-keys="
+              f"{str(options.attention_masked_keys).lower()}}},trn-plan-memory,trn-schedule"),
     ]
 
 

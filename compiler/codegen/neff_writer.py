@@ -125,6 +125,11 @@ def _opt_int(func: ir.Operation, name: str) -> int:
 
 
 def _constant_bytes(op: ir.Operation) -> bytes:
+    return constant_array(op).tobytes()
+
+
+def constant_array(op: ir.Operation) -> np.ndarray:
+    """The value of a `nisa.hbm_constant`, C-ordered in its storage dtype."""
     attr = op.attributes["value"]
     mtype = ir.MemRefType(op.results[0].type)
     dtype = dtype_of(mtype.element_type)
@@ -139,7 +144,7 @@ def _constant_bytes(op: ir.Operation) -> bytes:
         raise CompileError(f"constant of type {mtype} holds {array.size} elements", op.location)
     if array.size == 1 and np.prod(mtype.shape) != 1:
         array = np.full(mtype.shape, array.reshape(()))
-    return np.ascontiguousarray(array.astype(dtype.numpy())).tobytes()
+    return np.ascontiguousarray(array.astype(dtype.numpy()))
 
 
 _DENSE = re.compile(r'^dense<(.*)> : [^<>]*<[^<>]*>$', re.S)

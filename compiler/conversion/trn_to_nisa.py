@@ -47,11 +47,14 @@ class ConvertTrnToNisa(Pass):
     NAME = "convert-trn-to-nisa"
     SUMMARY = "Tile trn kernels into nisa instructions on SBUF/PSUM tiles and HBM buffers"
     target: str = ""
+    # An attention kernel whose softmax adds a constant mask computes only the keys the mask
+    # lets some row of each query tile see (kernels/attention.py, masked_key_width).
+    masked_keys: bool = True
 
     def run(self, module: ir.Operation) -> None:
         target = get_target(self.target or None)
         for func in list(U.functions(module)):
-            _FunctionLowering(func, Emitter(target)).run()
+            _FunctionLowering(func, Emitter(target), self.masked_keys).run()
 
 
 # Ops whose result gets an HBM buffer of its own (the others are views of existing buffers).
@@ -66,9 +69,10 @@ class _Storage:
 
 
 class _FunctionLowering:
-    def __init__(self, func: ir.Operation, em: Emitter):
+    def __init__(self, func: ir.Operation, em: Emitter, masked_keys: bool = True):
         self.old = func
         self.em = em
+        self.masked_keys = masked_keys
         self.views: dict[ir.Value, HbmView] = {}
         self.storage: dict[ir.Value, _Storage] = {}
         self.in_place: set = set()
@@ -295,7 +299,7 @@ class _FunctionLowering:
             return
         if kind in ("attention", "matmul_rows"):
             lower_attention(self.em, body[:-1], self.views, self._batched_view,
-                            (body[-1].operands[0], out))
+                            (body[-1].operands[0], out), masked_keys=self.masked_keys)
             return
         views = dict(self.views)
         compute = []

@@ -40,6 +40,7 @@ import dataclasses
 import math
 from typing import Callable
 
+import numpy as np
 from torch_mlir import ir
 
 from torchneuron.compiler import ir_utils as U
@@ -57,11 +58,12 @@ from torchneuron.compiler.kernels.views import HbmView, source_view
 
 def lower_attention(em: Emitter, body: list[ir.Operation], views: dict,
                     view_of: Callable[[ir.Operation, HbmView], HbmView],
-                    output: tuple[ir.Value, HbmView]) -> None:
+                    output: tuple[ir.Value, HbmView], masked_keys: bool = True) -> None:
     """`body`: the kernel's ops without trn.yield; `views`: HbmViews of values defined above
     the kernel; `view_of(op, source)`: the view a view op makes (batch dims a reshape cannot
     merge stay unmerged: operands are indexed by a flat batch index); `output`: (yielded
-    value, destination view)."""
+    value, destination view); `masked_keys`: skip the keys a constant mask hides from a
+    whole query tile (`masked_key_width`)."""
     matmuls = [op for op in body if op.name == "trn.matmul"]
     if len(matmuls) not in (1, 2):
         raise CompileError("an attention kernel holds two matmuls (a matmul_rows kernel one)",
@@ -219,24 +221,27 @@ def lower_attention(em: Emitter, body: list[ir.Operation], views: dict,
             return None
         b, q0, qn = locate(view)
         q_t, k_t, _, h0 = operands_of(b)
-        fused = scale is not None and sk <= tf and rounding_scores
+        width = view.shape[-1]            # the keys computed (masked_key_width)
+        fused = scale is not None and width <= tf and rounding_scores
         tile = None
-        for f0 in range(0, sk, tf):
-            fn = min(tf, sk - f0)
+        for f0 in range(0, width, tf):
+            fn = min(tf, width - f0)
             acc = em.alloc("psum", qn, fn, ir.F32Type.get())
             for k0, kn in k_tiles:
-                em.matmul(acc, q_t.tile(h0 + k0, kn, q0, qn), k_t.tile(h0 + k0, kn, f0, fn),
+                # (K^T staged in whole column tiles, shared by query tiles of any width)
+                em.matmul(acc, q_t.tile(h0 + k0, kn, q0, qn),
+                          k_t.tile(h0 + k0, kn, f0, min(tf, sk - f0)).columns(0, fn),
                           accumulate=k0 > 0)
             if fused:
                 # scale * round(s) == round(scale * s) for a power of two: one DVE pass
                 # writes the scaled scores in their type and their negated row max.
-                tile = em.alloc("sbuf", qn, sk, scores_type)
+                tile = em.alloc("sbuf", qn, width, scores_type)
                 negated_max = em.alloc("sbuf", qn, 1, ir.F32Type.get())
                 em.tensor_scalar_reduce(tile, acc, "mul", scale, "max", negated_max,
                                         negate=True)
                 return tile, negated_max
             part = acc
-            if in_place and fn == sk:
+            if in_place and fn == width:
                 # The scores stay in PSUM, each unary op rewriting them there: the row
                 # part then reads one operand from PSUM (a mask add at one cycle per
                 # element, not two), and no evacuation copy is made.
@@ -247,11 +252,12 @@ def lower_attention(em: Emitter, body: list[ir.Operation], views: dict,
             if chain1:
                 part = epilogue1.run(acc, (q0, qn), lambda v, b=b, f0=f0, fn=fn:
                                      pick(v, b).slice(0, q0, qn).slice(1, f0, fn))[scores]
-                if fn == sk and part.memory == "sbuf" and part.element_type == scores_type:
+                if fn == width and part.memory == "sbuf" and \
+                        part.element_type == scores_type:
                     # the whole row in one evacuation
                     return part if scale is None else (part, None)
             if tile is None:
-                tile = em.alloc("sbuf", qn, sk, scores_type)
+                tile = em.alloc("sbuf", qn, width, scores_type)
             em.copy(tile.columns(f0, fn), part)        # rounds to the scores' type
 
         return tile if scale is None else (tile, None)
@@ -263,8 +269,9 @@ def lower_attention(em: Emitter, body: list[ir.Operation], views: dict,
         acc = em.alloc("psum", qn, dv, ir.F32Type.get())
         # P^T in 128-key blocks, side by side in one PSUM bank where they fit, evacuated by
         # one copy (one instruction's fixed cost, not one per block).
-        blocks = [(k0, min(tk, sk - k0)) for k0 in range(0, sk, tk)]
-        together = max(1, min(len(blocks), tf // qn)) if sk % tk == 0 else 1
+        keys = probs_tile.free            # the keys computed (masked_key_width)
+        blocks = [(k0, min(tk, keys - k0)) for k0 in range(0, keys, tk)]
+        together = max(1, min(len(blocks), tf // qn)) if keys % tk == 0 else 1
         for g0 in range(0, len(blocks), together):
             group = blocks[g0:g0 + together]
             kn = group[0][1]
@@ -331,7 +338,9 @@ def lower_attention(em: Emitter, body: list[ir.Operation], views: dict,
         lower_rows(em, rows_body, rows_views, view_of, (probs, out_view), produce)
         return
     lower_rows(em, rows_body, rows_views, view_of, (probs, probs_view), produce, consume,
-               defer_division=True)
+               defer_division=True,
+               row_width=masked_key_width(rows_body, rows_views, view_of, scores_leaves,
+                                          probs, sk, tk) if masked_keys else None)
     if rows_tiles:
         raise CompileError("an attention kernel left query blocks of some heads unstored",
                            first.location)
@@ -390,3 +399,167 @@ def staged_bytes(heads: int, d: int, dv: int, sq: int, sk: int, qk_type: ir.Type
     tiles = lambda n: -(-n // tk)          # noqa: E731
     return (qk * heads * tiles(d) * (sq + sk) + qk * (tiles(sq) + tiles(sk)) * heads * d
             + v * tiles(sk) * heads * dv)
+
+
+# Dead-key states of a row value: on the keys a constant mask hides from every row of a
+# tile, it is "neginf" (-inf there), "zero" (+0 there), or "finite" (finite values that
+# matter only through the states above); per-row values are "row" (the same whether computed
+# over all keys or over the others only). Anything else: no narrowing.
+def masked_key_width(rows_body: list[ir.Operation], views: dict, view_of,
+                     scores: set, probs: ir.Value, sk: int, tk: int):
+    """`row_width` for lower_rows where an attention's row part is a softmax of the scores
+    plus a constant additive mask (a causal mask folded by the frontend): per query tile,
+    the keys up to the last one the mask lets some row of the tile see, in whole 128-key
+    blocks; the keys after it are -inf in every row. None where the row part is not such a
+    softmax or the mask is not a readable constant.
+
+    Skipping those keys leaves each probability on the other keys as it is: a row's max
+    ignores -inf (its max is over the seen keys either way); exp(-inf - max) is +0 and adds
+    nothing to the sum; the probability there is 0 (PyTorch's zeroing of an all-masked row
+    included), and adds nothing to P @ V. The scores are taken to be finite: a masked +inf
+    or NaN score, or a NaN or infinite value row under a masked key, would make eager's row
+    NaN, and here does not, as in fused attention kernels that skip masked blocks."""
+    state: dict = {}
+    leaf_views: dict = dict(views)
+    mask_leaf = None
+
+    def leaf_state(value):
+        nonlocal mask_leaf
+        if value in scores:
+            return "finite"
+        view = leaf_views.get(value)
+        if view is None:
+            return None
+        if view.buffer is None:
+            return ("fill", view.fill) if view.fill is not None else None
+        if _hbm_constant(view.buffer) is not None and mask_leaf in (None, value):
+            mask_leaf = value
+            return "neginf"
+        return None
+
+    def of(value):
+        if value in state:
+            return state[value]
+        found = leaf_state(value)
+        state[value] = found
+        return found
+
+    for op in rows_body:
+        result = op.results[0]
+        if op.name in SOURCE_OPS:
+            leaf_views[result] = source_view(op)
+            continue
+        if op.name in VIEW_OPS:
+            source = op.operands[0]
+            if source in leaf_views:
+                try:
+                    leaf_views[result] = view_of(op, leaf_views[source])
+                except CompileError:
+                    return None
+            elif source in scores or result in scores:
+                state[result] = "finite"
+            elif of(source) == "row" and op.name in ("trn.reshape", "trn.broadcast"):
+                state[result] = "row"
+            else:
+                return None
+            continue
+        operands = [of(v) for v in op.operands]
+        state[result] = _dead_key_state(op, operands)
+        if state[result] is None:
+            return None
+    if of(probs) != "zero" or mask_leaf is None:
+        return None
+
+    known: dict = {}             # the mask's flat values, read once
+
+    def width(leaf_tile_views: dict) -> int:
+        view = leaf_tile_views.get(mask_leaf)
+        if view is None or view.rank != 2 or view.shape[1] != sk:
+            return sk
+        if view.buffer not in known:
+            known[view.buffer] = _constant_of(view.buffer)
+        values = known[view.buffer]
+        if values is None:
+            return sk
+        rows = np.arange(view.shape[0])[:, None] * view.strides[0]
+        cols = np.arange(sk)[None, :] * view.strides[1]
+        seen = np.nonzero((values[view.offset + rows + cols] != -np.inf).any(axis=0))[0]
+        last = int(seen[-1]) + 1 if seen.size else 0
+        return min(sk, max(tk, -(-last // tk) * tk))
+
+    return width
+
+
+def _dead_key_state(op: ir.Operation, operands: list):
+    """The state (see masked_key_width) of op's result from its operands', or None."""
+    name = op.name
+    if name == "trn.convert":
+        if not isinstance(U.element_type(op.results[0]), ir.FloatType) or \
+                U.element_bytes(U.element_type(op.results[0])) < 2 or \
+                isinstance(U.element_type(op.results[0]), ir.F16Type):
+            return None          # (an fp16 or fp8 rounding may overflow a finite score)
+        return operands[0]
+    if name == "trn.tensor_scalar":
+        kind, c = U.str_attr(op, "op"), U.float_attr(op, "scalar")
+        reverse = ir.BoolAttr(op.attributes["reverse"]).value
+        if operands[0] == "row":
+            return "row"
+        if kind in ("mul", "div") and c > 0 and math.isfinite(c) and not reverse:
+            return operands[0]
+        if kind == "eq" and operands[0] == "row":
+            return "row"
+        if kind in ("add", "sub") and math.isfinite(c) and operands[0] in ("finite", "neginf"):
+            return operands[0]
+        return None
+    if name == "trn.activation":
+        func = U.str_attr(op, "func")
+        if operands[0] == "row":
+            return "row"
+        if func == "exp" and U.float_attr(op, "scale") > 0 and \
+                math.isfinite(U.float_attr(op, "bias")):
+            return {"neginf": "zero", "finite": "finite"}.get(operands[0])
+        return None
+    if name == "trn.reduce":
+        kind = U.str_attr(op, "op")
+        if (kind == "max" and operands[0] == "neginf") or \
+                (kind == "add" and operands[0] == "zero"):
+            return "row"
+        return None
+    if name == "trn.tensor_tensor":
+        kind, (a, b) = U.str_attr(op, "op"), operands
+        if a == "row" and b == "row":
+            return "row"
+        if kind == "add" and {a, b} <= {"finite", "neginf"}:
+            return "neginf" if "neginf" in (a, b) else "finite"
+        if kind == "sub" and b == "row" and a in ("finite", "neginf"):
+            return a             # (-inf - max: -inf, or NaN in a row NaN throughout)
+        if kind == "div" and b == "row" and a in ("finite", "zero"):
+            return a             # (0 / sum: 0, the sum being at least 1, or NaN as above)
+        return None
+    if name == "trn.select":
+        cond, on_true, on_false = operands
+        if cond != "row":
+            return None
+        chosen = {"zero" if s == ("fill", 0.0) else s for s in (on_true, on_false)}
+        return "zero" if chosen == {"zero"} else None
+    return None
+
+
+def _constant_of(buffer: ir.Value):
+    """The flat values of an HBM constant (nisa.hbm_constant) as float64, or None."""
+    from torchneuron.compiler.codegen.neff_writer import constant_array
+
+    op = _hbm_constant(buffer)
+    if op is None:
+        return None
+    try:
+        return constant_array(op).astype(np.float64).reshape(-1)
+    except CompileError:         # (a constant the program could not hold either)
+        return None
+
+
+def _hbm_constant(buffer: ir.Value) -> ir.Operation | None:
+    """The nisa.hbm_constant defining `buffer`, or None."""
+    owner = buffer.owner
+    op = owner.operation if isinstance(owner, ir.OpView) else owner
+    return op if isinstance(op, ir.Operation) and op.name == "nisa.hbm_constant" else None

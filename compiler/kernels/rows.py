@@ -60,7 +60,8 @@ def lower_rows(em: Emitter, body: list[ir.Operation], views: dict,
                output: tuple[ir.Value, HbmView],
                produce: Callable[..., Tile | tuple[Tile, Tile] | None] | None = None,
                consume: Callable[[Tile, HbmView, Tile | None], None] | None = None,
-               defer_division: bool = False) -> None:
+               defer_division: bool = False,
+               row_width: Callable[[dict], int] | None = None) -> None:
     """`body`: the kernel's ops (without trn.yield); `views`: HbmViews of the values defined
     above the kernel; `view_of(op, source)`: the view a view op makes of an HBM view;
     `output`: (yielded value, destination view).
@@ -74,7 +75,11 @@ def lower_rows(em: Emitter, body: list[ir.Operation], views: dict,
     tile in place of its store to `view`. With `defer_division`, a result that is a row
     value divided by a per-row one (softmax's e / sum(e)) is handed over undivided, in the
     result's type, with the [P, 1] divisor: a consumer that contracts the row (attention's
-    P @ V) divides its far smaller product instead of the row."""
+    P @ V) divides its far smaller product instead of the row.
+    `row_width(leaf_views)`, given the view of each row leaf for a tile's rows, says how many
+    leading elements of those rows to compute (a one-dimensional row, with `consume`): the
+    caller has proven that the rest leave the consumed result as it is (attention's keys
+    that a constant mask hides from every row of the tile)."""
     reduces = [op for op in body if op.name == "trn.reduce"]
     if not reduces:
         raise CompileError("a row-wise kernel needs a reduction", body[-1].location)
@@ -125,6 +130,9 @@ def lower_rows(em: Emitter, body: list[ir.Operation], views: dict,
     layout = _kept_layout(kept, [view.strides[:kept_rank] for view in varying])
 
     tp = min(layout.rows, em.target.num_partitions)
+    if row_width is not None and (consume is None or len(shape) - kept_rank != 1):
+        raise CompileError("a row-wise kernel narrows one-dimensional rows it hands over",
+                           body[-1].location)
     consts = ConstantVectors(em)
     storage, aliases = rounding_writes(compute, {yielded})
     # A loaded row widened only for elementwise ops (a saved bf16 softmax read back in fp32)
@@ -269,14 +277,23 @@ def lower_rows(em: Emitter, body: list[ir.Operation], views: dict,
         index = dict(zip(map(tuple, layout.loops), outer))
         for p0 in range(0, layout.rows, tp):
             pn = min(tp, layout.rows - p0)
-            tiles: dict = {v: t.rows(pn) for v, t in resident.items()}
+            leaf_tile_views = {v: _tile_view(leaf_views[v], layout, kept_rank, index, p0, pn,
+                                             row=is_row(v))
+                               for v in leaves if v not in unread}
+            width = row_elements if row_width is None else row_width(leaf_tile_views)
+
+            def narrow(view: HbmView, row: bool = True) -> HbmView:
+                """A row tile's view of the `width` elements of each row computed."""
+                return view.slice(1, 0, width) if row and width < row_elements else view
+
+            tiles: dict = {v: t.rows(pn) if not is_row(v) or width == row_elements else
+                           t.rows(pn).columns(0, width) for v, t in resident.items()}
             produced_in_psum: set = set()   # leaves a producer left in PSUM for this tile
             unscaled_by: dict = {}     # a bias-only max (bias_only) -> the c it omits
             negated_max: dict = {}     # x of `prescaled` -> the [P, 1] -max(c x) produced
             for v in leaves:
                 if v not in tiles and v not in unread:
-                    view = _tile_view(leaf_views[v], layout, kept_rank, index, p0, pn,
-                                      row=is_row(v))
+                    view = narrow(leaf_tile_views[v], is_row(v))
                     got = produce(v, view, prescaled[v]) if v in prescaled else None
                     if got is not None:
                         # (No max where the producer cannot: then the tile holds x as it is.)
@@ -296,7 +313,7 @@ def lower_rows(em: Emitter, body: list[ir.Operation], views: dict,
             def operand(v: ir.Value) -> Tile:
                 v = per_row_alias.get(v, v)
                 if v in broadcast_of:           # only where no per-partition form exists
-                    return spread_column(em, tiles[broadcast_of[v]], row_elements)
+                    return spread_column(em, tiles[broadcast_of[v]], width)
                 return tiles[v]
 
             for op in compute:
@@ -307,7 +324,7 @@ def lower_rows(em: Emitter, body: list[ir.Operation], views: dict,
                     continue
                 if op in folded or result in tiles:     # (the select: _safe_softmax)
                     continue
-                free = row_elements if is_row(result) else 1
+                free = width if is_row(result) else 1
                 etype = storage.get(result, U.element_type(result))
                 dst = _psum_in_place(op, etype, tiles, produced_in_psum, users, aliases,
                                      yielded) if op.name == "trn.tensor_tensor" and \
@@ -403,8 +420,8 @@ def lower_rows(em: Emitter, body: list[ir.Operation], views: dict,
                 cast = em.alloc("sbuf", pn, tile.free, out_view.element_type)
                 em.copy(cast, tile)
                 tile = cast
-            target = _tile_view(out_view, layout, kept_rank, index, p0, pn,
-                                row=is_row(output[0]))
+            target = narrow(_tile_view(out_view, layout, kept_rank, index, p0, pn,
+                                       row=is_row(output[0])), is_row(output[0]))
             if consume is not None:
                 consume(tile, target, divisor)
             else:

@@ -215,3 +215,39 @@ def test_fully_masked_rows_give_zeros_without_a_select(tmp_path, monkeypatch):
     isa = next(tmp_path.glob("*.isa.mlir")).read_text()
     assert '"nisa.select"' not in isa
     assert 'op0 = "max"' in isa and 'op1 = "min"' in isa
+
+
+class CausalBiasAttention(torch.nn.Module):
+    """Scores plus an additive causal mask built from aranges, as Hugging Face's GPT-2 builds
+    it: the frontend folds the mask into a constant, which the attention kernel reads."""
+
+    def forward(self, q, k, v):
+        i = torch.arange(q.shape[-2])
+        bias = torch.where(i[None, :] <= i[:, None], 0.0, float("-inf")).to(q.dtype)
+        scores = q @ k.transpose(-1, -2) * q.shape[-1] ** -0.5 + bias
+        return scores.softmax(-1) @ v
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_causal_attention_computes_only_the_keys_its_mask_lets_a_query_tile_see(dtype):
+    """convert-trn-to-nisa masked-keys: query tile t of 128 rows sees key blocks 0..t only,
+    so of 3 x 3 blocks of 128 x 128 scores 6 are computed (and multiplied by the values);
+    the result is the all-keys kernel's up to the order of the sums."""
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(1, 2, 384, 64).to(dtype) for _ in range(3))
+    model = CausalBiasAttention()
+    results = {}
+    for masked in (True, False):
+        torch._dynamo.reset()
+        with torch.no_grad():
+            out = torch.compile(model, backend="neuron",
+                                options={"attention_masked_keys": masked})(q, k, v)
+        assert backend.graph_reports()[-1].fully_compiled
+        results[masked] = (out, backend.compiled_graphs()[-1].last_profile)
+    (skipping, profile), (every_key, full_profile) = results[True], results[False]
+    tolerance = dict(atol=2e-2, rtol=2e-2) if dtype == torch.bfloat16 else {}
+    torch.testing.assert_close(skipping, model(q, k, v), **tolerance)
+    torch.testing.assert_close(skipping, every_key, atol=1e-6 if dtype == torch.float32 else 8e-3,
+                               rtol=1e-5 if dtype == torch.float32 else 8e-3)
+    assert profile.pe_flops <= full_profile.pe_flops * 0.7
+    assert profile.opcode_counts["transpose"] < full_profile.opcode_counts["transpose"]
