@@ -15,7 +15,7 @@ from torch_mlir import fx, ir
 from torch_mlir.compiler_utils import OutputType
 from torch_mlir.dialects import torch as torch_dialect
 from torch_mlir.extras.fx_importer import (
-    TORCH_DTYPE_TO_MLIR_TYPE, ContextCache, FxImporter, FxImporterHooks,
+    TORCH_DTYPE_TO_MLIR_TYPE, ContextCache, FxImporter, FxImporterHooks, GraphNodeImporter,
 )
 
 from torchneuron.compiler.errors import CompileError, UnsupportedOpError
@@ -38,29 +38,47 @@ class _DenseLiterals(FxImporterHooks):
     compiler reads, rather than as the resource blobs torch-mlir makes by default."""
 
     def resolve_literal(self, gni, literal, info):
-        if not isinstance(literal, torch.Tensor) or literal.numel() <= 1 or is_fake(literal):
-            return None
-        with unset_fake_temporarily():      # (the importer runs under a fake mode)
-            return self._literal(gni, literal)
+        return _dense_literal(gni, literal)
 
-    @staticmethod
-    def _literal(gni, literal: torch.Tensor):
+
+class _NodeImporter(GraphNodeImporter):
+    """Imports a bool tensor constant (a folded mask) as i1 dense elements itself: torch-mlir
+    would first convert it to bytes with PyTorch, which hangs in the forked child that
+    imports (PyTorch's thread pool, started in the parent, does not survive the fork)."""
+
+    def _import_literal(self, py_value, info=None):
+        if isinstance(py_value, torch.Tensor) and py_value.dtype == torch.bool:
+            value = _dense_literal(self, py_value)
+            if value is not None:
+                return value
+        return super()._import_literal(py_value, info)
+
+
+def _dense_literal(gni, literal):
+    """A torch.vtensor.literal of `literal`'s values as dense elements, or None for what the
+    default import takes (a scalar, a fake or non-contiguous tensor, an unknown dtype). No
+    PyTorch op runs: this may be in a forked child."""
+    if not isinstance(literal, torch.Tensor) or literal.numel() <= 1 or is_fake(literal):
+        return None
+    with unset_fake_temporarily():
         tensor = literal.detach()
-        if not tensor.is_contiguous():   # (no copy here: this may run in a forked child)
+        if not tensor.is_contiguous():
             return None
         element_type = TORCH_DTYPE_TO_MLIR_TYPE.get(tensor.dtype)
         if element_type is None or tensor.dtype.is_complex:
             return None
-        # The bytes as stored, reinterpreted where numpy has no such type (bf16, fp8).
-        storage = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[
-            tensor.element_size()]
-        array = tensor.view(storage).numpy() if tensor.dtype != storage else tensor.numpy()
-        attr = ir.DenseElementsAttr.get(array, type=element_type(),
-                                        shape=list(tensor.shape))
-        op = ir.Operation.create("torch.vtensor.literal",
-                                 results=[gni._cc.tensor_to_vtensor_type(literal)],
-                                 attributes={"value": attr})
-        return op.result
+        if tensor.dtype == torch.bool:
+            array = tensor.numpy()
+        else:
+            # The bytes as stored, reinterpreted where numpy has no such type (bf16, fp8).
+            storage = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[
+                tensor.element_size()]
+            array = tensor.view(storage).numpy() if tensor.dtype != storage else tensor.numpy()
+    attr = ir.DenseElementsAttr.get(array, type=element_type(), shape=list(tensor.shape))
+    op = ir.Operation.create("torch.vtensor.literal",
+                             results=[gni._cc.tensor_to_vtensor_type(literal)],
+                             attributes={"value": attr})
+    return op.result
 
 
 def import_fx_graph(gm: torch.fx.GraphModule, name: str) -> str:
@@ -69,7 +87,8 @@ def import_fx_graph(gm: torch.fx.GraphModule, name: str) -> str:
     gm = prepare_graph(gm)
     context = ir.Context()
     torch_dialect.register_dialect(context)
-    importer = FxImporter(context=context, hooks=_DenseLiterals())
+    importer = FxImporter(context=context, hooks=_DenseLiterals(),
+                          graph_node_importer_cls=_NodeImporter)
     importer._cc = _NodeLocations(context, py_attr_tracker=importer._py_attr_tracker)
     try:
         module = fx.stateless_fx_import(
@@ -135,7 +154,7 @@ def fold_constants(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
     becomes `aten.full`). A causal attention mask built from `arange`s (GPT-2's) is then
     known to the compiler, which skips the blocks it masks whole. Not folded: random and
     mutating ops, nodes with no node inputs (already sources), views (the value before them
-    is), bool tensors, graph results (torch-mlir cannot return a literal it also reads), and
+    is), graph results (torch-mlir cannot return a literal it also reads), and
     values over FOLD_MAX_ELEMENTS elements. `gm` is unchanged; returned as is when
     nothing folds."""
     # Evaluated for real even where the caller traces with fake tensors (Dynamo does).
@@ -162,12 +181,9 @@ def _fold_constants(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
                     node.target not in _VIEWS:
                 continue
             values[node] = value
-    # (Not bool tensors: torch-mlir converts those to bytes with the tracing fake mode on,
-    # which fails for a real tensor; the value they select between is folded instead.)
     folded = [node for node in values
               if node.op == "call_function" and node.target not in _VIEWS and
               node.all_input_nodes and isinstance(values[node], torch.Tensor) and
-              values[node].dtype != torch.bool and
               all(user.op != "output" for user in node.users) and
               any(user not in values or user.target in _VIEWS for user in node.users)]
     if not folded:

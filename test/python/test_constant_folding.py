@@ -67,3 +67,22 @@ def test_folded_mask_compiles_and_matches_eager():
     out = torch.compile(model, backend="neuron")(x)
     assert backend.graph_reports()[-1].fully_compiled
     torch.testing.assert_close(out, model(x))
+
+
+def test_a_bool_mask_folds_and_imports_as_i1_constant():
+    """scaled_dot_product_attention's is_causal mask (bool): folded, and imported as i1
+    dense elements (torch-mlir's own bool import would run PyTorch in the forked child)."""
+    from torchneuron.compiler.frontend.fx_import import import_fx_graph
+
+    def f(x):
+        i = torch.arange(x.shape[-1])
+        return torch.where(i[None, :] <= i[:, None], x, 0.0)
+
+    x = torch.randn(6, 6)
+    folded = fold_constants(make_fx(f)(x))
+    (constant,) = [n for n in folded.graph.nodes if n.op == "get_attr"]
+    assert getattr(folded, constant.target).dtype == torch.bool
+    torch.testing.assert_close(folded(x), f(x), rtol=0, atol=0)
+    linalg = import_fx_graph(fold_constants(make_fx(f, tracing_mode="fake")(x)), "g")
+    assert "arith.constant dense<" in linalg and "tensor<6x6xi1>" in linalg
+    assert "dense_resource" not in linalg
