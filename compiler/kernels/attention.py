@@ -408,10 +408,11 @@ def staged_bytes(heads: int, d: int, dv: int, sq: int, sk: int, qk_type: ir.Type
 def masked_key_width(rows_body: list[ir.Operation], views: dict, view_of,
                      scores: set, probs: ir.Value, sk: int, tk: int):
     """`row_width` for lower_rows where an attention's row part is a softmax of the scores
-    plus a constant additive mask (a causal mask folded by the frontend): per query tile,
-    the keys up to the last one the mask lets some row of the tile see, in whole 128-key
-    blocks; the keys after it are -inf in every row. None where the row part is not such a
-    softmax or the mask is not a readable constant.
+    masked by a constant (a causal mask folded by the frontend): added to them (-inf where
+    hidden), or a select of -inf by a bool mask (scaled_dot_product_attention's is_causal).
+    Per query tile, the keys up to the last one the mask lets some row of the tile see, in
+    whole 128-key blocks; the keys after it are -inf in every row. None where the row part
+    is not such a softmax or the mask is not a readable constant.
 
     Skipping those keys leaves each probability on the other keys as it is: a row's max
     ignores -inf (its max is over the seen keys either way); exp(-inf - max) is +0 and adds
@@ -421,10 +422,11 @@ def masked_key_width(rows_body: list[ir.Operation], views: dict, view_of,
     NaN, and here does not, as in fused attention kernels that skip masked blocks."""
     state: dict = {}
     leaf_views: dict = dict(views)
-    mask_leaf = None
+    # The one constant that masks, and which of its values hide a key: "-inf" (added), "1"
+    # (a select's condition choosing -inf where true), "0" (... where false).
+    mask: dict = {}
 
     def leaf_state(value):
-        nonlocal mask_leaf
         if value in scores:
             return "finite"
         view = leaf_views.get(value)
@@ -432,10 +434,13 @@ def masked_key_width(rows_body: list[ir.Operation], views: dict, view_of,
             return None
         if view.buffer is None:
             return ("fill", view.fill) if view.fill is not None else None
-        if _hbm_constant(view.buffer) is not None and mask_leaf in (None, value):
-            mask_leaf = value
-            return "neginf"
-        return None
+        return ("constant", value) if _hbm_constant(view.buffer) is not None else None
+
+    def masking(leaf, hidden: str) -> str | None:
+        if mask and mask != {"leaf": leaf, "hidden": hidden}:
+            return None
+        mask.update(leaf=leaf, hidden=hidden)
+        return "neginf"
 
     def of(value):
         if value in state:
@@ -464,11 +469,21 @@ def masked_key_width(rows_body: list[ir.Operation], views: dict, view_of,
                 return None
             continue
         operands = [of(v) for v in op.operands]
-        state[result] = _dead_key_state(op, operands)
+        constant = [s for s in operands if isinstance(s, tuple) and s[0] == "constant"]
+        if op.name == "trn.tensor_tensor" and U.str_attr(op, "op") == "add" and \
+                len(constant) == 1 and "finite" in operands:
+            state[result] = masking(constant[0][1], "-inf")
+        elif op.name == "trn.select" and operands[0] in constant and \
+                sorted(operands[1:], key=str) == sorted(["finite", ("fill", -math.inf)], key=str):
+            state[result] = masking(operands[0][1],
+                                    "1" if operands[1] == ("fill", -math.inf) else "0")
+        else:
+            state[result] = _dead_key_state(op, operands)
         if state[result] is None:
             return None
-    if of(probs) != "zero" or mask_leaf is None:
+    if of(probs) != "zero" or not mask:
         return None
+    mask_leaf, hidden = mask["leaf"], mask["hidden"]
 
     known: dict = {}             # the mask's flat values, read once
 
@@ -483,7 +498,9 @@ def masked_key_width(rows_body: list[ir.Operation], views: dict, view_of,
             return sk
         rows = np.arange(view.shape[0])[:, None] * view.strides[0]
         cols = np.arange(sk)[None, :] * view.strides[1]
-        seen = np.nonzero((values[view.offset + rows + cols] != -np.inf).any(axis=0))[0]
+        tile = values[view.offset + rows + cols]
+        shown = tile != -np.inf if hidden == "-inf" else (tile == 0 if hidden == "1" else tile != 0)
+        seen = np.nonzero(shown.any(axis=0))[0]
         last = int(seen[-1]) + 1 if seen.size else 0
         return min(sk, max(tk, -(-last // tk) * tk))
 

@@ -1494,3 +1494,38 @@ func.func @attention_masked_not_softmax(%q: tensor<1x128x64xbf16>, %kt: tensor<1
   }) {kind = "attention"} : () -> tensor<1x128x64xbf16>
   return %k : tensor<1x128x64xbf16>
 }
+
+// -----
+
+// Tests the same skipping where a bool mask selects -inf for the hidden keys (as
+// scaled_dot_product_attention's is_causal does once the frontend folds its mask).
+// CHECK-LABEL: func.func @attention_masked_keys_select
+// CHECK: "nisa.matmul"({{.*}} : (memref<128x128xf32, "psum">
+// CHECK: "nisa.transpose"(%{{[0-9]+}}, %{{[0-9]+}}) {{.*}} : (memref<128x128xf32, "psum">, memref<128x128xbf16, "sbuf">)
+// CHECK-NOT: "nisa.transpose"
+// CHECK: "nisa.matmul"({{.*}}accumulate = false
+// CHECK-NOT: "nisa.matmul"
+// CHECK: return
+func.func @attention_masked_keys_select(%q: tensor<1x128x64xbf16>, %kt: tensor<1x64x256xbf16>, %v: tensor<1x256x64xbf16>) -> tensor<1x128x64xbf16> {
+  %hidden = arith.constant dense<"0x00000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000101010101010101010101010101010101010101010101010101010101010101010101010101010101010101010101010101010101010101010101010101010101010101010101010101010101010101010101010101010101010101010101010101010101010101010101010101010101010101010101010101010101010101"> : tensor<256xi1>
+  %ninf = arith.constant dense<0xFF800000> : tensor<f32>
+  %k = "trn.kernel"() ({
+    %s = "trn.matmul"(%q, %kt) : (tensor<1x128x64xbf16>, tensor<1x64x256xbf16>) -> tensor<1x128x256xf32>
+    %x = "trn.tensor_scalar"(%s) {op = "mul", reverse = false, scalar = 1.250000e-01 : f32} : (tensor<1x128x256xf32>) -> tensor<1x128x256xf32>
+    %hb = "trn.broadcast"(%hidden) {dimensions = array<i64: 0, 1>} : (tensor<256xi1>) -> tensor<1x128x256xi1>
+    %nb = "trn.broadcast"(%ninf) {dimensions = array<i64: 0, 1, 2>} : (tensor<f32>) -> tensor<1x128x256xf32>
+    %y = "trn.select"(%hb, %nb, %x) : (tensor<1x128x256xi1>, tensor<1x128x256xf32>, tensor<1x128x256xf32>) -> tensor<1x128x256xf32>
+    %m = "trn.reduce"(%y) {op = "max", dimensions = array<i64: 2>} : (tensor<1x128x256xf32>) -> tensor<1x128xf32>
+    %mb = "trn.broadcast"(%m) {dimensions = array<i64: 2>} : (tensor<1x128xf32>) -> tensor<1x128x256xf32>
+    %d = "trn.tensor_tensor"(%y, %mb) {op = "sub"} : (tensor<1x128x256xf32>, tensor<1x128x256xf32>) -> tensor<1x128x256xf32>
+    %e = "trn.activation"(%d) {bias = 0.000000e+00 : f32, func = "exp", scale = 1.000000e+00 : f32} : (tensor<1x128x256xf32>) -> tensor<1x128x256xf32>
+    %z = "trn.reduce"(%e) {op = "add", dimensions = array<i64: 2>} : (tensor<1x128x256xf32>) -> tensor<1x128xf32>
+    %zb = "trn.broadcast"(%z) {dimensions = array<i64: 2>} : (tensor<1x128xf32>) -> tensor<1x128x256xf32>
+    %p = "trn.tensor_tensor"(%e, %zb) {op = "div"} : (tensor<1x128x256xf32>, tensor<1x128x256xf32>) -> tensor<1x128x256xf32>
+    %pb = "trn.convert"(%p) : (tensor<1x128x256xf32>) -> tensor<1x128x256xbf16>
+    %o = "trn.matmul"(%pb, %v) : (tensor<1x128x256xbf16>, tensor<1x256x64xbf16>) -> tensor<1x128x64xf32>
+    %ob = "trn.convert"(%o) : (tensor<1x128x64xf32>) -> tensor<1x128x64xbf16>
+    "trn.yield"(%ob) : (tensor<1x128x64xbf16>) -> ()
+  }) {kind = "attention"} : () -> tensor<1x128x64xbf16>
+  return %k : tensor<1x128x64xbf16>
+}

@@ -228,14 +228,23 @@ class CausalBiasAttention(torch.nn.Module):
         return scores.softmax(-1) @ v
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_causal_attention_computes_only_the_keys_its_mask_lets_a_query_tile_see(dtype):
+class CausalSdpa(torch.nn.Module):
+    """scaled_dot_product_attention(is_causal=True): a bool mask (folded by the frontend)
+    selects -inf for the hidden keys."""
+
+    def forward(self, q, k, v):
+        return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+
+@pytest.mark.parametrize("dtype,model", [(torch.float32, CausalBiasAttention()),
+                                         (torch.bfloat16, CausalBiasAttention()),
+                                         (torch.float32, CausalSdpa())])
+def test_causal_attention_computes_only_the_keys_its_mask_lets_a_query_tile_see(dtype, model):
     """convert-trn-to-nisa masked-keys: query tile t of 128 rows sees key blocks 0..t only,
     so of 3 x 3 blocks of 128 x 128 scores 6 are computed (and multiplied by the values);
     the result is the all-keys kernel's up to the order of the sums."""
     torch.manual_seed(0)
     q, k, v = (torch.randn(1, 2, 384, 64).to(dtype) for _ in range(3))
-    model = CausalBiasAttention()
     results = {}
     for masked in (True, False):
         torch._dynamo.reset()
