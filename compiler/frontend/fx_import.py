@@ -114,10 +114,7 @@ def prepare_graph(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
                 for rewrite in [_node_rewrite(node)] if rewrite is not None]
     if not rewrites:
         return gm
-    graph = torch.fx.Graph()
-    copies: dict = {}
-    out = graph.graph_copy(gm.graph, copies)
-    graph.output(out)
+    graph, copies = _copied_graph(gm)
     for node, rewrite in rewrites:
         old = copies[node]
         with graph.inserting_before(old):
@@ -188,10 +185,7 @@ def _fold_constants(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
               any(user not in values or user.target in _VIEWS for user in node.users)]
     if not folded:
         return gm
-    graph = torch.fx.Graph()
-    copies: dict = {}
-    out = graph.graph_copy(gm.graph, copies)
-    graph.output(out)
+    graph, copies = _copied_graph(gm)
     constants: dict[str, torch.Tensor] = {}
     for i, node in enumerate(folded):
         old = copies[node]
@@ -219,6 +213,14 @@ def _fold_constants(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
         elif node.op == "call_module":
             root[node.target] = gm.get_submodule(node.target)
     return torch.fx.GraphModule(root, graph)
+
+
+def _copied_graph(gm: torch.fx.GraphModule) -> tuple[torch.fx.Graph, dict]:
+    """A copy of gm's graph to rewrite, and its node for each of gm's."""
+    graph = torch.fx.Graph()
+    copies: dict = {}
+    graph.output(graph.graph_copy(gm.graph, copies))
+    return graph, copies
 
 
 def _foldable_target(target) -> bool:
