@@ -32,6 +32,9 @@ from torchneuron.target import get_target
 class CompileOptions:
     """What the user can choose (torch.compile(..., options={...}) uses these names)."""
     target: str = ""                  # "" -> TORCHNEURON_TARGET, default trn2
+    # Frontend: values computed from no graph input (a causal mask from aranges) folded into
+    # constants of the program before import (compiler/frontend/fx_import.fold_constants)
+    fold_constants: bool = True
     fuse_matmul_epilogue: bool = True
     fuse_elementwise: bool = True
     fuse_rows: bool = True            # trn-fuse rows: softmax/norm-style groups in one kernel

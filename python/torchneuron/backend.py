@@ -408,7 +408,8 @@ def _compile_uncached(sub, name: str, options, dump_dir: str | None,
 
     # Folded here, not in the importing child: PyTorch's thread pool, started in this
     # process, hangs a forked child that runs parallel ops.
-    linalg, error, diagnostics = _import(import_fx_graph, fold_constants(sub), name)
+    linalg, error, diagnostics = _import(
+        import_fx_graph, fold_constants(sub) if options.fold_constants else sub, name)
     if error is not None:
         node, message = _import_diagnostic(diagnostics, sub)
         if message is None:

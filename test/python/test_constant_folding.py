@@ -58,15 +58,21 @@ def test_random_values_graph_results_and_large_values_stay_computed(monkeypatch)
     assert fold_constants(gm) is gm
 
 
-def test_folded_mask_compiles_and_matches_eager():
+@pytest.mark.parametrize("fold", [True, False])
+def test_folded_mask_compiles_and_matches_eager(fold, tmp_path, monkeypatch):
+    """With the option on, the program holds the mask as a constant; off, it computes it."""
     from torchneuron import backend
 
     x = torch.randn(2, 8, 8)
     model = lambda v: torch.softmax(causal_bias_added(v), -1)  # noqa: E731
     torch._dynamo.reset()
-    out = torch.compile(model, backend="neuron")(x)
+    monkeypatch.setenv("TORCHNEURON_DUMP_DIR", str(tmp_path))
+    out = torch.compile(model, backend="neuron", options={"fold_constants": fold})(x)
     assert backend.graph_reports()[-1].fully_compiled
     torch.testing.assert_close(out, model(x))
+    linalg = next(tmp_path.glob("*.linalg.mlir")).read_text()
+    assert ("arith.constant dense<[[0.000000e+00, 0xFF800000" in linalg) == fold
+    assert ("arith.cmpi" in linalg) != fold          # the arange comparison
 
 
 def test_a_bool_mask_folds_and_imports_as_i1_constant():
