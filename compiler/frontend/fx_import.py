@@ -15,7 +15,7 @@ from torch_mlir import fx, ir
 from torch_mlir.compiler_utils import OutputType
 from torch_mlir.dialects import torch as torch_dialect
 from torch_mlir.extras.fx_importer import (
-    TORCH_DTYPE_TO_MLIR_TYPE, ContextCache, FxImporter, FxImporterHooks, GraphNodeImporter,
+    TORCH_DTYPE_TO_MLIR_TYPE, ContextCache, FxImporter, GraphNodeImporter,
 )
 
 from torchneuron.compiler.errors import CompileError, UnsupportedOpError
@@ -33,25 +33,16 @@ class _NodeLocations(ContextCache):
         return ir.Location.name(node.name, childLoc=child, context=self._c)
 
 
-class _DenseLiterals(FxImporterHooks):
-    """Tensor constants of the graph (folded ones among them) as dense elements, which the
-    compiler reads, rather than as the resource blobs torch-mlir makes by default."""
-
-    def resolve_literal(self, gni, literal, info):
-        return _dense_literal(gni, literal)
-
-
 class _NodeImporter(GraphNodeImporter):
-    """Imports a bool tensor constant (a folded mask) as i1 dense elements itself: torch-mlir
-    would first convert it to bytes with PyTorch, which hangs in the forked child that
-    imports (PyTorch's thread pool, started in the parent, does not survive the fork)."""
+    """Imports tensor constants of the graph (folded ones among them) as dense elements,
+    which the compiler reads, rather than as the resource blobs torch-mlir makes by default;
+    a bool one (a folded mask) as i1 directly, where torch-mlir would first convert it to
+    bytes with PyTorch, which hangs in the forked child that imports (PyTorch's thread pool,
+    started in the parent, does not survive the fork)."""
 
     def _import_literal(self, py_value, info=None):
-        if isinstance(py_value, torch.Tensor) and py_value.dtype == torch.bool:
-            value = _dense_literal(self, py_value)
-            if value is not None:
-                return value
-        return super()._import_literal(py_value, info)
+        value = _dense_literal(self, py_value)
+        return value if value is not None else super()._import_literal(py_value, info)
 
 
 def _dense_literal(gni, literal):
@@ -87,8 +78,7 @@ def import_fx_graph(gm: torch.fx.GraphModule, name: str) -> str:
     gm = prepare_graph(gm)
     context = ir.Context()
     torch_dialect.register_dialect(context)
-    importer = FxImporter(context=context, hooks=_DenseLiterals(),
-                          graph_node_importer_cls=_NodeImporter)
+    importer = FxImporter(context=context, graph_node_importer_cls=_NodeImporter)
     importer._cc = _NodeLocations(context, py_attr_tracker=importer._py_attr_tracker)
     try:
         module = fx.stateless_fx_import(

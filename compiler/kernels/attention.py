@@ -523,8 +523,6 @@ def _dead_key_state(op: ir.Operation, operands: list):
             return "row"
         if kind in ("mul", "div") and c > 0 and math.isfinite(c) and not reverse:
             return operands[0]
-        if kind == "eq" and operands[0] == "row":
-            return "row"
         if kind in ("add", "sub") and math.isfinite(c) and operands[0] in ("finite", "neginf"):
             return operands[0]
         return None
