@@ -425,6 +425,11 @@ def list_schedule(decoded: list[_Decoded], preds: list[list[int]],
     instructions became ready would let a concurrent kernel's loads delay the one the next
     kernel waits for. Each DMA also gets the queue where it would finish first (queues issue
     in order and overlap the fixed latency with earlier transfers, as the simulator does).
+    A DMA is given to a queue only once some queue could start its transfer then (its
+    previous transfer ends within the fixed latency): a queue runs its transfers in order, so
+    one committed far ahead, such as a load of a later kernel's weights, would hold up a
+    more urgent DMA that becomes ready in the meantime; committed as queues free up, the
+    urgent one overtakes the loads not yet given a queue.
     Returns the order and, per DMA, its queue (also set on the op)."""
     import heapq
 
@@ -472,8 +477,9 @@ def list_schedule(decoded: list[_Decoded], preds: list[list[int]],
         """When the engine can next start something that is or becomes ready."""
         # (What is available became ready by an earlier start.)
         ready = 0.0 if available.get(engine) else pending[engine][0][0]
-        if engine == "dma":
-            return max(ready, min(issue))
+        if engine == "dma":     # when some queue could start a transfer
+            return max(ready, min(max(issue[q], transfer_end[q] - latency)
+                                  for q in range(queues)))
         return max(ready, engine_free.get(engine, 0.0))
 
     while len(order) < n:
