@@ -59,7 +59,8 @@ class CompileOptions:
     attention_token_major: bool = True
     kernel_order: bool = True         # trn-order: kernels on the longest chain of work first
     # convert-trn-to-nisa masked-keys: an attention kernel computes only the keys a constant
-    # mask lets some row of each query tile see
+    # mask lets some row of each query tile see, and adds a 0/-inf mask before the scaling
+    # only where it is not 0
     attention_masked_keys: bool = True
     # neuron-tune's database, read by trn-tile (default: TORCHNEURON_TUNING_DB when set; taken
     # at construction so that the persistent compile cache keys on it).

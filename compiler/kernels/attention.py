@@ -64,6 +64,8 @@ def lower_attention(em: Emitter, body: list[ir.Operation], views: dict,
     merge stay unmerged: operands are indexed by a flat batch index); `output`: (yielded
     value, destination view); `masked_keys`: skip the keys a constant mask hides from a
     whole query tile (`masked_key_width`)."""
+    if masked_keys:
+        body = _mask_before_scale(body, views, view_of)
     matmuls = [op for op in body if op.name == "trn.matmul"]
     if len(matmuls) not in (1, 2):
         raise CompileError("an attention kernel holds two matmuls (a matmul_rows kernel one)",
@@ -339,8 +341,8 @@ def lower_attention(em: Emitter, body: list[ir.Operation], views: dict,
         return
     lower_rows(em, rows_body, rows_views, view_of, (probs, probs_view), produce, consume,
                defer_division=True,
-               row_width=masked_key_width(rows_body, rows_views, view_of, scores_leaves,
-                                          probs, sk, tk) if masked_keys else None)
+               **(masked_key_width(rows_body, rows_views, view_of, scores_leaves, probs, sk,
+                                   tk) if masked_keys else {}))
     if rows_tiles:
         raise CompileError("an attention kernel left query blocks of some heads unstored",
                            first.location)
@@ -405,14 +407,90 @@ def staged_bytes(heads: int, d: int, dv: int, sq: int, sk: int, qk_type: ir.Type
 # tile, it is "neginf" (-inf there), "zero" (+0 there), or "finite" (finite values that
 # matter only through the states above); per-row values are "row" (the same whether computed
 # over all keys or over the others only). Anything else: no narrowing.
+def _mask_before_scale(body: list[ir.Operation], views: dict, view_of) -> list[ir.Operation]:
+    """`body` with the scores' scaling moved after a constant mask's addition where the mask
+    holds only 0 and -inf: c s + m becomes c (s + m), exactly (c > 0: for m = 0 both are
+    fl(c s); for m = -inf both are -inf, or NaN where s is +inf or NaN). The softmax then
+    reads a scaling of the masked scores, which its lowering folds into the exp's own scale
+    and the bias taken from the max (rows.py `scaled`), instead of a pass over the scores
+    to scale them before the mask's."""
+    position = {op: i for i, op in enumerate(body)}
+    local = {op.results[0]: op for op in body}
+    f32 = ir.F32Type.get()
+
+    def single_use(value: ir.Value) -> bool:
+        return len(list(value.uses)) == 1
+
+    def mask_values(value: ir.Value):
+        chain = []
+        while value in local and local[value].name in VIEW_OPS:
+            chain.append(local[value])
+            value = local[value].operands[0]
+        view = views.get(value)
+        if view is None or view.buffer is None:
+            return None
+        try:
+            for op in reversed(chain):
+                view = view_of(op, view)
+        except CompileError:
+            return None
+        return _constant_of(view.buffer)
+
+    for add in list(body):
+        if add.name != "trn.tensor_tensor" or U.str_attr(add, "op") != "add" or \
+                U.element_type(add.results[0]) != f32:
+            continue
+        for side in (0, 1):
+            scaled, mask = add.operands[side], add.operands[1 - side]
+            reshape = local.get(scaled)
+            if reshape is not None and reshape.name == "trn.reshape" and single_use(scaled):
+                scaled = reshape.operands[0]
+            else:
+                reshape = None
+            mul = local.get(scaled)
+            if mul is None or mul.name != "trn.tensor_scalar" or \
+                    U.str_attr(mul, "op") != "mul" or \
+                    ir.BoolAttr(mul.attributes["reverse"]).value or \
+                    not 0.0 < U.float_attr(mul, "scalar") < math.inf or \
+                    not single_use(scaled) or U.element_type(scaled) != f32:
+                continue
+            source = local.get(mul.operands[0])
+            if source is None or source.name != "trn.matmul" or \
+                    U.element_type(mul.operands[0]) != f32:
+                continue
+            values = mask_values(mask)
+            if values is None or not np.all((values == 0) | (values == -np.inf)):
+                continue
+            with ir.InsertionPoint(add), add.location:
+                scores = mul.operands[0]
+                if reshape is not None:
+                    scores = U.clone_with_operands(reshape, [scores]).results[0]
+                masked = U.clone_with_operands(
+                    add, [scores, mask] if side == 0 else [mask, scores])
+                rescaled = U.create("trn.tensor_scalar", [add.results[0].type],
+                                    [masked.results[0]], U.attributes_of(mul), mul.location)
+            add.results[0].replace_all_uses_with(rescaled.results[0])
+            # (Users before what they use: an op must have no uses left when erased.)
+            gone = [add] + ([reshape] if reshape is not None else []) + [mul]
+            new = ([U.defining_op(scores)] if reshape is not None else []) + [masked, rescaled]
+            at = position[add]
+            body = [op for op in body[:at] + new + body[at + 1:]
+                    if not any(op == g for g in gone)]
+            for op in gone:
+                op.erase()
+            return body
+    return body
+
+
 def masked_key_width(rows_body: list[ir.Operation], views: dict, view_of,
                      scores: set, probs: ir.Value, sk: int, tk: int):
-    """`row_width` for lower_rows where an attention's row part is a softmax of the scores
-    masked by a constant (a causal mask folded by the frontend): added to them (-inf where
-    hidden), or a select of -inf by a bool mask (scaled_dot_product_attention's is_causal).
-    Per query tile, the keys up to the last one the mask lets some row of the tile see, in
-    whole 128-key blocks; the keys after it are -inf in every row. None where the row part
-    is not such a softmax or the mask is not a readable constant.
+    """lower_rows' `row_width` and `mask_columns` for an attention whose row part is a softmax
+    of the scores masked by a constant (a causal mask folded by the frontend): added to them
+    (-inf where hidden), or a select of -inf by a bool mask (scaled_dot_product_attention's
+    is_causal). `row_width`: per query tile, the keys up to the last one the mask lets some
+    row of the tile see, in whole 128-key blocks; the keys after it are -inf in every row.
+    `mask_columns` (an added mask): the tile's columns where the mask is not 0 in some row.
+    Neither where the row part is not such a softmax or the mask is not a readable constant.
 
     Skipping those keys leaves each probability on the other keys as it is: a row's max
     ignores -inf (its max is over the seen keys either way); exp(-inf - max) is +0 and adds
@@ -460,13 +538,13 @@ def masked_key_width(rows_body: list[ir.Operation], views: dict, view_of,
                 try:
                     leaf_views[result] = view_of(op, leaf_views[source])
                 except CompileError:
-                    return None
+                    return {}
             elif source in scores or result in scores:
                 state[result] = "finite"
             elif of(source) == "row" and op.name in ("trn.reshape", "trn.broadcast"):
                 state[result] = "row"
             else:
-                return None
+                return {}
             continue
         operands = [of(v) for v in op.operands]
         constant = [s for s in operands if isinstance(s, tuple) and s[0] == "constant"]
@@ -480,31 +558,47 @@ def masked_key_width(rows_body: list[ir.Operation], views: dict, view_of,
         else:
             state[result] = _dead_key_state(op, operands)
         if state[result] is None:
-            return None
+            return {}
     if of(probs) != "zero" or not mask:
-        return None
+        return {}
     mask_leaf, hidden = mask["leaf"], mask["hidden"]
 
     known: dict = {}             # the mask's flat values, read once
 
-    def width(leaf_tile_views: dict) -> int:
+    def tile_of(leaf_tile_views: dict):
+        """The mask's values for the tile's rows, [rows, sk], or None."""
         view = leaf_tile_views.get(mask_leaf)
         if view is None or view.rank != 2 or view.shape[1] != sk:
-            return sk
+            return None
         if view.buffer not in known:
             known[view.buffer] = _constant_of(view.buffer)
         values = known[view.buffer]
         if values is None:
-            return sk
+            return None
         rows = np.arange(view.shape[0])[:, None] * view.strides[0]
         cols = np.arange(sk)[None, :] * view.strides[1]
-        tile = values[view.offset + rows + cols]
+        return values[view.offset + rows + cols]
+
+    def width(leaf_tile_views: dict) -> int:
+        tile = tile_of(leaf_tile_views)
+        if tile is None:
+            return sk
         shown = tile != -np.inf if hidden == "-inf" else (tile == 0 if hidden == "1" else tile != 0)
         seen = np.nonzero(shown.any(axis=0))[0]
         last = int(seen[-1]) + 1 if seen.size else 0
         return min(sk, max(tk, -(-last // tk) * tk))
 
-    return width
+    def added_columns(leaf_tile_views: dict):
+        # An added mask's 0 leaves a score as it is but for -0, which becomes +0: the same
+        # to the max (either is the max, and x - max is 0 either way) and to the exp.
+        tile = tile_of(leaf_tile_views)
+        if tile is None or hidden != "-inf":
+            return None
+        nonzero = np.nonzero((tile != 0).any(axis=0))[0]
+        return (mask_leaf, int(nonzero[0]), int(nonzero[-1]) + 1) if nonzero.size else \
+            (mask_leaf, 0, 0)
+
+    return {"row_width": width, "mask_columns": added_columns}
 
 
 def _dead_key_state(op: ir.Operation, operands: list):

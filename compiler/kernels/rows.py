@@ -61,7 +61,9 @@ def lower_rows(em: Emitter, body: list[ir.Operation], views: dict,
                produce: Callable[..., Tile | tuple[Tile, Tile] | None] | None = None,
                consume: Callable[[Tile, HbmView, Tile | None], None] | None = None,
                defer_division: bool = False,
-               row_width: Callable[[dict], int] | None = None) -> None:
+               row_width: Callable[[dict], int] | None = None,
+               mask_columns: Callable[[dict], tuple[ir.Value, int, int]] | None = None
+               ) -> None:
     """`body`: the kernel's ops (without trn.yield); `views`: HbmViews of the values defined
     above the kernel; `view_of(op, source)`: the view a view op makes of an HBM view;
     `output`: (yielded value, destination view).
@@ -79,7 +81,10 @@ def lower_rows(em: Emitter, body: list[ir.Operation], views: dict,
     `row_width(leaf_views)`, given the view of each row leaf for a tile's rows, says how many
     leading elements of those rows to compute (a one-dimensional row, with `consume`): the
     caller has proven that the rest leave the consumed result as it is (attention's keys
-    that a constant mask hides from every row of the tile)."""
+    that a constant mask hides from every row of the tile).
+    `mask_columns(leaf_views)` names a row leaf added to the row in place and the columns
+    [c0, c1) of the tile's rows outside which it is 0: the caller has proven that adding 0
+    there leaves the result as it is (a softmax's constant mask), so only those are added."""
     reduces = [op for op in body if op.name == "trn.reduce"]
     if not reduces:
         raise CompileError("a row-wise kernel needs a reduction", body[-1].location)
@@ -190,6 +195,10 @@ def lower_rows(em: Emitter, body: list[ir.Operation], views: dict,
     # ... and where that scaled max m = c max(x) is read only as the bias -m of such an f, the
     # bias is max(x) * -c in one multiply (fl(-c v) = -fl(c v) exactly; m itself unneeded).
     scaled_subs = {sub for sub in biased.values() if sub.operands[0] in scaled_names}
+    safe = _safe_softmax(compute, users, broadcast_of, per_row_alias, biased, accumulated,
+                         storage, leaf_views, {yielded, output[0]})
+    # (A _safe_softmax's test of the max is folded away: it reads nothing.)
+    safe_tests = {cond for cond, _, _ in safe.values()}
     bias_only = set()
     for op in compute:
         m = op.results[0]
@@ -198,7 +207,7 @@ def lower_rows(em: Emitter, body: list[ir.Operation], views: dict,
             continue
         names = {m} | {a for a, v in per_row_alias.items() if v == m}
         spread = [b for b, v in broadcast_of.items() if v == m]
-        if not any(users.get(v) for v in names) and \
+        if not any(u not in safe_tests for v in names for u in users.get(v, [])) and \
                 all(u in scaled_subs and u.operands[1] == b for b in spread
                     for u in users.get(b, [])):
             bias_only.add(op)
@@ -217,8 +226,6 @@ def lower_rows(em: Emitter, body: list[ir.Operation], views: dict,
             if x in leaves and _power_of_two_at_most_one(c) and reduces_of_y == [op] and \
                     len(users.get(x, [])) == 1:
                 prescaled[x] = c
-    safe = _safe_softmax(compute, users, broadcast_of, per_row_alias, biased, accumulated,
-                         scaled_names, storage, leaf_views, {yielded, output[0]})
     safe_exp = {act: select for select, (_, act, _) in safe.items()}
     folded |= {cond for cond, _, _ in safe.values()}
     safe_div = {div: select for select, (_, _, div) in safe.items()}
@@ -281,6 +288,7 @@ def lower_rows(em: Emitter, body: list[ir.Operation], views: dict,
                                              row=is_row(v))
                                for v in leaves if v not in unread}
             width = row_elements if row_width is None else row_width(leaf_tile_views)
+            added = mask_columns(leaf_tile_views) if mask_columns is not None else None
 
             def narrow(view: HbmView, row: bool = True) -> HbmView:
                 """A row tile's view of the `width` elements of each row computed."""
@@ -341,11 +349,18 @@ def lower_rows(em: Emitter, body: list[ir.Operation], views: dict,
                         x, scale = scaled[scaled_names[sub.operands[0]]]
                         source = operand(x)
                         m = broadcast_of[sub.operands[1]]
-                        if x in negated_max:        # x's tile holds c x already
+                        # (_safe_softmax: see below)
+                        clamp = ("min", _FLT_MAX) if op in safe_exp else ("bypass", 0.0)
+                        if x in negated_max and op not in safe_exp:   # c x already
                             scale, bias = 1.0, negated_max[x]
+                        elif x in negated_max:
+                            scale = 1.0
+                            bias = em.alloc("sbuf", pn, 1, ir.F32Type.get())
+                            em.tensor_scalar(bias, negated_max[x], "min", _FLT_MAX)
                         else:
                             bias = em.alloc("sbuf", pn, 1, ir.F32Type.get())
-                            em.tensor_scalar(bias, tiles[m], "mul", -unscaled_by.get(m, 1.0))
+                            em.tensor_scalar(bias, tiles[m], "mul", -unscaled_by.get(m, 1.0),
+                                             op1=clamp[0], operand1=clamp[1])
                     else:
                         sub = biased[op]
                         source = operand(sub.operands[0])
@@ -399,6 +414,15 @@ def lower_rows(em: Emitter, body: list[ir.Operation], views: dict,
                             chunk.rows(pn) if v in in_psum else
                             operand(v).columns(c0, chunk.free) for v in op.operands],
                             U.str_attr(op, "op"))
+                elif added is not None and op.name == "trn.tensor_tensor" and \
+                        U.str_attr(op, "op") == "add" and added[0] in op.operands and \
+                        any(tiles.get(v) is dst for v in op.operands if v != added[0]):
+                    # In place: the columns where the mask is 0 stay as they are.
+                    c0, cn = added[1], min(added[2], width) - added[1]
+                    if cn > 0:
+                        emit_elementwise(em, op, [operand(v).columns(c0, cn)
+                                                  for v in op.operands],
+                                         dst.columns(c0, cn), consts, share=is_row(result))
                 else:
                     # Whole-row arithmetic may go to ACT when it would finish sooner there
                     # (a square, a constant multiply or add: the same roundings); a per-row
@@ -438,7 +462,7 @@ def _power_of_two_at_most_one(c: float) -> bool:
 
 
 def _safe_softmax(compute, users, broadcast_of, per_row_alias, biased, accumulated,
-                  scaled_names, storage, leaf_views, results) -> dict:
+                  storage, leaf_views, results) -> dict:
     """select(max == -inf, 0, e / sum) with e = exp(x - max), sum = sum(e) and max = max(x)
     (PyTorch's attention softmax zeroing fully masked rows): {select: (the == -inf op, read
     by nothing else, the exp, the division)}.
@@ -474,7 +498,7 @@ def _safe_softmax(compute, users, broadcast_of, per_row_alias, biased, accumulat
         sub = biased[act]
         maximum = broadcast_of.get(sub.operands[1])
         reduce = producer.get(maximum)
-        if sub.operands[0] in scaled_names or reduce is None or reduce.name != "trn.reduce" or \
+        if reduce is None or reduce.name != "trn.reduce" or \
                 U.str_attr(reduce, "op") != "max" or reduce.operands[0] != sub.operands[0] or \
                 U.str_attr(act, "func") != "exp" or \
                 any(broadcast_of.get(v, per_row_alias.get(v, v)) == cond_op.results[0]

@@ -260,3 +260,40 @@ def test_causal_attention_computes_only_the_keys_its_mask_lets_a_query_tile_see(
                                rtol=1e-5 if dtype == torch.float32 else 8e-3)
     assert profile.pe_flops <= full_profile.pe_flops * 0.7
     assert profile.opcode_counts["transpose"] < full_profile.opcode_counts["transpose"]
+
+
+class MaskedSdpa(torch.nn.Module):
+    """scaled_dot_product_attention with an additive float mask of 0 and -inf built from
+    aranges (folded by the frontend): causal, and rows 0..3 see no key at all, which PyTorch's
+    softmax makes zeros."""
+
+    def forward(self, q, k, v):
+        i = torch.arange(q.shape[-2])
+        hidden = (i[None, :] > i[:, None]) | (i[:, None] < 4)
+        mask = torch.where(hidden, float("-inf"), 0.0).to(q.dtype)
+        return torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+
+
+def test_a_zero_or_minus_inf_mask_is_added_before_the_scaling_where_it_is_not_zero():
+    """convert-trn-to-nisa masked-keys: c s + m is computed as c (s + m), the mask added only
+    on each query tile's columns where it is not 0, and the scaling folded into the exp: no
+    activation pass scales the scores. Bit for bit the same result, fully masked rows zeros."""
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(1, 2, 256, 64) for _ in range(3))
+    model = MaskedSdpa()
+    results = {}
+    for masked in (True, False):
+        torch._dynamo.reset()
+        with torch.no_grad():
+            out = torch.compile(model, backend="neuron",
+                                options={"attention_masked_keys": masked})(q, k, v)
+        assert backend.graph_reports()[-1].fully_compiled
+        results[masked] = (out, backend.compiled_graphs()[-1].last_profile)
+    (folded, profile), (_, full_profile) = results[True], results[False]
+    expected = model(q, k, v)
+    assert torch.equal(expected[:, :, :4], torch.zeros_like(expected[:, :, :4]))
+    torch.testing.assert_close(folded, expected)
+    assert torch.equal(folded[:, :, :4], expected[:, :, :4])
+    # One activation per head and 128-row query tile, the exp: none scales the scores.
+    assert profile.opcode_counts["activate"] == 2 * 2
+    assert full_profile.opcode_counts["activate"] > 2 * 2
