@@ -579,12 +579,16 @@ def masked_key_width(rows_body: list[ir.Operation], views: dict, view_of,
         cols = np.arange(sk)[None, :] * view.strides[1]
         return values[view.offset + rows + cols]
 
+    def shown_of(tile):
+        """Where the mask lets a row see a key."""
+        return tile != -np.inf if hidden == "-inf" else (tile == 0 if hidden == "1" else
+                                                         tile != 0)
+
     def width(leaf_tile_views: dict) -> int:
         tile = tile_of(leaf_tile_views)
         if tile is None:
             return sk
-        shown = tile != -np.inf if hidden == "-inf" else (tile == 0 if hidden == "1" else tile != 0)
-        seen = np.nonzero(shown.any(axis=0))[0]
+        seen = np.nonzero(shown_of(tile).any(axis=0))[0]
         last = int(seen[-1]) + 1 if seen.size else 0
         return min(sk, max(tk, -(-last // tk) * tk))
 
@@ -598,7 +602,12 @@ def masked_key_width(rows_body: list[ir.Operation], views: dict, view_of,
         return (mask_leaf, int(nonzero[0]), int(nonzero[-1]) + 1) if nonzero.size else \
             (mask_leaf, 0, 0)
 
-    return {"row_width": width, "mask_columns": added_columns}
+    def rows_see_a_key(leaf_tile_views: dict) -> bool:
+        tile = tile_of(leaf_tile_views)
+        return tile is not None and bool(shown_of(tile).any(axis=1).all())
+
+    return {"row_width": width, "mask_columns": added_columns,
+            "rows_see_a_key": rows_see_a_key}
 
 
 def _dead_key_state(op: ir.Operation, operands: list):

@@ -62,8 +62,8 @@ def lower_rows(em: Emitter, body: list[ir.Operation], views: dict,
                consume: Callable[[Tile, HbmView, Tile | None], None] | None = None,
                defer_division: bool = False,
                row_width: Callable[[dict], int] | None = None,
-               mask_columns: Callable[[dict], tuple[ir.Value, int, int]] | None = None
-               ) -> None:
+               mask_columns: Callable[[dict], tuple[ir.Value, int, int]] | None = None,
+               rows_see_a_key: Callable[[dict], bool] | None = None) -> None:
     """`body`: the kernel's ops (without trn.yield); `views`: HbmViews of the values defined
     above the kernel; `view_of(op, source)`: the view a view op makes of an HBM view;
     `output`: (yielded value, destination view).
@@ -84,7 +84,9 @@ def lower_rows(em: Emitter, body: list[ir.Operation], views: dict,
     that a constant mask hides from every row of the tile).
     `mask_columns(leaf_views)` names a row leaf added to the row in place and the columns
     [c0, c1) of the tile's rows outside which it is 0: the caller has proven that adding 0
-    there leaves the result as it is (a softmax's constant mask), so only those are added."""
+    there leaves the result as it is (a softmax's constant mask), so only those are added.
+    `rows_see_a_key(leaf_views)`: the caller has proven that no row of the tile is masked
+    whole, so a safe softmax's guards for such rows (_safe_softmax) are left out there."""
     reduces = [op for op in body if op.name == "trn.reduce"]
     if not reduces:
         raise CompileError("a row-wise kernel needs a reduction", body[-1].location)
@@ -226,6 +228,21 @@ def lower_rows(em: Emitter, body: list[ir.Operation], views: dict,
             if x in leaves and _power_of_two_at_most_one(c) and reduces_of_y == [op] and \
                     len(users.get(x, [])) == 1:
                 prescaled[x] = c
+    # ... and where x is computed here in fp32 and read by nothing but that scaling, one DVE
+    # pass overwrites it with c x (rounded to fp32, as ACT's scale would round it) and takes
+    # its negated max: the bias as it is, f reading c x at scale 1; no [P, 1] multiply.
+    rescaled_in_place = set()
+    computed = {op.results[0] for op in compute}
+    for op in bias_only:
+        x = scaled[scaled_names[op.operands[0]]][0]
+        y = scaled_names[op.operands[0]]
+        reduces_of_y = [u for v in [y] + alias_of.get(y, []) for u in users.get(v, [])
+                        if u.name == "trn.reduce"]
+        if x in computed and x not in leaves and reduces_of_y == [op] and \
+                len(users.get(x, [])) == 1 and not alias_of.get(x) and \
+                x not in (yielded, output[0]) and \
+                storage.get(x, U.element_type(x)) == ir.F32Type.get():
+            rescaled_in_place.add(x)
     safe_exp = {act: select for select, (_, act, _) in safe.items()}
     folded |= {cond for cond, _, _ in safe.values()}
     safe_div = {div: select for select, (_, _, div) in safe.items()}
@@ -289,6 +306,8 @@ def lower_rows(em: Emitter, body: list[ir.Operation], views: dict,
                                for v in leaves if v not in unread}
             width = row_elements if row_width is None else row_width(leaf_tile_views)
             added = mask_columns(leaf_tile_views) if mask_columns is not None else None
+            # (_safe_softmax's guards are for rows masked whole: none in this tile.)
+            guarded = rows_see_a_key is None or not rows_see_a_key(leaf_tile_views)
 
             def narrow(view: HbmView, row: bool = True) -> HbmView:
                 """A row tile's view of the `width` elements of each row computed."""
@@ -350,8 +369,9 @@ def lower_rows(em: Emitter, body: list[ir.Operation], views: dict,
                         source = operand(x)
                         m = broadcast_of[sub.operands[1]]
                         # (_safe_softmax: see below)
-                        clamp = ("min", _FLT_MAX) if op in safe_exp else ("bypass", 0.0)
-                        if x in negated_max and op not in safe_exp:   # c x already
+                        clamp = ("min", _FLT_MAX) if op in safe_exp and guarded else \
+                            ("bypass", 0.0)
+                        if x in negated_max and clamp[0] == "bypass":   # c x already
                             scale, bias = 1.0, negated_max[x]
                         elif x in negated_max:
                             scale = 1.0
@@ -367,7 +387,8 @@ def lower_rows(em: Emitter, body: list[ir.Operation], views: dict,
                         bias = em.alloc("sbuf", pn, 1, ir.F32Type.get())
                         # (_safe_softmax: a row all -inf gets the largest float, not +inf,
                         # so its exp is exp(-inf) = 0, not NaN.)
-                        clamp = ("min", _FLT_MAX) if op in safe_exp else ("bypass", 0.0)
+                        clamp = ("min", _FLT_MAX) if op in safe_exp and guarded else \
+                            ("bypass", 0.0)
                         em.tensor_scalar(bias, tiles[broadcast_of[sub.operands[1]]], "mul",
                                          -scale, op1=clamp[0], operand1=clamp[1])
                     if U.float_attr(op, "bias") != 0.0:
@@ -380,9 +401,11 @@ def lower_rows(em: Emitter, body: list[ir.Operation], views: dict,
                     em.activation(dst, source, U.str_attr(op, "func"), scale, bias, accum)
                 elif op in safe_div:
                     select = safe_div[op]
-                    total = em.alloc("sbuf", pn, 1, ir.F32Type.get())
-                    em.tensor_scalar(total, tiles[broadcast_of[op.operands[1]]], "max",
-                                     _FLT_MIN_NORMAL)
+                    total = tiles[broadcast_of[op.operands[1]]]
+                    if guarded:
+                        total = em.alloc("sbuf", pn, 1, ir.F32Type.get())
+                        em.tensor_scalar(total, tiles[broadcast_of[op.operands[1]]], "max",
+                                         _FLT_MIN_NORMAL)
                     etype = storage.get(select.results[0], U.element_type(select.results[0]))
                     if etype != dst.element_type:
                         dst = em.alloc("sbuf", pn, free, etype)
@@ -391,6 +414,11 @@ def lower_rows(em: Emitter, body: list[ir.Operation], views: dict,
                 elif op.name == "trn.reduce" and op in bias_only:
                     x, factor = scaled[scaled_names[op.operands[0]]]
                     if x in negated_max:            # produced with x (prescaled)
+                        continue
+                    if x in rescaled_in_place:
+                        negated_max[x] = em.alloc("sbuf", pn, 1, ir.F32Type.get())
+                        em.tensor_scalar_reduce(tiles[x], tiles[x], "mul", factor, "max",
+                                                negated_max[x], negate=True)
                         continue
                     em.tensor_reduce(dst, operand(x), "max")
                     unscaled_by[result] = factor
@@ -435,7 +463,7 @@ def lower_rows(em: Emitter, body: list[ir.Operation], views: dict,
             if deferred is not None:
                 tile = tiles[deferred.numerator]
                 divisor = tiles[deferred.divisor]
-                if deferred.clamped:
+                if deferred.clamped and guarded:
                     divisor = em.alloc("sbuf", pn, 1, ir.F32Type.get())
                     em.tensor_scalar(divisor, tiles[deferred.divisor], "max", _FLT_MIN_NORMAL)
             else:

@@ -1439,15 +1439,16 @@ func.func @attention_masked_keys(%q: tensor<1x128x64xbf16>, %kt: tensor<1x64x256
 
 // Tests that a constant mask of 0 and -inf is added before the scores' scaling (c s + m is
 // c (s + m) exactly for c > 0), only on the columns where it is not 0, in place in PSUM:
-// here keys 100..127 of 256. The scaling then folds into the exp's scale and the bias taken
-// from the max (-0.125 max), with no pass of its own over the scores.
+// here keys 100..127 of 256. The scaling then happens in the max's pass, which overwrites
+// the masked scores with c (s + m) and yields -max, the exp's bias: no pass of its own over
+// the scores, no [P, 1] op between the max and the exp.
 // CHECK-LABEL: func.func @attention_mask_added_where_nonzero
 // CHECK: "nisa.matmul"(%[[S:[0-9]+]], {{.*}} : (memref<128x256xf32, "psum">
 // CHECK-NOT: func = "identity"
 // CHECK: "nisa.tensor_tensor"(%[[S]], %[[S]], %{{[0-9]+}}) {aps = [array<i64: 100, 256, 128, 1, 28>, array<i64: 100, 256, 128, 1, 28>, array<i64: 100, 256, 128, 1, 28>]{{.*}}op = "add"
-// CHECK: "nisa.tensor_reduce"(%[[M:[0-9]+]], %[[S]]) {aps = [array<i64: 0, 1, 128, 1, 1>, array<i64: 0, 256, 128, 1, 256>]{{.*}}op = "max"
-// CHECK: "nisa.tensor_scalar"(%[[B:[0-9]+]], %[[M]]) {{.*}}imm0 = -1.250000e-01 : f32{{.*}}op0 = "mul"
-// CHECK: "nisa.activation"(%{{[0-9]+}}, %[[S]], %[[B]], {{.*}}func = "exp"{{.*}}scale = 1.250000e-01 : f32
+// CHECK: "nisa.tensor_scalar_reduce"(%[[S]], %[[S]], %[[B:[0-9]+]]) {aps = [array<i64: 0, 256, 128, 1, 256>, array<i64: 0, 256, 128, 1, 256>, array<i64: 0, 1, 128, 1, 1>]{{.*}}imm0 = 1.250000e-01 : f32, negate = true, op0 = "mul"{{.*}}reduce_op = "max"
+// CHECK-NOT: "nisa.tensor_scalar"(
+// CHECK: "nisa.activation"(%{{[0-9]+}}, %[[S]], %[[B]], {{.*}}func = "exp"{{.*}}scale = 1.000000e+00 : f32
 // With masked-keys=false, the scaled scores get the whole mask added.
 // NOMASK-LABEL: func.func @attention_mask_added_where_nonzero
 // NOMASK: "nisa.tensor_tensor"({{.*}}aps = [array<i64: 0, 256, 128, 1, 256>, array<i64: 0, 256, 128, 1, 256>, array<i64: 0, 256, 128, 1, 256>]{{.*}}op = "add"
@@ -1466,6 +1467,50 @@ func.func @attention_mask_added_where_nonzero(%q: tensor<1x128x64xbf16>, %kt: te
     %z = "trn.reduce"(%e) {op = "add", dimensions = array<i64: 2>} : (tensor<1x128x256xf32>) -> tensor<1x128xf32>
     %zb = "trn.broadcast"(%z) {dimensions = array<i64: 2>} : (tensor<1x128xf32>) -> tensor<1x128x256xf32>
     %p = "trn.tensor_tensor"(%e, %zb) {op = "div"} : (tensor<1x128x256xf32>, tensor<1x128x256xf32>) -> tensor<1x128x256xf32>
+    %pb = "trn.convert"(%p) : (tensor<1x128x256xf32>) -> tensor<1x128x256xbf16>
+    %o = "trn.matmul"(%pb, %v) : (tensor<1x128x256xbf16>, tensor<1x256x64xbf16>) -> tensor<1x128x64xf32>
+    %ob = "trn.convert"(%o) : (tensor<1x128x64xf32>) -> tensor<1x128x64xbf16>
+    "trn.yield"(%ob) : (tensor<1x128x64xbf16>) -> ()
+  }) {kind = "attention"} : () -> tensor<1x128x64xbf16>
+  return %k : tensor<1x128x64xbf16>
+}
+
+// -----
+
+// Tests that a safe softmax (PyTorch's zeroing of rows masked whole: a select on max == -inf)
+// drops its guards where the constant mask lets every row of the query tile see a key: no
+// clamp of the exp's bias to the largest float, and the sum divides the product as it is,
+// not its max with the smallest normal float.
+// CHECK-LABEL: func.func @attention_safe_softmax_rows_see_a_key
+// CHECK: "nisa.tensor_scalar_reduce"
+// CHECK-NOT: "nisa.tensor_scalar"(
+// CHECK: "nisa.activation"({{.*}}func = "exp"
+// CHECK-NOT: op0 = "max"
+// CHECK: "nisa.tensor_scalar"({{.*}}op0 = "div"
+// With masked-keys=false, both guards.
+// NOMASK-LABEL: func.func @attention_safe_softmax_rows_see_a_key
+// NOMASK: "nisa.tensor_scalar"({{.*}}imm1 = 3.40282347E+38 : f32, op0 = "mul", op1 = "min"
+// NOMASK: "nisa.activation"({{.*}}func = "exp"
+// NOMASK: "nisa.tensor_scalar"({{.*}}imm0 = 1.17549435E-38 : f32{{.*}}op0 = "max"
+// NOMASK: "nisa.tensor_scalar"({{.*}}op0 = "div"
+func.func @attention_safe_softmax_rows_see_a_key(%q: tensor<1x128x64xbf16>, %kt: tensor<1x64x256xbf16>, %v: tensor<1x256x64xbf16>) -> tensor<1x128x64xbf16> {
+  %bias = arith.constant dense<"0x00000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000080FF000080FF000080FF000080FF000080FF000080FF000080FF000080FF000080FF000080FF000080FF000080FF000080FF000080FF000080FF000080FF000080FF000080FF000080FF000080FF000080FF000080FF000080FF000080FF000080FF000080FF000080FF000080FF0000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000"> : tensor<256xf32>
+  %zero = arith.constant dense<0.000000e+00> : tensor<1x128x256xf32>
+  %k = "trn.kernel"() ({
+    %s = "trn.matmul"(%q, %kt) : (tensor<1x128x64xbf16>, tensor<1x64x256xbf16>) -> tensor<1x128x256xf32>
+    %x = "trn.tensor_scalar"(%s) {op = "mul", reverse = false, scalar = 1.250000e-01 : f32} : (tensor<1x128x256xf32>) -> tensor<1x128x256xf32>
+    %bb = "trn.broadcast"(%bias) {dimensions = array<i64: 0, 1>} : (tensor<256xf32>) -> tensor<1x128x256xf32>
+    %y = "trn.tensor_tensor"(%x, %bb) {op = "add"} : (tensor<1x128x256xf32>, tensor<1x128x256xf32>) -> tensor<1x128x256xf32>
+    %m = "trn.reduce"(%y) {op = "max", dimensions = array<i64: 2>} : (tensor<1x128x256xf32>) -> tensor<1x128xf32>
+    %mb = "trn.broadcast"(%m) {dimensions = array<i64: 2>} : (tensor<1x128xf32>) -> tensor<1x128x256xf32>
+    %d = "trn.tensor_tensor"(%y, %mb) {op = "sub"} : (tensor<1x128x256xf32>, tensor<1x128x256xf32>) -> tensor<1x128x256xf32>
+    %e = "trn.activation"(%d) {bias = 0.000000e+00 : f32, func = "exp", scale = 1.000000e+00 : f32} : (tensor<1x128x256xf32>) -> tensor<1x128x256xf32>
+    %z = "trn.reduce"(%e) {op = "add", dimensions = array<i64: 2>} : (tensor<1x128x256xf32>) -> tensor<1x128xf32>
+    %zb = "trn.broadcast"(%z) {dimensions = array<i64: 2>} : (tensor<1x128xf32>) -> tensor<1x128x256xf32>
+    %q0 = "trn.tensor_tensor"(%e, %zb) {op = "div"} : (tensor<1x128x256xf32>, tensor<1x128x256xf32>) -> tensor<1x128x256xf32>
+    %c = "trn.tensor_scalar"(%m) {op = "eq", reverse = false, scalar = 0xFF800000 : f32} : (tensor<1x128xf32>) -> tensor<1x128xi1>
+    %cb = "trn.broadcast"(%c) {dimensions = array<i64: 2>} : (tensor<1x128xi1>) -> tensor<1x128x256xi1>
+    %p = "trn.select"(%cb, %zero, %q0) : (tensor<1x128x256xi1>, tensor<1x128x256xf32>, tensor<1x128x256xf32>) -> tensor<1x128x256xf32>
     %pb = "trn.convert"(%p) : (tensor<1x128x256xf32>) -> tensor<1x128x256xbf16>
     %o = "trn.matmul"(%pb, %v) : (tensor<1x128x256xbf16>, tensor<1x256x64xbf16>) -> tensor<1x128x64xf32>
     %ob = "trn.convert"(%o) : (tensor<1x128x64xf32>) -> tensor<1x128x64xbf16>
