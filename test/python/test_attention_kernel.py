@@ -236,6 +236,19 @@ class CausalSdpa(torch.nn.Module):
         return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
 
 
+def _with_and_without_masked_keys(model, *inputs):
+    """(output, profile) of the model compiled with attention_masked_keys on, then off."""
+    results = []
+    for masked in (True, False):
+        torch._dynamo.reset()
+        with torch.no_grad():
+            out = torch.compile(model, backend="neuron",
+                                options={"attention_masked_keys": masked})(*inputs)
+        assert backend.graph_reports()[-1].fully_compiled
+        results.append((out, backend.compiled_graphs()[-1].last_profile))
+    return results
+
+
 @pytest.mark.parametrize("dtype,model", [(torch.float32, CausalBiasAttention()),
                                          (torch.bfloat16, CausalBiasAttention()),
                                          (torch.float32, CausalSdpa())])
@@ -245,15 +258,7 @@ def test_causal_attention_computes_only_the_keys_its_mask_lets_a_query_tile_see(
     the result is the all-keys kernel's up to the order of the sums."""
     torch.manual_seed(0)
     q, k, v = (torch.randn(1, 2, 384, 64).to(dtype) for _ in range(3))
-    results = {}
-    for masked in (True, False):
-        torch._dynamo.reset()
-        with torch.no_grad():
-            out = torch.compile(model, backend="neuron",
-                                options={"attention_masked_keys": masked})(q, k, v)
-        assert backend.graph_reports()[-1].fully_compiled
-        results[masked] = (out, backend.compiled_graphs()[-1].last_profile)
-    (skipping, profile), (every_key, full_profile) = results[True], results[False]
+    (skipping, profile), (every_key, full_profile) = _with_and_without_masked_keys(model, q, k, v)
     tolerance = dict(atol=2e-2, rtol=2e-2) if dtype == torch.bfloat16 else {}
     torch.testing.assert_close(skipping, model(q, k, v), **tolerance)
     torch.testing.assert_close(skipping, every_key, atol=1e-6 if dtype == torch.float32 else 8e-3,
@@ -277,19 +282,11 @@ class MaskedSdpa(torch.nn.Module):
 def test_a_zero_or_minus_inf_mask_is_added_before_the_scaling_where_it_is_not_zero():
     """convert-trn-to-nisa masked-keys: c s + m is computed as c (s + m), the mask added only
     on each query tile's columns where it is not 0, and the scaling folded into the exp: no
-    activation pass scales the scores. Bit for bit the same result, fully masked rows zeros."""
+    activation pass scales the scores. The result is eager's, its fully masked rows zeros."""
     torch.manual_seed(0)
     q, k, v = (torch.randn(1, 2, 256, 64) for _ in range(3))
     model = MaskedSdpa()
-    results = {}
-    for masked in (True, False):
-        torch._dynamo.reset()
-        with torch.no_grad():
-            out = torch.compile(model, backend="neuron",
-                                options={"attention_masked_keys": masked})(q, k, v)
-        assert backend.graph_reports()[-1].fully_compiled
-        results[masked] = (out, backend.compiled_graphs()[-1].last_profile)
-    (folded, profile), (_, full_profile) = results[True], results[False]
+    (folded, profile), (_, full_profile) = _with_and_without_masked_keys(model, q, k, v)
     expected = model(q, k, v)
     assert torch.equal(expected[:, :, :4], torch.zeros_like(expected[:, :, :4]))
     torch.testing.assert_close(folded, expected)
