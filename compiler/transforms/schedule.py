@@ -463,6 +463,8 @@ def list_schedule(decoded: list[_Decoded], preds: list[list[int]],
     latency = target.dma_latency_ns
     order: list[int] = []
     chosen_queue: dict[int, int] = {}
+    # When some queue could next start a transfer (its previous one ends within the latency)
+    queue_free = [0.0]
 
     def dma_plan(ready: float, duration: float) -> tuple[float, float, int]:
         best = None
@@ -477,16 +479,16 @@ def list_schedule(decoded: list[_Decoded], preds: list[list[int]],
         """When the engine can next start something that is or becomes ready."""
         # (What is available became ready by an earlier start.)
         ready = 0.0 if available.get(engine) else pending[engine][0][0]
-        if engine == "dma":     # when some queue could start a transfer
-            return max(ready, min(max(issue[q], transfer_end[q] - latency)
-                                  for q in range(queues)))
+        if engine == "dma":
+            return max(ready, queue_free[0])
         return max(ready, engine_free.get(engine, 0.0))
 
     while len(order) < n:
         best = None
         # In first-use order, not a set's: ties between engines must not depend on the
         # process's string hash seed, or one graph compiles differently from run to run.
-        for engine in dict.fromkeys([*pending, *available]):
+        # (An engine gets an `available` entry only after its `pending` one.)
+        for engine in pending:
             if not pending.get(engine) and not available.get(engine):
                 continue
             start = earliest_start(engine)
@@ -504,6 +506,7 @@ def list_schedule(decoded: list[_Decoded], preds: list[list[int]],
             issue[q] = start
             transfer_end[q] = end
             chosen_queue[i] = q
+            queue_free[0] = min(max(issue[p], transfer_end[p] - latency) for p in range(queues))
         else:
             end = max(start, ready_at[i]) + costs[i]
             engine_free[engine] = end
