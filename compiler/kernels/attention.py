@@ -403,17 +403,13 @@ def staged_bytes(heads: int, d: int, dv: int, sq: int, sk: int, qk_type: ir.Type
             + v * tiles(sk) * heads * dv)
 
 
-# Dead-key states of a row value: on the keys a constant mask hides from every row of a
-# tile, it is "neginf" (-inf there), "zero" (+0 there), or "finite" (finite values that
-# matter only through the states above); per-row values are "row" (the same whether computed
-# over all keys or over the others only). Anything else: no narrowing.
 def _mask_before_scale(body: list[ir.Operation], views: dict, view_of) -> list[ir.Operation]:
     """`body` with the scores' scaling moved after a constant mask's addition where the mask
     holds only 0 and -inf: c s + m becomes c (s + m), exactly (c > 0: for m = 0 both are
     fl(c s); for m = -inf both are -inf, or NaN where s is +inf or NaN). The softmax then
-    reads a scaling of the masked scores, which its lowering folds into the exp's own scale
-    and the bias taken from the max (rows.py `scaled`), instead of a pass over the scores
-    to scale them before the mask's."""
+    reads a scaling of the masked scores, which its lowering makes in the max's own pass
+    (rows.py `scaled`, `rescaled_in_place`), instead of a pass over the scores to scale them
+    before the mask's."""
     position = {op: i for i, op in enumerate(body)}
     local = {op.results[0]: op for op in body}
     f32 = ir.F32Type.get()
@@ -482,6 +478,10 @@ def _mask_before_scale(body: list[ir.Operation], views: dict, view_of) -> list[i
     return body
 
 
+# Dead-key states of a row value: on the keys a constant mask hides from every row of a
+# tile, it is "neginf" (-inf there), "zero" (+0 there), or "finite" (finite values that
+# matter only through the states above); per-row values are "row" (the same whether computed
+# over all keys or over the others only). Anything else: no narrowing.
 def masked_key_width(rows_body: list[ir.Operation], views: dict, view_of,
                      scores: set, probs: ir.Value, sk: int, tk: int):
     """lower_rows' `row_width` and `mask_columns` for an attention whose row part is a softmax
