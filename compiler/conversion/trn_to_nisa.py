@@ -48,8 +48,8 @@ class ConvertTrnToNisa(Pass):
     SUMMARY = "Tile trn kernels into nisa instructions on SBUF/PSUM tiles and HBM buffers"
     target: str = ""
     # An attention kernel whose softmax adds a constant mask computes only the keys the mask
-    # lets some row of each query tile see (kernels/attention.py, masked_key_width), and adds
-    # a mask of 0 and -inf before the scores' scaling only where it is not 0
+    # lets some row of each query tile see (kernels/attention.py, constant_mask_hooks), and
+    # adds a mask of 0 and -inf before the scores' scaling only where it is not 0
     # (_mask_before_scale).
     masked_keys: bool = True
 

@@ -63,7 +63,7 @@ def lower_attention(em: Emitter, body: list[ir.Operation], views: dict,
     the kernel; `view_of(op, source)`: the view a view op makes (batch dims a reshape cannot
     merge stay unmerged: operands are indexed by a flat batch index); `output`: (yielded
     value, destination view); `masked_keys`: skip the keys a constant mask hides from a
-    whole query tile (`masked_key_width`)."""
+    whole query tile (`constant_mask_hooks`)."""
     if masked_keys:
         body = _mask_before_scale(body, views, view_of)
     matmuls = [op for op in body if op.name == "trn.matmul"]
@@ -223,7 +223,7 @@ def lower_attention(em: Emitter, body: list[ir.Operation], views: dict,
             return None
         b, q0, qn = locate(view)
         q_t, k_t, _, h0 = operands_of(b)
-        width = view.shape[-1]            # the keys computed (masked_key_width)
+        width = view.shape[-1]            # the keys computed (constant_mask_hooks)
         fused = scale is not None and width <= tf and rounding_scores
         tile = None
         for f0 in range(0, width, tf):
@@ -271,7 +271,7 @@ def lower_attention(em: Emitter, body: list[ir.Operation], views: dict,
         acc = em.alloc("psum", qn, dv, ir.F32Type.get())
         # P^T in 128-key blocks, side by side in one PSUM bank where they fit, evacuated by
         # one copy (one instruction's fixed cost, not one per block).
-        keys = probs_tile.free            # the keys computed (masked_key_width)
+        keys = probs_tile.free            # the keys computed (constant_mask_hooks)
         blocks = [(k0, min(tk, keys - k0)) for k0 in range(0, keys, tk)]
         together = max(1, min(len(blocks), tf // qn)) if keys % tk == 0 else 1
         for g0 in range(0, len(blocks), together):
@@ -341,8 +341,8 @@ def lower_attention(em: Emitter, body: list[ir.Operation], views: dict,
         return
     lower_rows(em, rows_body, rows_views, view_of, (probs, probs_view), produce, consume,
                defer_division=True,
-               **(masked_key_width(rows_body, rows_views, view_of, scores_leaves, probs, sk,
-                                   tk) if masked_keys else {}))
+               **(constant_mask_hooks(rows_body, rows_views, view_of, scores_leaves, probs,
+                                      sk, tk) if masked_keys else {}))
     if rows_tiles:
         raise CompileError("an attention kernel left query blocks of some heads unstored",
                            first.location)
@@ -410,7 +410,6 @@ def _mask_before_scale(body: list[ir.Operation], views: dict, view_of) -> list[i
     reads a scaling of the masked scores, which its lowering makes in the max's own pass
     (rows.py `scaled`, `rescaled_in_place`), instead of a pass over the scores to scale them
     before the mask's."""
-    position = {op: i for i, op in enumerate(body)}
     local = {op.results[0]: op for op in body}
     f32 = ir.F32Type.get()
 
@@ -469,7 +468,7 @@ def _mask_before_scale(body: list[ir.Operation], views: dict, view_of) -> list[i
             # (Users before what they use: an op must have no uses left when erased.)
             gone = [add] + ([reshape] if reshape is not None else []) + [mul]
             new = ([U.defining_op(scores)] if reshape is not None else []) + [masked, rescaled]
-            at = position[add]
+            at = body.index(add)
             body = [op for op in body[:at] + new + body[at + 1:]
                     if not any(op == g for g in gone)]
             for op in gone:
@@ -482,15 +481,17 @@ def _mask_before_scale(body: list[ir.Operation], views: dict, view_of) -> list[i
 # tile, it is "neginf" (-inf there), "zero" (+0 there), or "finite" (finite values that
 # matter only through the states above); per-row values are "row" (the same whether computed
 # over all keys or over the others only). Anything else: no narrowing.
-def masked_key_width(rows_body: list[ir.Operation], views: dict, view_of,
-                     scores: set, probs: ir.Value, sk: int, tk: int):
-    """lower_rows' `row_width` and `mask_columns` for an attention whose row part is a softmax
-    of the scores masked by a constant (a causal mask folded by the frontend): added to them
-    (-inf where hidden), or a select of -inf by a bool mask (scaled_dot_product_attention's
-    is_causal). `row_width`: per query tile, the keys up to the last one the mask lets some
-    row of the tile see, in whole 128-key blocks; the keys after it are -inf in every row.
-    `mask_columns` (an added mask): the tile's columns where the mask is not 0 in some row.
-    Neither where the row part is not such a softmax or the mask is not a readable constant.
+def constant_mask_hooks(rows_body: list[ir.Operation], views: dict, view_of,
+                        scores: set, probs: ir.Value, sk: int, tk: int):
+    """lower_rows' `row_width`, `mask_columns` and `rows_see_a_key` for an attention whose row
+    part is a softmax of the scores masked by a constant (a causal mask folded by the
+    frontend): added to them (-inf where hidden), or a select of -inf by a bool mask
+    (scaled_dot_product_attention's is_causal). `row_width`: per query tile, the keys up to
+    the last one the mask lets some row of the tile see, in whole 128-key blocks; the keys
+    after it are -inf in every row. `mask_columns` (an added mask): the tile's columns where
+    the mask is not 0 in some row. `rows_see_a_key`: whether every row of the tile sees some
+    key. None of them where the row part is not such a softmax or the mask is not a readable
+    constant.
 
     Skipping those keys leaves each probability on the other keys as it is: a row's max
     ignores -inf (its max is over the seen keys either way); exp(-inf - max) is +0 and adds
@@ -564,20 +565,21 @@ def masked_key_width(rows_body: list[ir.Operation], views: dict, view_of,
     mask_leaf, hidden = mask["leaf"], mask["hidden"]
 
     known: dict = {}             # the mask's flat values, read once
+    tiles: dict = {}             # per tile view of the mask (each hook asks for it)
 
     def tile_of(leaf_tile_views: dict):
         """The mask's values for the tile's rows, [rows, sk], or None."""
         view = leaf_tile_views.get(mask_leaf)
         if view is None or view.rank != 2 or view.shape[1] != sk:
             return None
-        if view.buffer not in known:
-            known[view.buffer] = _constant_of(view.buffer)
-        values = known[view.buffer]
-        if values is None:
-            return None
-        rows = np.arange(view.shape[0])[:, None] * view.strides[0]
-        cols = np.arange(sk)[None, :] * view.strides[1]
-        return values[view.offset + rows + cols]
+        if view not in tiles:
+            if view.buffer not in known:
+                known[view.buffer] = _constant_of(view.buffer)
+            values = known[view.buffer]
+            rows = np.arange(view.shape[0])[:, None] * view.strides[0]
+            cols = np.arange(sk)[None, :] * view.strides[1]
+            tiles[view] = None if values is None else values[view.offset + rows + cols]
+        return tiles[view]
 
     def shown_of(tile):
         """Where the mask lets a row see a key."""
@@ -611,7 +613,7 @@ def masked_key_width(rows_body: list[ir.Operation], views: dict, view_of,
 
 
 def _dead_key_state(op: ir.Operation, operands: list):
-    """The state (see masked_key_width) of op's result from its operands', or None."""
+    """The state (see constant_mask_hooks) of op's result from its operands', or None."""
     name = op.name
     if name == "trn.convert":
         if not isinstance(U.element_type(op.results[0]), ir.FloatType) or \

@@ -217,34 +217,27 @@ def lower_rows(em: Emitter, body: list[ir.Operation], views: dict,
     # a power of two no greater than 1, the evacuation writes c x (exactly c times the
     # rounded x: such a scaling commutes with rounding) and its negated max in one DVE pass
     # (tensor_scalar_reduce): that is the bias -m as it is, and f reads c x at scale 1. No
-    # reduction pass and no [P, 1] multiply.
+    # reduction pass and no [P, 1] multiply (`prescaled`). Where x is instead computed here in
+    # fp32 and read by nothing but that scaling, one DVE pass overwrites it with c x (rounded
+    # to fp32, as ACT's scale would round it) and takes its negated max: the bias as it is,
+    # f reading c x at scale 1; no [P, 1] multiply (`rescaled_in_place`).
     prescaled = {}                    # leaf x -> c
-    if produce is not None:
-        for op in bias_only:
-            x, c = scaled[scaled_names[op.operands[0]]]
-            y = scaled_names[op.operands[0]]
-            reduces_of_y = [u for v in [y] + alias_of.get(y, []) for u in users.get(v, [])
-                            if u.name == "trn.reduce"]
-            if x in leaves and _power_of_two_at_most_one(c) and reduces_of_y == [op] and \
-                    len(users.get(x, [])) == 1:
-                prescaled[x] = c
-    # ... and where x is computed here in fp32 and read by nothing but that scaling, one DVE
-    # pass overwrites it with c x (rounded to fp32, as ACT's scale would round it) and takes
-    # its negated max: the bias as it is, f reading c x at scale 1; no [P, 1] multiply.
     rescaled_in_place = set()
     computed = {op.results[0] for op in compute}
     for op in bias_only:
-        x = scaled[scaled_names[op.operands[0]]][0]
         y = scaled_names[op.operands[0]]
+        x, c = scaled[y]
         reduces_of_y = [u for v in [y] + alias_of.get(y, []) for u in users.get(v, [])
                         if u.name == "trn.reduce"]
-        if x in computed and x not in leaves and reduces_of_y == [op] and \
-                len(users.get(x, [])) == 1 and not alias_of.get(x) and \
-                x not in (yielded, output[0]) and \
+        if reduces_of_y != [op] or len(users.get(x, [])) != 1:
+            continue
+        if produce is not None and x in leaves and _power_of_two_at_most_one(c):
+            prescaled[x] = c
+        elif x in computed and not alias_of.get(x) and x not in (yielded, output[0]) and \
                 storage.get(x, U.element_type(x)) == ir.F32Type.get():
             rescaled_in_place.add(x)
     safe_exp = {act: select for select, (_, act, _) in safe.items()}
-    folded |= {cond for cond, _, _ in safe.values()}
+    folded |= safe_tests
     safe_div = {div: select for select, (_, _, div) in safe.items()}
     unread = {select.operands[1] for select in safe if all(u in safe for u in
                                                              users[select.operands[1]])}
@@ -361,6 +354,10 @@ def lower_rows(em: Emitter, body: list[ir.Operation], views: dict,
                 if op in biased or op in accumulated:
                     scale = U.float_attr(op, "scale")
                     bias = None
+                    # (_safe_softmax: a row all -inf gets the largest float as its bias, not
+                    # +inf, so its exp is exp(-inf) = 0, not NaN.)
+                    clamp = ("min", _FLT_MAX) if op in safe_exp and guarded else \
+                        ("bypass", 0.0)
                     if op not in biased:
                         source = operand(op.operands[0])
                     elif biased[op].operands[0] in scaled_names:
@@ -368,9 +365,6 @@ def lower_rows(em: Emitter, body: list[ir.Operation], views: dict,
                         x, scale = scaled[scaled_names[sub.operands[0]]]
                         source = operand(x)
                         m = broadcast_of[sub.operands[1]]
-                        # (_safe_softmax: see below)
-                        clamp = ("min", _FLT_MAX) if op in safe_exp and guarded else \
-                            ("bypass", 0.0)
                         if x in negated_max and clamp[0] == "bypass":   # c x already
                             scale, bias = 1.0, negated_max[x]
                         elif x in negated_max:
@@ -385,10 +379,6 @@ def lower_rows(em: Emitter, body: list[ir.Operation], views: dict,
                         sub = biased[op]
                         source = operand(sub.operands[0])
                         bias = em.alloc("sbuf", pn, 1, ir.F32Type.get())
-                        # (_safe_softmax: a row all -inf gets the largest float, not +inf,
-                        # so its exp is exp(-inf) = 0, not NaN.)
-                        clamp = ("min", _FLT_MAX) if op in safe_exp and guarded else \
-                            ("bypass", 0.0)
                         em.tensor_scalar(bias, tiles[broadcast_of[sub.operands[1]]], "mul",
                                          -scale, op1=clamp[0], operand1=clamp[1])
                     if U.float_attr(op, "bias") != 0.0:

@@ -464,7 +464,7 @@ def list_schedule(decoded: list[_Decoded], preds: list[list[int]],
     order: list[int] = []
     chosen_queue: dict[int, int] = {}
     # When some queue could next start a transfer (its previous one ends within the latency)
-    queue_free = [0.0]
+    queue_free = 0.0
 
     def dma_plan(ready: float, duration: float) -> tuple[float, float, int]:
         best = None
@@ -480,7 +480,7 @@ def list_schedule(decoded: list[_Decoded], preds: list[list[int]],
         # (What is available became ready by an earlier start.)
         ready = 0.0 if available.get(engine) else pending[engine][0][0]
         if engine == "dma":
-            return max(ready, queue_free[0])
+            return max(ready, queue_free)
         return max(ready, engine_free.get(engine, 0.0))
 
     while len(order) < n:
@@ -506,7 +506,7 @@ def list_schedule(decoded: list[_Decoded], preds: list[list[int]],
             issue[q] = start
             transfer_end[q] = end
             chosen_queue[i] = q
-            queue_free[0] = min(max(issue[p], transfer_end[p] - latency) for p in range(queues))
+            queue_free = min(max(issue[p], transfer_end[p] - latency) for p in range(queues))
         else:
             end = max(start, ready_at[i]) + costs[i]
             engine_free[engine] = end

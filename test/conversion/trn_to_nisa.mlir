@@ -1554,7 +1554,7 @@ func.func @attention_last_key_seen(%q: tensor<1x128x64xbf16>, %kt: tensor<1x64x2
 // -----
 
 // Tests that the keys stay whole where the row part is not a softmax the analysis knows
-// (e * sum instead of e / sum; masked_key_width proves softmax's ops only): 256-key scores.
+// (e * sum instead of e / sum; constant_mask_hooks proves softmax's ops only): 256-key scores.
 // CHECK-LABEL: func.func @attention_masked_not_softmax
 // CHECK: "nisa.matmul"({{.*}} : (memref<128x256xf32, "psum">
 func.func @attention_masked_not_softmax(%q: tensor<1x128x64xbf16>, %kt: tensor<1x64x256xbf16>, %v: tensor<1x256x64xbf16>) -> tensor<1x128x64xbf16> {
