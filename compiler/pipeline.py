@@ -62,6 +62,8 @@ class CompileOptions:
     # mask lets some row of each query tile see, and adds a 0/-inf mask before the scaling
     # only where it is not 0
     attention_masked_keys: bool = True
+    # trn-plan-memory oldest-freed: SBUF bytes whose last use ended earliest are reused first
+    sbuf_oldest_freed: bool = True
     # neuron-tune's database, read by trn-tile (default: TORCHNEURON_TUNING_DB when set; taken
     # at construction so that the persistent compile cache keys on it).
     tuning_db: str = dataclasses.field(default_factory=lambda: config.TUNING_DB.get() or "")
@@ -116,7 +118,9 @@ def stages(options: CompileOptions) -> list[Stage]:
               f"convert-linalg-to-trn,{fuse},{layout}{order}trn-tile{{target={target}{db}}}"),
         Stage("isa", "tile into instructions, place buffers, synchronise engines",
               f"convert-trn-to-nisa{{target={target} masked-keys="
-              f"{str(options.attention_masked_keys).lower()}}},trn-plan-memory,trn-schedule"),
+              f"{str(options.attention_masked_keys).lower()}}},"
+              f"trn-plan-memory{{oldest-freed={str(options.sbuf_oldest_freed).lower()}}},"
+              "trn-schedule"),
     ]
 
 

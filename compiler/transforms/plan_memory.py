@@ -2,10 +2,15 @@
 
 Liveness is taken in program order (from a buffer's first to its last use). SBUF tiles get a
 byte range of every partition; PSUM tiles a range inside one 2 KiB bank (a matmul accumulation
-group must not straddle banks); HBM scratch a range of the scratch arena. Among free blocks
-that fit, the one freed longest ago is reused, so consecutive loop iterations land in different
-buffers and the next tile's DMA can overlap this tile's compute (multi-buffering) without the
-schedule having to wait for the reuse.
+group must not straddle banks); HBM scratch a range of the scratch arena. Reusing bytes makes
+the new buffer's first writer wait for the old buffer's last reader, so memory freed long ago
+is reused first: consecutive loop iterations land in different buffers and the next tile's
+DMA can overlap this tile's compute (multi-buffering) without the schedule having to wait for
+the reuse. In SBUF the bytes taken are those whose most recent use ended earliest in program
+order (`OldestFreedArena`): a kernel that follows a long one then reuses the bytes that one
+finished with first, not the ones it reads until its end, and so can start while it runs.
+PSUM and HBM scratch rotate through their space (`Arena`, `Banks`); option `oldest-freed=false`
+makes SBUF rotate too.
 
 Peak use is recorded on the function (`nisa.sbuf_bytes`, `nisa.psum_bytes`,
 `nisa.scratch_bytes`, bytes per partition for the on-chip memories).
@@ -15,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 
+import numpy as np
 from torch_mlir import ir
 
 from torchneuron.compiler import ir_utils as U
@@ -32,12 +38,15 @@ class PlanMemory(Pass):
     NAME = "trn-plan-memory"
     SUMMARY = "Assign SBUF/PSUM/HBM-scratch addresses to nisa.alloc buffers by liveness"
     target: str = ""
+    # SBUF bytes whose last use ended earliest are reused first (false: SBUF rotates, as PSUM
+    # and HBM scratch do).
+    oldest_freed: bool = True
 
     def run(self, module: ir.Operation) -> None:
         for func in U.functions(module):
             name = func.attributes["nisa.target"] if "nisa.target" in func.attributes else None
             target = get_target(self.target or (ir.StringAttr(name).value if name else None))
-            plan_function(func, target)
+            plan_function(func, target, self.oldest_freed)
 
 
 class Arena:
@@ -83,6 +92,49 @@ class Arena:
         self.free = merged
 
 
+class OldestFreedArena:
+    """[0, capacity) as granules of `_ALIGN["sbuf"]` bytes, each stamped with when it was last
+    freed (a count of releases; -1: never used). An allocation takes the run of whole granules
+    whose most recently freed granule was freed longest ago, the lowest such run among equals:
+    the reuse whose previous reader most likely finished long before. Exact over every run,
+    in a few numpy passes per allocation (a sliding maximum by doubling)."""
+
+    _TAKEN = np.iinfo(np.int64).max
+
+    def __init__(self, capacity: int, granule: int):
+        self.granule = granule
+        self.stamps = np.full(capacity // granule, -1, np.int64)
+        self.releases = 0
+        self.peak = 0
+
+    def allocate(self, size: int, align: int) -> int | None:
+        if self.granule % align:
+            raise ValueError(f"alignment {align} does not divide the {self.granule}-byte "
+                             "granule")
+        width = max(1, -(-size // self.granule))
+        newest = self.stamps          # newest[g]: the newest stamp of granules g .. g+span-1
+        if width > len(newest):
+            return None
+        span = 1
+        while span * 2 <= width:
+            newest = np.maximum(newest[:-span], newest[span:])
+            span *= 2
+        if span < width:
+            newest = np.maximum(newest[:len(newest) - (width - span)], newest[width - span:])
+        first = int(np.argmin(newest))
+        if newest[first] == self._TAKEN:
+            return None
+        self.stamps[first:first + width] = self._TAKEN
+        start = first * self.granule
+        self.peak = max(self.peak, start + size)
+        return start
+
+    def release(self, start: int, size: int) -> None:
+        self.releases += 1
+        first = start // self.granule
+        self.stamps[first:first + max(1, -(-size // self.granule))] = self.releases
+
+
 class Banks:
     """PSUM: a tile lives inside one bank; banks are tried round-robin so that consecutive
     accumulation groups use different banks."""
@@ -107,7 +159,7 @@ class Banks:
         self.banks[address // self.bank_bytes].release(address % self.bank_bytes, size)
 
 
-def plan_function(func: ir.Operation, target) -> None:
+def plan_function(func: ir.Operation, target, oldest_freed: bool = True) -> None:
     ops = U.body_ops(func)
     allocs = [op for op in ops if op.name == "nisa.alloc"]
     first: dict = {}
@@ -128,7 +180,8 @@ def plan_function(func: ir.Operation, target) -> None:
 
     bank = target.psum_bank_bytes
     memories = {
-        "sbuf": Arena(target.sbuf_partition_bytes),
+        "sbuf": OldestFreedArena(target.sbuf_partition_bytes, _ALIGN["sbuf"]) if oldest_freed
+        else Arena(target.sbuf_partition_bytes),
         "psum": Banks(target.psum_banks, bank),
         "hbm": Arena(None),
     }

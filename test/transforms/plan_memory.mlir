@@ -1,4 +1,5 @@
 // RUN: neuron-opt --split-input-file --trn-plan-memory %s | FileCheck %s
+// RUN: neuron-opt --split-input-file --trn-plan-memory="oldest-freed=false" %s | FileCheck %s --check-prefix=ROTATE
 // RUN: not neuron-opt --trn-plan-memory %S/Inputs/plan_memory-invalid.mlir 2>&1 | FileCheck %s --check-prefix=ERR
 
 // Tests that tiles live at the same time get disjoint SBUF ranges, that a tile allocated
@@ -39,6 +40,32 @@ func.func @psum_and_scratch() attributes {nisa.target = "trn2"} {
   %t = "nisa.alloc"() {memory = "sbuf"} : () -> memref<128x128xf32, "sbuf">
   "nisa.memset"(%t) {engine = "pool", value = 0.0 : f32, aps = [array<i64: 0, 128, 128, 1, 128>]} : (memref<128x128xf32, "sbuf">) -> ()
   "nisa.dma"(%s, %t) {engine = "dma", queue = 0 : i64, aps = [array<i64: 0, 128, 128, 1, 128>, array<i64: 0, 128, 128, 1, 128>]} : (memref<128x128xf32, "hbm">, memref<128x128xf32, "sbuf">) -> ()
+  return
+}
+
+// -----
+
+// Tests that SBUF bytes freed longest ago are reused first: %b's last use comes before %a's,
+// so %c, which fits only in bytes one of them held, takes %b's; with oldest-freed=false the
+// allocator rotates back to the lowest free bytes, %a's, whose last reader ran later.
+// CHECK-LABEL: func.func @oldest_freed_reused_first
+// CHECK: "nisa.alloc"() {address = 0 : i64, memory = "sbuf"}
+// CHECK: "nisa.alloc"() {address = 114688 : i64, memory = "sbuf"}
+// CHECK: "nisa.alloc"() {address = 114688 : i64, memory = "sbuf"}
+// ROTATE-LABEL: func.func @oldest_freed_reused_first
+// ROTATE: "nisa.alloc"() {address = 0 : i64, memory = "sbuf"}
+// ROTATE: "nisa.alloc"() {address = 114688 : i64, memory = "sbuf"}
+// ROTATE: "nisa.alloc"() {address = 0 : i64, memory = "sbuf"}
+func.func @oldest_freed_reused_first(%x: memref<128x28672xf32, "hbm">) attributes {nisa.target = "trn2"} {
+  %a = "nisa.alloc"() {memory = "sbuf"} : () -> memref<128x28672xf32, "sbuf">
+  %b = "nisa.alloc"() {memory = "sbuf"} : () -> memref<128x28672xf32, "sbuf">
+  "nisa.dma"(%a, %x) {engine = "dma", queue = 0 : i64, aps = [array<i64: 0, 28672, 128, 1, 28672>, array<i64: 0, 28672, 128, 1, 28672>]} : (memref<128x28672xf32, "sbuf">, memref<128x28672xf32, "hbm">) -> ()
+  "nisa.dma"(%b, %x) {engine = "dma", queue = 1 : i64, aps = [array<i64: 0, 28672, 128, 1, 28672>, array<i64: 0, 28672, 128, 1, 28672>]} : (memref<128x28672xf32, "sbuf">, memref<128x28672xf32, "hbm">) -> ()
+  "nisa.dma"(%x, %b) {engine = "dma", queue = 2 : i64, aps = [array<i64: 0, 28672, 128, 1, 28672>, array<i64: 0, 28672, 128, 1, 28672>]} : (memref<128x28672xf32, "hbm">, memref<128x28672xf32, "sbuf">) -> ()
+  "nisa.dma"(%x, %a) {engine = "dma", queue = 3 : i64, aps = [array<i64: 0, 28672, 128, 1, 28672>, array<i64: 0, 28672, 128, 1, 28672>]} : (memref<128x28672xf32, "hbm">, memref<128x28672xf32, "sbuf">) -> ()
+  %c = "nisa.alloc"() {memory = "sbuf"} : () -> memref<128x28672xf32, "sbuf">
+  "nisa.dma"(%c, %x) {engine = "dma", queue = 4 : i64, aps = [array<i64: 0, 28672, 128, 1, 28672>, array<i64: 0, 28672, 128, 1, 28672>]} : (memref<128x28672xf32, "sbuf">, memref<128x28672xf32, "hbm">) -> ()
+  "nisa.dma"(%x, %c) {engine = "dma", queue = 5 : i64, aps = [array<i64: 0, 28672, 128, 1, 28672>, array<i64: 0, 28672, 128, 1, 28672>]} : (memref<128x28672xf32, "hbm">, memref<128x28672xf32, "sbuf">) -> ()
   return
 }
 
