@@ -64,6 +64,8 @@ class CompileOptions:
     attention_masked_keys: bool = True
     # trn-plan-memory oldest-freed: SBUF bytes whose last use ended earliest are reused first
     sbuf_oldest_freed: bool = True
+    # trn-schedule justify: the list schedule improved by a backward and a second forward pass
+    schedule_justify: bool = True
     # neuron-tune's database, read by trn-tile (default: TORCHNEURON_TUNING_DB when set; taken
     # at construction so that the persistent compile cache keys on it).
     tuning_db: str = dataclasses.field(default_factory=lambda: config.TUNING_DB.get() or "")
@@ -120,7 +122,7 @@ def stages(options: CompileOptions) -> list[Stage]:
               f"convert-trn-to-nisa{{target={target} masked-keys="
               f"{str(options.attention_masked_keys).lower()}}},"
               f"trn-plan-memory{{oldest-freed={str(options.sbuf_oldest_freed).lower()}}},"
-              "trn-schedule"),
+              f"trn-schedule{{justify={str(options.schedule_justify).lower()}}}"),
     ]
 
 

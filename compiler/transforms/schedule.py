@@ -45,10 +45,12 @@ class Schedule(Pass):
     NAME = "trn-schedule"
     SUMMARY = "Order each engine's instructions, pick DMA queues, insert semaphores"
     reorder: bool = True
+    # After the list schedule, a backward pass and a second forward pass (list_schedule)
+    justify: bool = True
 
     def run(self, module: ir.Operation) -> None:
         for func in U.functions(module):
-            schedule_function(func, self.reorder)
+            schedule_function(func, self.reorder, self.justify)
 
 
 @dataclasses.dataclass
@@ -292,14 +294,14 @@ def box_dependencies(records: list[list[tuple]], address_range) -> list[list[int
     return preds
 
 
-def schedule_function(func: ir.Operation, reorder: bool = True) -> None:
+def schedule_function(func: ir.Operation, reorder: bool = True, justify: bool = True) -> None:
     ops = U.body_ops(func)
     decoded = [_Decoded(op) for op in ops if op.name in INSTRUCTION_OPS]
     allocs = {op.results[0]: op for op in ops if op.name == "nisa.alloc"}
     target = _target_of(func)
     preds = dependencies(decoded, allocs)
     if reorder and decoded:
-        order, queues = list_schedule(decoded, preds, target)
+        order, queues = list_schedule(decoded, preds, target, justify)
         decoded = [decoded[i] for i in order]
         _apply_order(func, ops, [d.op for d in decoded])
         # The same edges, renumbered: dependent pairs keep their order in a schedule.
@@ -414,8 +416,8 @@ def _apply_order(func: ir.Operation, ops: list[ir.Operation],
         op.move_before(terminator)
 
 
-def list_schedule(decoded: list[_Decoded], preds: list[list[int]],
-                  target) -> tuple[list[int], dict[int, int]]:
+def list_schedule(decoded: list[_Decoded], preds: list[list[int]], target,
+                  justify: bool = True) -> tuple[list[int], dict[int, int]]:
     """An order of the instructions that keeps every engine busy, by list scheduling with the
     cost model: repeatedly take the engine or DMA queue that can start an instruction soonest
     and start there, among the instructions whose predecessors are all placed and finished by
@@ -430,27 +432,59 @@ def list_schedule(decoded: list[_Decoded], preds: list[list[int]],
     one committed far ahead, such as a load of a later kernel's weights, would hold up a
     more urgent DMA that becomes ready in the meantime; committed as queues free up, the
     urgent one overtakes the loads not yet given a queue.
-    Returns the order and, per DMA, its queue (also set on the op)."""
-    import heapq
 
+    Ranks ignore that engines are shared. With `justify`, the schedule is then improved as
+    in forward-backward improvement of resource-constrained schedules: the same list
+    scheduling run backwards in time from the end (`_backward_pass`, latest-finishing first)
+    packs every instruction as late as its successors and its engine allow, and a second
+    forward pass takes instructions by how early that right-justified schedule starts them,
+    which accounts for the engine time the work behind them needs. The order whose
+    estimated end is earlier is kept (the first on a tie).
+    Returns the order and, per DMA, its queue (also set on the op)."""
     from torchneuron import cost_model
 
     n = len(decoded)
-    engines = [d.engine for d in decoded]
     known: dict = {}       # one target's costs: not kept beyond this schedule
     costs = [_cost(d, target, cost_model, known) for d in decoded]
     succs: list[list[int]] = [[] for _ in range(n)]
-    indegree = [len(p) for p in preds]
     for i, ps in enumerate(preds):
         for p in ps:
             succs[p].append(i)
     rank = [0.0] * n
     for i in range(n - 1, -1, -1):      # successors come later in program order
         rank[i] = costs[i] + max((rank[s] for s in succs[i]), default=0.0)
+    engines = [d.engine for d in decoded]
+    best = _forward_pass(engines, costs, preds, succs, rank, target)
+    if justify and n:
+        # (A larger reverse-time end is an earlier start in the right-justified schedule.)
+        reverse_end = _backward_pass(engines, costs, preds, succs, best.finish, target)
+        second = _forward_pass(engines, costs, preds, succs, reverse_end, target)
+        if second.makespan < best.makespan:
+            best = second
+    for i, q in best.queues.items():
+        decoded[i].op.attributes["queue"] = U.i64(q)
+    return best.order, best.queues
+
+
+@dataclasses.dataclass
+class _ListSchedule:
+    order: list[int]
+    queues: dict[int, int]         # DMA -> its queue
+    finish: list[float]            # estimated end of each instruction, ns
+    makespan: float
+
+
+def _forward_pass(engines: list[str], costs: list[float], preds: list[list[int]],
+                  succs: list[list[int]], priority: list[float], target) -> _ListSchedule:
+    """List scheduling (see list_schedule), the highest `priority` first among the ready."""
+    import heapq
+
+    n = len(engines)
+    indegree = [len(p) for p in preds]
     ready_at = [0.0] * n
     finish = [0.0] * n
     # Per engine: instructions whose predecessors are placed, by ready time, and those of
-    # them already taken into account as ready by the engine's next start, by rank.
+    # them already taken into account as ready by the engine's next start, by priority.
     pending: dict[str, list[tuple[float, int]]] = {}
     available: dict[str, list[tuple[float, int]]] = {}
     for i in range(n):
@@ -499,7 +533,7 @@ def list_schedule(decoded: list[_Decoded], preds: list[list[int]],
         ranked = available.setdefault(engine, [])
         while heap and heap[0][0] <= start:
             _, i = heapq.heappop(heap)
-            heapq.heappush(ranked, (-rank[i], i))
+            heapq.heappush(ranked, (-priority[i], i))
         _, i = heapq.heappop(ranked)
         if engine == "dma":
             start, end, q = dma_plan(ready_at[i], costs[i])
@@ -517,9 +551,63 @@ def list_schedule(decoded: list[_Decoded], preds: list[list[int]],
             indegree[s] -= 1
             if indegree[s] == 0:
                 heapq.heappush(pending.setdefault(engines[s], []), (ready_at[s], s))
-    for i, q in chosen_queue.items():
-        decoded[i].op.attributes["queue"] = U.i64(q)
-    return order, chosen_queue
+    return _ListSchedule(order, chosen_queue, finish, max(finish, default=0.0))
+
+
+def _backward_pass(engines: list[str], costs: list[float], preds: list[list[int]],
+                   succs: list[list[int]], finish: list[float], target) -> list[float]:
+    """List scheduling in reverse time on the reversed dependencies: an instruction is placed
+    once all its successors are, the one that finishes latest in `finish` first, each engine
+    one instruction at a time and the DMAs on the target's queues, a DMA's fixed latency
+    between its transfer and its predecessors. Returns each instruction's end in reverse
+    time (its start, counted back from the end of the right-justified schedule)."""
+    import heapq
+
+    n = len(engines)
+    outdegree = [len(s) for s in succs]
+    latency = target.dma_latency_ns
+    ready_at = [0.0] * n
+    reverse_end = [0.0] * n
+    pending: dict[str, list[tuple[float, int]]] = {}
+    available: dict[str, list[tuple[float, int]]] = {}
+    for i in range(n):
+        if outdegree[i] == 0:
+            heapq.heappush(pending.setdefault(engines[i], []), (0.0, i))
+    engine_free: dict[str, float] = {}
+    queue_free = [0.0] * target.dma_queues
+    for _ in range(n):
+        best = None
+        for engine in pending:
+            if not pending.get(engine) and not available.get(engine):
+                continue
+            ready = 0.0 if available.get(engine) else pending[engine][0][0]
+            free = min(queue_free) if engine == "dma" else engine_free.get(engine, 0.0)
+            start = max(ready, free)
+            if best is None or start < best[0]:
+                best = (start, engine)
+        start, engine = best
+        heap = pending.setdefault(engine, [])
+        ranked = available.setdefault(engine, [])
+        while heap and heap[0][0] <= start:
+            _, i = heapq.heappop(heap)
+            heapq.heappush(ranked, (-finish[i], i))
+        _, i = heapq.heappop(ranked)
+        if engine == "dma":
+            q = min(range(len(queue_free)), key=queue_free.__getitem__)
+            end = max(queue_free[q], ready_at[i]) + costs[i]
+            queue_free[q] = end
+            done = end + latency
+        else:
+            end = max(start, ready_at[i]) + costs[i]
+            engine_free[engine] = end
+            done = end
+        reverse_end[i] = end
+        for p in preds[i]:
+            ready_at[p] = max(ready_at[p], done)
+            outdegree[p] -= 1
+            if outdegree[p] == 0:
+                heapq.heappush(pending.setdefault(engines[p], []), (ready_at[p], p))
+    return reverse_end
 
 
 def _cost(decoded: _Decoded, target, cost_model, known: dict) -> float:

@@ -1,5 +1,6 @@
 // RUN: neuron-opt --split-input-file --trn-schedule="reorder=false" %s | FileCheck %s
 // RUN: neuron-opt --split-input-file --trn-schedule %S/Inputs/schedule-reorder.mlir | FileCheck %S/Inputs/schedule-reorder.mlir --check-prefix=REORDER
+// RUN: neuron-opt --split-input-file --trn-schedule="justify=false" %S/Inputs/schedule-reorder.mlir | FileCheck %S/Inputs/schedule-reorder.mlir --check-prefix=RANKED
 // RUN: not neuron-opt --trn-schedule %S/Inputs/schedule-invalid.mlir 2>&1 | FileCheck %s --check-prefix=ERR
 
 // Tests that a consumer on another engine waits for its producer: the DMA on queue 0

@@ -107,3 +107,29 @@ func.func @urgent_dma_ahead_of_queued_loads(%x: memref<128x64xf32, "hbm">, %w: m
   "nisa.activation"(%c, %d) {engine = "act", func = "tanh", scale = 1.0 : f32, operandSegmentSizes = array<i32: 1, 1, 0, 0, 0>, aps = [array<i64: 0, 512, 128, 1, 512>, array<i64: 0, 512, 128, 1, 512>]} : (memref<128x512xf32, "sbuf">, memref<128x512xf32, "sbuf">) -> ()
   return
 }
+
+// -----
+
+// Tests that the list schedule is improved by a backward and a second forward pass
+// (justify): ranks alone run the long activation first (more work behind it), leaving PE
+// idle until the short one is done; right-justified, the short activation, whose result PE
+// transposes, goes first and the transpose overlaps the long activation. With justify=false
+// (RANKED, ../schedule.mlir) the long one stays first.
+// REORDER-LABEL: func.func @justified_short_first
+// REORDER: "nisa.activation"(%[[SHORT:.*]], %{{.*}}) {{.*}}aps = [array<i64: 0, 128, 128, 1, 128>
+// REORDER: "nisa.activation"(%{{.*}}, %{{.*}}) {{.*}}aps = [array<i64: 0, 512, 128, 1, 512>
+// REORDER: "nisa.transpose"(%{{.*}}, %[[SHORT]])
+// RANKED-LABEL: func.func @justified_short_first
+// RANKED: "nisa.activation"(%{{.*}}, %{{.*}}) {{.*}}aps = [array<i64: 0, 512, 128, 1, 512>
+// RANKED: "nisa.activation"(%{{.*}}, %{{.*}}) {{.*}}aps = [array<i64: 0, 128, 128, 1, 128>
+func.func @justified_short_first() attributes {nisa.target = "trn2"} {
+  %x = "nisa.alloc"() {memory = "sbuf", address = 0 : i64} : () -> memref<128x512xf32, "sbuf">
+  %y = "nisa.alloc"() {memory = "sbuf", address = 2048 : i64} : () -> memref<128x512xf32, "sbuf">
+  %s = "nisa.alloc"() {memory = "sbuf", address = 4096 : i64} : () -> memref<128x128xf32, "sbuf">
+  %t = "nisa.alloc"() {memory = "sbuf", address = 4608 : i64} : () -> memref<128x128xf32, "sbuf">
+  %p = "nisa.alloc"() {memory = "psum", address = 0 : i64} : () -> memref<128x128xf32, "psum">
+  "nisa.activation"(%y, %x) {engine = "act", func = "exp", scale = 1.0 : f32, operandSegmentSizes = array<i32: 1, 1, 0, 0, 0>, aps = [array<i64: 0, 512, 128, 1, 512>, array<i64: 0, 512, 128, 1, 512>]} : (memref<128x512xf32, "sbuf">, memref<128x512xf32, "sbuf">) -> ()
+  "nisa.activation"(%t, %s) {engine = "act", func = "exp", scale = 1.0 : f32, operandSegmentSizes = array<i32: 1, 1, 0, 0, 0>, aps = [array<i64: 0, 128, 128, 1, 128>, array<i64: 0, 128, 128, 1, 128>]} : (memref<128x128xf32, "sbuf">, memref<128x128xf32, "sbuf">) -> ()
+  "nisa.transpose"(%p, %t) {engine = "pe", aps = [array<i64: 0, 128, 128, 1, 128>, array<i64: 0, 128, 128, 1, 128>]} : (memref<128x128xf32, "psum">, memref<128x128xf32, "sbuf">) -> ()
+  return
+}
