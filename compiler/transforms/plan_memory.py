@@ -93,11 +93,11 @@ class Arena:
 
 
 class OldestFreedArena:
-    """[0, capacity) as granules of `_ALIGN["sbuf"]` bytes, each stamped with when it was last
-    freed (a count of releases; -1: never used). An allocation takes the run of whole granules
-    whose most recently freed granule was freed longest ago, the lowest such run among equals:
-    the reuse whose previous reader most likely finished long before. Exact over every run,
-    in a few numpy passes per allocation (a sliding maximum by doubling)."""
+    """[0, capacity) as granules of `granule` bytes (the SBUF alignment), each stamped with
+    when it was last freed (a count of releases; -1: never used). An allocation takes the run
+    of whole granules whose most recently freed granule was freed longest ago, the lowest such
+    run among equals: the reuse whose previous reader most likely finished long before. Exact
+    over every run, in a few numpy passes per allocation (a sliding maximum by doubling)."""
 
     _TAKEN = np.iinfo(np.int64).max
 

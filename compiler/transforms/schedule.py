@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
+import heapq
 
 from torch_mlir import ir
 
@@ -474,22 +475,59 @@ class _ListSchedule:
     makespan: float
 
 
+class _ReadyQueues:
+    """Per engine, the instructions whose predecessors are placed: by the time they become
+    ready (`pending`), and those already taken into account as ready by an engine's next
+    start by priority (`available`), so an engine picks its highest-priority instruction
+    among those ready when it starts."""
+
+    def __init__(self, engines: list[str], waiting_on: list[int]):
+        """`waiting_on[i]`: how many instructions i waits for to be placed; those waiting for
+        none are ready at 0."""
+        self.pending: dict[str, list[tuple[float, int]]] = {}
+        self.available: dict[str, list[tuple[float, int]]] = {}
+        for i, count in enumerate(waiting_on):
+            if count == 0:
+                self.push(engines[i], 0.0, i)
+
+    def push(self, engine: str, ready: float, i: int) -> None:
+        heapq.heappush(self.pending.setdefault(engine, []), (ready, i))
+
+    def soonest(self, free_at) -> tuple[float, str]:
+        """(start, engine): the engine that can start an instruction soonest, given when each
+        engine is free (`free_at(engine)`) and when its instructions are or become ready
+        (what is available became ready by an earlier start). Engines are tried in
+        first-use order, not a set's: ties between them must not depend on the process's
+        string hash seed, or one graph compiles differently from run to run. (An engine gets
+        an `available` entry only after its `pending` one.)"""
+        best = None
+        for engine, heap in self.pending.items():
+            if not heap and not self.available.get(engine):
+                continue
+            ready = 0.0 if self.available.get(engine) else heap[0][0]
+            start = max(ready, free_at(engine))
+            if best is None or start < best[0]:
+                best = (start, engine)
+        return best
+
+    def take(self, engine: str, start: float, priority: list[float]) -> int:
+        """The highest-priority instruction ready by `start` (ties in program order)."""
+        heap = self.pending.setdefault(engine, [])
+        ranked = self.available.setdefault(engine, [])
+        while heap and heap[0][0] <= start:
+            _, i = heapq.heappop(heap)
+            heapq.heappush(ranked, (-priority[i], i))
+        return heapq.heappop(ranked)[1]
+
+
 def _forward_pass(engines: list[str], costs: list[float], preds: list[list[int]],
                   succs: list[list[int]], priority: list[float], target) -> _ListSchedule:
     """List scheduling (see list_schedule), the highest `priority` first among the ready."""
-    import heapq
-
     n = len(engines)
     indegree = [len(p) for p in preds]
     ready_at = [0.0] * n
     finish = [0.0] * n
-    # Per engine: instructions whose predecessors are placed, by ready time, and those of
-    # them already taken into account as ready by the engine's next start, by priority.
-    pending: dict[str, list[tuple[float, int]]] = {}
-    available: dict[str, list[tuple[float, int]]] = {}
-    for i in range(n):
-        if indegree[i] == 0:
-            heapq.heappush(pending.setdefault(engines[i], []), (0.0, i))
+    ready = _ReadyQueues(engines, indegree)
     engine_free: dict[str, float] = {}
     queues = target.dma_queues
     issue = [0.0] * queues
@@ -509,32 +547,10 @@ def _forward_pass(engines: list[str], costs: list[float], preds: list[list[int]]
                 best = (start_issue, end, q)
         return best
 
-    def earliest_start(engine: str) -> float:
-        """When the engine can next start something that is or becomes ready."""
-        # (What is available became ready by an earlier start.)
-        ready = 0.0 if available.get(engine) else pending[engine][0][0]
-        if engine == "dma":
-            return max(ready, queue_free)
-        return max(ready, engine_free.get(engine, 0.0))
-
     while len(order) < n:
-        best = None
-        # In first-use order, not a set's: ties between engines must not depend on the
-        # process's string hash seed, or one graph compiles differently from run to run.
-        # (An engine gets an `available` entry only after its `pending` one.)
-        for engine in pending:
-            if not pending.get(engine) and not available.get(engine):
-                continue
-            start = earliest_start(engine)
-            if best is None or start < best[0]:
-                best = (start, engine)
-        start, engine = best
-        heap = pending.setdefault(engine, [])
-        ranked = available.setdefault(engine, [])
-        while heap and heap[0][0] <= start:
-            _, i = heapq.heappop(heap)
-            heapq.heappush(ranked, (-priority[i], i))
-        _, i = heapq.heappop(ranked)
+        start, engine = ready.soonest(
+            lambda e: queue_free if e == "dma" else engine_free.get(e, 0.0))
+        i = ready.take(engine, start, priority)
         if engine == "dma":
             start, end, q = dma_plan(ready_at[i], costs[i])
             issue[q] = start
@@ -550,7 +566,7 @@ def _forward_pass(engines: list[str], costs: list[float], preds: list[list[int]]
             ready_at[s] = max(ready_at[s], end)
             indegree[s] -= 1
             if indegree[s] == 0:
-                heapq.heappush(pending.setdefault(engines[s], []), (ready_at[s], s))
+                ready.push(engines[s], ready_at[s], s)
     return _ListSchedule(order, chosen_queue, finish, max(finish, default=0.0))
 
 
@@ -561,37 +577,18 @@ def _backward_pass(engines: list[str], costs: list[float], preds: list[list[int]
     one instruction at a time and the DMAs on the target's queues, a DMA's fixed latency
     between its transfer and its predecessors. Returns each instruction's end in reverse
     time (its start, counted back from the end of the right-justified schedule)."""
-    import heapq
-
     n = len(engines)
     outdegree = [len(s) for s in succs]
     latency = target.dma_latency_ns
     ready_at = [0.0] * n
     reverse_end = [0.0] * n
-    pending: dict[str, list[tuple[float, int]]] = {}
-    available: dict[str, list[tuple[float, int]]] = {}
-    for i in range(n):
-        if outdegree[i] == 0:
-            heapq.heappush(pending.setdefault(engines[i], []), (0.0, i))
+    ready = _ReadyQueues(engines, outdegree)
     engine_free: dict[str, float] = {}
     queue_free = [0.0] * target.dma_queues
     for _ in range(n):
-        best = None
-        for engine in pending:
-            if not pending.get(engine) and not available.get(engine):
-                continue
-            ready = 0.0 if available.get(engine) else pending[engine][0][0]
-            free = min(queue_free) if engine == "dma" else engine_free.get(engine, 0.0)
-            start = max(ready, free)
-            if best is None or start < best[0]:
-                best = (start, engine)
-        start, engine = best
-        heap = pending.setdefault(engine, [])
-        ranked = available.setdefault(engine, [])
-        while heap and heap[0][0] <= start:
-            _, i = heapq.heappop(heap)
-            heapq.heappush(ranked, (-finish[i], i))
-        _, i = heapq.heappop(ranked)
+        start, engine = ready.soonest(
+            lambda e: min(queue_free) if e == "dma" else engine_free.get(e, 0.0))
+        i = ready.take(engine, start, finish)
         if engine == "dma":
             q = min(range(len(queue_free)), key=queue_free.__getitem__)
             end = max(queue_free[q], ready_at[i]) + costs[i]
@@ -606,7 +603,7 @@ def _backward_pass(engines: list[str], costs: list[float], preds: list[list[int]
             ready_at[p] = max(ready_at[p], done)
             outdegree[p] -= 1
             if outdegree[p] == 0:
-                heapq.heappush(pending.setdefault(engines[p], []), (ready_at[p], p))
+                ready.push(engines[p], ready_at[p], p)
     return reverse_end
 
 
