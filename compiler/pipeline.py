@@ -62,8 +62,8 @@ class CompileOptions:
     # mask lets some row of each query tile see, and adds a 0/-inf mask before the scaling
     # only where it is not 0
     attention_masked_keys: bool = True
-    # trn-plan-memory oldest-freed: SBUF bytes whose last use ended earliest are reused first
-    sbuf_oldest_freed: bool = True
+    # trn-plan-memory oldest-freed: on-chip bytes whose last use ended earliest are reused first
+    onchip_oldest_freed: bool = True
     # trn-schedule justify: the list schedule improved by a backward and a second forward pass
     schedule_justify: bool = True
     # neuron-tune's database, read by trn-tile (default: TORCHNEURON_TUNING_DB when set; taken
@@ -121,7 +121,7 @@ def stages(options: CompileOptions) -> list[Stage]:
         Stage("isa", "tile into instructions, place buffers, synchronise engines",
               f"convert-trn-to-nisa{{target={target} masked-keys="
               f"{str(options.attention_masked_keys).lower()}}},"
-              f"trn-plan-memory{{oldest-freed={str(options.sbuf_oldest_freed).lower()}}},"
+              f"trn-plan-memory{{oldest-freed={str(options.onchip_oldest_freed).lower()}}},"
               f"trn-schedule{{justify={str(options.schedule_justify).lower()}}}"),
     ]
 

@@ -6,11 +6,11 @@ group must not straddle banks); HBM scratch a range of the scratch arena. Reusin
 the new buffer's first writer wait for the old buffer's last reader, so memory freed long ago
 is reused first: consecutive loop iterations land in different buffers and the next tile's
 DMA can overlap this tile's compute (multi-buffering) without the schedule having to wait for
-the reuse. In SBUF the bytes taken are those whose most recent use ended earliest in program
-order (`OldestFreedArena`): a kernel that follows a long one then reuses the bytes that one
-finished with first, not the ones it reads until its end, and so can start while it runs.
-PSUM and HBM scratch rotate through their space (`Arena`, `Banks`); option `oldest-freed=false`
-makes SBUF rotate too.
+the reuse. On chip the bytes taken are those whose most recent use ended earliest in program
+order (`OldestFreedArena`): a kernel that follows a long one then reuses the SBUF and PSUM
+that one finished with first, not what it uses until its end, and so can start while it
+runs. HBM scratch rotates through its space (`Arena`); option `oldest-freed=false` makes SBUF
+and PSUM rotate too (`Banks`: PSUM banks round-robin).
 
 Peak use is recorded on the function (`nisa.sbuf_bytes`, `nisa.psum_bytes`,
 `nisa.scratch_bytes`, bytes per partition for the on-chip memories).
@@ -38,8 +38,8 @@ class PlanMemory(Pass):
     NAME = "trn-plan-memory"
     SUMMARY = "Assign SBUF/PSUM/HBM-scratch addresses to nisa.alloc buffers by liveness"
     target: str = ""
-    # SBUF bytes whose last use ended earliest are reused first (false: SBUF rotates, as PSUM
-    # and HBM scratch do).
+    # SBUF and PSUM bytes whose last use ended earliest are reused first (false: they rotate,
+    # as HBM scratch does).
     oldest_freed: bool = True
 
     def run(self, module: ir.Operation) -> None:
@@ -93,17 +93,21 @@ class Arena:
 
 
 class OldestFreedArena:
-    """[0, capacity) as granules of `granule` bytes (the SBUF alignment), each stamped with
-    when it was last freed (a count of releases; -1: never used). An allocation takes the run
-    of whole granules whose most recently freed granule was freed longest ago, the lowest such
-    run among equals: the reuse whose previous reader most likely finished long before. Exact
-    over every run, in a few numpy passes per allocation (a sliding maximum by doubling)."""
+    """[0, capacity) as granules of `granule` bytes (the memory's alignment), each stamped
+    with when it was last freed (a count of releases; -1: never used). An allocation takes
+    the run of whole granules whose most recently freed granule was freed longest ago, the
+    lowest such run among equals: the reuse whose previous reader most likely finished long
+    before. With `bank` (PSUM), a run stays inside one bank of that many bytes and starts at
+    a multiple of its own size rounded up to a power of two (at most a bank), so that a tile
+    shares its bytes with few earlier ones. Exact over every run, in a few numpy passes per
+    allocation (a sliding maximum by doubling)."""
 
     _TAKEN = np.iinfo(np.int64).max
 
-    def __init__(self, capacity: int, granule: int):
+    def __init__(self, capacity: int, granule: int, bank: int | None = None):
         self.granule = granule
         self.stamps = np.full(capacity // granule, -1, np.int64)
+        self.bank_granules = bank // granule if bank else None
         self.releases = 0
         self.peak = 0
 
@@ -113,7 +117,7 @@ class OldestFreedArena:
                              "granule")
         width = max(1, -(-size // self.granule))
         newest = self.stamps          # newest[g]: the newest stamp of granules g .. g+span-1
-        if width > len(newest):
+        if width > len(newest) or (self.bank_granules and width > self.bank_granules):
             return None
         span = 1
         while span * 2 <= width:
@@ -121,6 +125,11 @@ class OldestFreedArena:
             span *= 2
         if span < width:
             newest = np.maximum(newest[:len(newest) - (width - span)], newest[width - span:])
+        if self.bank_granules:
+            step = min(1 << (width - 1).bit_length(), self.bank_granules)
+            offsets = np.arange(len(newest)) % self.bank_granules
+            newest = np.where((offsets % step == 0) & (offsets + width <= self.bank_granules),
+                              newest, self._TAKEN)
         first = int(np.argmin(newest))
         if newest[first] == self._TAKEN:
             return None
@@ -182,7 +191,8 @@ def plan_function(func: ir.Operation, target, oldest_freed: bool = True) -> None
     memories = {
         "sbuf": OldestFreedArena(target.sbuf_partition_bytes, _ALIGN["sbuf"]) if oldest_freed
         else Arena(target.sbuf_partition_bytes),
-        "psum": Banks(target.psum_banks, bank),
+        "psum": OldestFreedArena(target.psum_banks * bank, _ALIGN["psum"], bank)
+        if oldest_freed else Banks(target.psum_banks, bank),
         "hbm": Arena(None),
     }
     starts: dict[int, list[ir.Operation]] = {}

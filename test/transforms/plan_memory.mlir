@@ -69,4 +69,45 @@ func.func @oldest_freed_reused_first(%x: memref<128x28672xf32, "hbm">) attribute
   return
 }
 
+// -----
+
+// Tests that PSUM, too, reuses the bytes freed longest ago: with all eight banks taken, %t3
+// dies before %t0, so %n takes %t3's bank (6144); with oldest-freed=false the banks rotate
+// and %n takes the next free one after %t7's, %t0's (0).
+// CHECK-LABEL: func.func @psum_oldest_freed
+// CHECK-COUNT-8: "nisa.alloc"() {address = {{[0-9]+}} : i64, memory = "psum"}
+// CHECK: "nisa.alloc"() {address = 6144 : i64, memory = "psum"}
+// ROTATE-LABEL: func.func @psum_oldest_freed
+// ROTATE-COUNT-8: "nisa.alloc"() {address = {{[0-9]+}} : i64, memory = "psum"}
+// ROTATE: "nisa.alloc"() {address = 0 : i64, memory = "psum"}
+func.func @psum_oldest_freed() attributes {nisa.target = "trn2"} {
+  %t0 = "nisa.alloc"() {memory = "psum"} : () -> memref<128x512xf32, "psum">
+  %t1 = "nisa.alloc"() {memory = "psum"} : () -> memref<128x512xf32, "psum">
+  %t2 = "nisa.alloc"() {memory = "psum"} : () -> memref<128x512xf32, "psum">
+  %t3 = "nisa.alloc"() {memory = "psum"} : () -> memref<128x512xf32, "psum">
+  %t4 = "nisa.alloc"() {memory = "psum"} : () -> memref<128x512xf32, "psum">
+  %t5 = "nisa.alloc"() {memory = "psum"} : () -> memref<128x512xf32, "psum">
+  %t6 = "nisa.alloc"() {memory = "psum"} : () -> memref<128x512xf32, "psum">
+  %t7 = "nisa.alloc"() {memory = "psum"} : () -> memref<128x512xf32, "psum">
+  %n = "nisa.alloc"() {memory = "psum"} : () -> memref<128x512xf32, "psum">
+  "nisa.memset"(%t0) {engine = "dve", value = 0.0 : f32, aps = [array<i64: 0, 512, 128, 1, 512>]} : (memref<128x512xf32, "psum">) -> ()
+  "nisa.memset"(%t1) {engine = "dve", value = 0.0 : f32, aps = [array<i64: 0, 512, 128, 1, 512>]} : (memref<128x512xf32, "psum">) -> ()
+  "nisa.memset"(%t2) {engine = "dve", value = 0.0 : f32, aps = [array<i64: 0, 512, 128, 1, 512>]} : (memref<128x512xf32, "psum">) -> ()
+  "nisa.memset"(%t3) {engine = "dve", value = 0.0 : f32, aps = [array<i64: 0, 512, 128, 1, 512>]} : (memref<128x512xf32, "psum">) -> ()
+  "nisa.memset"(%t4) {engine = "dve", value = 0.0 : f32, aps = [array<i64: 0, 512, 128, 1, 512>]} : (memref<128x512xf32, "psum">) -> ()
+  "nisa.memset"(%t5) {engine = "dve", value = 0.0 : f32, aps = [array<i64: 0, 512, 128, 1, 512>]} : (memref<128x512xf32, "psum">) -> ()
+  "nisa.memset"(%t6) {engine = "dve", value = 0.0 : f32, aps = [array<i64: 0, 512, 128, 1, 512>]} : (memref<128x512xf32, "psum">) -> ()
+  "nisa.memset"(%t7) {engine = "dve", value = 0.0 : f32, aps = [array<i64: 0, 512, 128, 1, 512>]} : (memref<128x512xf32, "psum">) -> ()
+  "nisa.memset"(%t3) {engine = "dve", value = 0.0 : f32, aps = [array<i64: 0, 512, 128, 1, 512>]} : (memref<128x512xf32, "psum">) -> ()
+  "nisa.memset"(%t0) {engine = "dve", value = 0.0 : f32, aps = [array<i64: 0, 512, 128, 1, 512>]} : (memref<128x512xf32, "psum">) -> ()
+  "nisa.memset"(%n) {engine = "dve", value = 0.0 : f32, aps = [array<i64: 0, 512, 128, 1, 512>]} : (memref<128x512xf32, "psum">) -> ()
+  "nisa.memset"(%t1) {engine = "dve", value = 0.0 : f32, aps = [array<i64: 0, 512, 128, 1, 512>]} : (memref<128x512xf32, "psum">) -> ()
+  "nisa.memset"(%t2) {engine = "dve", value = 0.0 : f32, aps = [array<i64: 0, 512, 128, 1, 512>]} : (memref<128x512xf32, "psum">) -> ()
+  "nisa.memset"(%t4) {engine = "dve", value = 0.0 : f32, aps = [array<i64: 0, 512, 128, 1, 512>]} : (memref<128x512xf32, "psum">) -> ()
+  "nisa.memset"(%t5) {engine = "dve", value = 0.0 : f32, aps = [array<i64: 0, 512, 128, 1, 512>]} : (memref<128x512xf32, "psum">) -> ()
+  "nisa.memset"(%t6) {engine = "dve", value = 0.0 : f32, aps = [array<i64: 0, 512, 128, 1, 512>]} : (memref<128x512xf32, "psum">) -> ()
+  "nisa.memset"(%t7) {engine = "dve", value = 0.0 : f32, aps = [array<i64: 0, 512, 128, 1, 512>]} : (memref<128x512xf32, "psum">) -> ()
+  return
+}
+
 // ERR: plan_memory-invalid.mlir:{{[0-9]+}}:{{[0-9]+}}: error: trn-plan-memory: out of SBUF: a tile needs 240000 more bytes per partition; trn2 has 229376 per partition and live tiles already reach 0
