@@ -493,22 +493,27 @@ class _ReadyQueues:
     def push(self, engine: str, ready: float, i: int) -> None:
         heapq.heappush(self.pending.setdefault(engine, []), (ready, i))
 
-    def soonest(self, free_at) -> tuple[float, str]:
+    def soonest(self, engine_free: dict[str, float], dma_free: float) -> tuple[float, str]:
         """(start, engine): the engine that can start an instruction soonest, given when each
-        engine is free (`free_at(engine)`) and when its instructions are or become ready
-        (what is available became ready by an earlier start). Engines are tried in
-        first-use order, not a set's: ties between them must not depend on the process's
-        string hash seed, or one graph compiles differently from run to run. (An engine gets
-        an `available` entry only after its `pending` one.)"""
-        best = None
+        engine is free (`engine_free`, the DMA queues: `dma_free`) and when its instructions
+        are or become ready (what is available became ready by an earlier start). Engines
+        are tried in first-use order, not a set's: ties between them must not depend on the
+        process's string hash seed, or one graph compiles differently from run to run. (An
+        engine gets an `available` entry only after its `pending` one.)"""
+        best_start, best_engine = None, None
+        available = self.available
         for engine, heap in self.pending.items():
-            if not heap and not self.available.get(engine):
+            if available.get(engine):
+                ready = 0.0
+            elif heap:
+                ready = heap[0][0]
+            else:
                 continue
-            ready = 0.0 if self.available.get(engine) else heap[0][0]
-            start = max(ready, free_at(engine))
-            if best is None or start < best[0]:
-                best = (start, engine)
-        return best
+            free = dma_free if engine == "dma" else engine_free.get(engine, 0.0)
+            start = ready if ready > free else free
+            if best_start is None or start < best_start:
+                best_start, best_engine = start, engine
+        return best_start, best_engine
 
     def take(self, engine: str, start: float, priority: list[float]) -> int:
         """The highest-priority instruction ready by `start` (ties in program order)."""
@@ -548,8 +553,7 @@ def _forward_pass(engines: list[str], costs: list[float], preds: list[list[int]]
         return best
 
     while len(order) < n:
-        start, engine = ready.soonest(
-            lambda e: queue_free if e == "dma" else engine_free.get(e, 0.0))
+        start, engine = ready.soonest(engine_free, queue_free)
         i = ready.take(engine, start, priority)
         if engine == "dma":
             start, end, q = dma_plan(ready_at[i], costs[i])
@@ -563,7 +567,8 @@ def _forward_pass(engines: list[str], costs: list[float], preds: list[list[int]]
         finish[i] = end
         order.append(i)
         for s in succs[i]:
-            ready_at[s] = max(ready_at[s], end)
+            if end > ready_at[s]:
+                ready_at[s] = end
             indegree[s] -= 1
             if indegree[s] == 0:
                 ready.push(engines[s], ready_at[s], s)
@@ -586,8 +591,7 @@ def _backward_pass(engines: list[str], costs: list[float], preds: list[list[int]
     engine_free: dict[str, float] = {}
     queue_free = [0.0] * target.dma_queues
     for _ in range(n):
-        start, engine = ready.soonest(
-            lambda e: min(queue_free) if e == "dma" else engine_free.get(e, 0.0))
+        start, engine = ready.soonest(engine_free, min(queue_free))
         i = ready.take(engine, start, finish)
         if engine == "dma":
             q = min(range(len(queue_free)), key=queue_free.__getitem__)
@@ -600,7 +604,8 @@ def _backward_pass(engines: list[str], costs: list[float], preds: list[list[int]
             done = end
         reverse_end[i] = end
         for p in preds[i]:
-            ready_at[p] = max(ready_at[p], done)
+            if done > ready_at[p]:
+                ready_at[p] = done
             outdegree[p] -= 1
             if outdegree[p] == 0:
                 ready.push(engines[p], ready_at[p], p)
