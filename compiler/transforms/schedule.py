@@ -476,22 +476,34 @@ class _ListSchedule:
 
 
 class _ReadyQueues:
-    """Per engine, the instructions whose predecessors are placed: by the time they become
-    ready (`pending`), and those already taken into account as ready by an engine's next
-    start by priority (`available`), so an engine picks its highest-priority instruction
-    among those ready when it starts."""
+    """A list scheduling pass's instructions that wait for nothing unplaced any more (their
+    predecessors, going forward; their successors, going backward), per engine: by the
+    time they become ready (`pending`), and those already taken into account as ready by an
+    engine's next start by priority (`available`), so an engine picks its highest-priority
+    instruction among those ready when it starts."""
 
     def __init__(self, engines: list[str], waiting_on: list[int]):
         """`waiting_on[i]`: how many instructions i waits for to be placed; those waiting for
         none are ready at 0."""
+        self.engines = engines
+        self.waiting_on = list(waiting_on)
+        self.ready_at = [0.0] * len(engines)      # when each instruction's inputs are done
         self.pending: dict[str, list[tuple[float, int]]] = {}
         self.available: dict[str, list[tuple[float, int]]] = {}
         for i, count in enumerate(waiting_on):
             if count == 0:
-                self.push(engines[i], 0.0, i)
+                heapq.heappush(self.pending.setdefault(engines[i], []), (0.0, i))
 
-    def push(self, engine: str, ready: float, i: int) -> None:
-        heapq.heappush(self.pending.setdefault(engine, []), (ready, i))
+    def placed(self, waiting: list[int], done: float) -> None:
+        """An instruction is placed, done at `done` for each of the instructions `waiting`
+        for it; one that waits for nothing more becomes pending."""
+        ready_at, waiting_on = self.ready_at, self.waiting_on
+        for s in waiting:
+            if done > ready_at[s]:
+                ready_at[s] = done
+            waiting_on[s] -= 1
+            if waiting_on[s] == 0:
+                heapq.heappush(self.pending.setdefault(self.engines[s], []), (ready_at[s], s))
 
     def soonest(self, engine_free: dict[str, float], dma_free: float) -> tuple[float, str]:
         """(start, engine): the engine that can start an instruction soonest, given when each
@@ -529,10 +541,9 @@ def _forward_pass(engines: list[str], costs: list[float], preds: list[list[int]]
                   succs: list[list[int]], priority: list[float], target) -> _ListSchedule:
     """List scheduling (see list_schedule), the highest `priority` first among the ready."""
     n = len(engines)
-    indegree = [len(p) for p in preds]
-    ready_at = [0.0] * n
     finish = [0.0] * n
-    ready = _ReadyQueues(engines, indegree)
+    ready = _ReadyQueues(engines, [len(p) for p in preds])
+    ready_at = ready.ready_at
     engine_free: dict[str, float] = {}
     queues = target.dma_queues
     issue = [0.0] * queues
@@ -566,12 +577,7 @@ def _forward_pass(engines: list[str], costs: list[float], preds: list[list[int]]
             engine_free[engine] = end
         finish[i] = end
         order.append(i)
-        for s in succs[i]:
-            if end > ready_at[s]:
-                ready_at[s] = end
-            indegree[s] -= 1
-            if indegree[s] == 0:
-                ready.push(engines[s], ready_at[s], s)
+        ready.placed(succs[i], end)
     return _ListSchedule(order, chosen_queue, finish, max(finish, default=0.0))
 
 
@@ -583,11 +589,10 @@ def _backward_pass(engines: list[str], costs: list[float], preds: list[list[int]
     between its transfer and its predecessors. Returns each instruction's end in reverse
     time (its start, counted back from the end of the right-justified schedule)."""
     n = len(engines)
-    outdegree = [len(s) for s in succs]
     latency = target.dma_latency_ns
-    ready_at = [0.0] * n
     reverse_end = [0.0] * n
-    ready = _ReadyQueues(engines, outdegree)
+    ready = _ReadyQueues(engines, [len(s) for s in succs])
+    ready_at = ready.ready_at
     engine_free: dict[str, float] = {}
     queue_free = [0.0] * target.dma_queues
     for _ in range(n):
@@ -603,12 +608,7 @@ def _backward_pass(engines: list[str], costs: list[float], preds: list[list[int]
             engine_free[engine] = end
             done = end
         reverse_end[i] = end
-        for p in preds[i]:
-            if done > ready_at[p]:
-                ready_at[p] = done
-            outdegree[p] -= 1
-            if outdegree[p] == 0:
-                ready.push(engines[p], ready_at[p], p)
+        ready.placed(preds[i], done)
     return reverse_end
 
 
