@@ -249,6 +249,25 @@ def lower_rows(em: Emitter, body: list[ir.Operation], views: dict,
         storage[deferred.numerator] = storage.get(deferred.result,
                                                   U.element_type(deferred.result))
         folded |= deferred.skipped
+    # Two constant tensor_scalar steps in a row (a variance's mean and its epsilon, x * c + e),
+    # the first's fp32 result read by the second alone: one instruction with two ALU ops, which
+    # computes each in fp32 as the two instructions did (`chained`: second -> first).
+    chained = {}
+    broadcast_sources = set(broadcast_of.values()) | set(per_row_alias.values())
+    for op in compute:
+        y = op.results[0]
+        readers = users.get(y, [])
+        if op.name != "trn.tensor_scalar" or op in folded or len(readers) != 1 or \
+                y in (yielded, output[0]) or y in alias_of or y in broadcast_sources or \
+                y in scaled_names or y in prescaled or y in rescaled_in_place or \
+                storage.get(y, U.element_type(y)) != ir.F32Type.get():
+            continue
+        (second,) = readers
+        if second.name == "trn.tensor_scalar" and second not in folded and \
+                second not in safe_div and second not in chained and \
+                is_row(second.results[0]) == is_row(y):
+            chained[second] = op
+    folded |= set(chained.values())
 
     # Operands constant over K: loaded once, every partition the same row.
     resident = {v: load_leaf(em, _tile_view(leaf_views[v], layout, kept_rank, {}, 0, tp,
@@ -441,6 +460,13 @@ def lower_rows(em: Emitter, body: list[ir.Operation], views: dict,
                         emit_elementwise(em, op, [operand(v).columns(c0, cn)
                                                   for v in op.operands],
                                          dst.columns(c0, cn), consts, share=is_row(result))
+                elif op in chained:
+                    first = chained[op]
+                    em.tensor_scalar(dst, operand(first.operands[0]), U.str_attr(first, "op"),
+                                     U.float_attr(first, "scalar"),
+                                     ir.BoolAttr(first.attributes["reverse"]).value,
+                                     U.str_attr(op, "op"), U.float_attr(op, "scalar"),
+                                     ir.BoolAttr(op.attributes["reverse"]).value)
                 else:
                     # Whole-row arithmetic may go to ACT when it would finish sooner there
                     # (a square, a constant multiply or add: the same roundings); a per-row

@@ -668,6 +668,26 @@ func.func @norm_on_two_engines(%x: tensor<128x1024xf32>) -> tensor<128x1024xf32>
 
 // -----
 
+// Tests that two constant steps on a per-row value (a variance's 1/N and its epsilon), the
+// first's fp32 result read by the second alone, are one tensor_scalar with two ALU ops.
+// CHECK-LABEL: func.func @norm_variance_steps_chained
+// CHECK: "nisa.tensor_scalar"(%[[VAR:[0-9]+]], %{{[0-9]+}}) {{.*}}imm0 = 9.765625E-4 : f32, imm1 = 9.99999974E-6 : f32, op0 = "mul", op1 = "add"
+// CHECK-NOT: "nisa.tensor_scalar"
+// CHECK: "nisa.activation"(%{{[0-9]+}}, %[[VAR]]) {{.*}}func = "rsqrt"
+func.func @norm_variance_steps_chained(%x: tensor<128x1024xf32>) -> tensor<128xf32> {
+  %k = "trn.kernel"() ({
+    %sq = "trn.tensor_tensor"(%x, %x) {op = "mul"} : (tensor<128x1024xf32>, tensor<128x1024xf32>) -> tensor<128x1024xf32>
+    %ss = "trn.reduce"(%sq) {op = "add", dimensions = array<i64: 1>} : (tensor<128x1024xf32>) -> tensor<128xf32>
+    %var = "trn.tensor_scalar"(%ss) {op = "mul", scalar = 9.765625e-04 : f32, reverse = false} : (tensor<128xf32>) -> tensor<128xf32>
+    %ve = "trn.tensor_scalar"(%var) {op = "add", scalar = 1.0e-05 : f32, reverse = false} : (tensor<128xf32>) -> tensor<128xf32>
+    %r = "trn.activation"(%ve) {func = "rsqrt", scale = 1.0 : f32, bias = 0.0 : f32} : (tensor<128xf32>) -> tensor<128xf32>
+    "trn.yield"(%r) : (tensor<128xf32>) -> ()
+  }) {kind = "rows"} : () -> tensor<128xf32>
+  return %k : tensor<128xf32>
+}
+
+// -----
+
 // Tests that a norm's weight and bias, constant over the rows and read only by whole-row ops
 // against fp32 rows, are copied once into PSUM as fp32, one [128, 512] bank at a time: each
 // multiply and add then reads one input from PSUM (one cycle per element, not two), split
