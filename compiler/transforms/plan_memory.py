@@ -100,7 +100,8 @@ class OldestFreedArena:
     before. With `bank` (PSUM), a run stays inside one bank of that many bytes and starts at
     a multiple of its own size rounded up to a power of two (at most a bank), so that a tile
     shares its bytes with few earlier ones. Exact over every run, in a few numpy passes per
-    allocation (a sliding maximum by doubling)."""
+    allocation (a sliding maximum by doubling; PSUM's aligned runs, in banks of a power of two
+    granules, do not overlap, so one maximum over a reshape)."""
 
     _TAKEN = np.iinfo(np.int64).max
 
@@ -108,6 +109,9 @@ class OldestFreedArena:
         self.granule = granule
         self.stamps = np.full(capacity // granule, -1, np.int64)
         self.bank_granules = bank // granule if bank else None
+        if self.bank_granules and self.bank_granules & (self.bank_granules - 1):
+            raise ValueError(f"a bank of {bank} bytes is not a power of two {granule}-byte "
+                             "granules")
         self.releases = 0
         self.peak = 0
 
@@ -116,23 +120,28 @@ class OldestFreedArena:
             raise ValueError(f"alignment {align} does not divide the {self.granule}-byte "
                              "granule")
         width = max(1, -(-size // self.granule))
-        newest = self.stamps          # newest[g]: the newest stamp of granules g .. g+span-1
-        if width > len(newest) or (self.bank_granules and width > self.bank_granules):
+        bank = self.bank_granules
+        if width > len(self.stamps) or (bank and width > bank):
             return None
-        span = 1
-        while span * 2 <= width:
-            newest = np.maximum(newest[:-span], newest[span:])
-            span *= 2
-        if span < width:
-            newest = np.maximum(newest[:len(newest) - (width - span)], newest[width - span:])
-        if self.bank_granules:
-            step = min(1 << (width - 1).bit_length(), self.bank_granules)
-            offsets = np.arange(len(newest)) % self.bank_granules
-            newest = np.where((offsets % step == 0) & (offsets + width <= self.bank_granules),
-                              newest, self._TAKEN)
+        if bank:
+            # Runs start at multiples of `step`, which divides a bank, and are no longer:
+            # each run's newest stamp is the maximum of one row of a reshape.
+            step = min(1 << (width - 1).bit_length(), bank)
+            newest = self.stamps.reshape(-1, step)[:, :width].max(axis=1)
+        else:
+            step = 1
+            newest = self.stamps      # newest[g]: the newest stamp of granules g .. g+span-1
+            span = 1
+            while span * 2 <= width:
+                newest = np.maximum(newest[:-span], newest[span:])
+                span *= 2
+            if span < width:
+                newest = np.maximum(newest[:len(newest) - (width - span)],
+                                    newest[width - span:])
         first = int(np.argmin(newest))
         if newest[first] == self._TAKEN:
             return None
+        first *= step
         self.stamps[first:first + width] = self._TAKEN
         start = first * self.granule
         self.peak = max(self.peak, start + size)
