@@ -13,8 +13,10 @@ and each per-row value one [P, 1] tile:
 - operands constant over K (a norm's weight and bias) are loaded once, before the loops;
 - the scalar engine takes what it does in one pass: `f(x - m)` for a per-row m (softmax's
   exp) is one activation with bias -m, and a sum of that activation's results is
-  accumulated by the activation as it writes (no tensor_reduce); scalings by a constant go
-  to whichever of ACT and DVE has less work in the tile, so the two engines share it.
+  accumulated by the activation as it writes (no tensor_reduce), as is a sum of squares
+  (a variance's: one square activation); a per-row m read only to be subtracted (a norm's
+  mean) is made negated in the multiply that makes it; scalings by a constant go to
+  whichever of ACT and DVE has less work in the tile, so the two engines share it.
 So the rows are read from HBM once and the result written once, however many reductions and
 broadcasts the group holds.
 """
@@ -168,15 +170,35 @@ def lower_rows(em: Emitter, body: list[ir.Operation], views: dict,
             if producer is not None and producer.name == "trn.activation" and \
                     producer not in accumulated:
                 accumulated[producer] = op
-    folded = {op for op in biased.values()} | set(accumulated.values())
+    # sum(x * x) over the row (a variance's sum of squares), the squares read by nothing
+    # else: one square activation on ACT that sums its fp32 results as it writes, instead of
+    # a DVE pass to reduce them. The squares are summed as computed, not rounded to their
+    # storage type first: a fused intermediate read unrounded, as trn-fuse's other fused
+    # intermediates are (and Inductor's).
+    alias_of = {}                     # a value -> the roundings of it written in its place
+    for alias, source in aliases.items():
+        alias_of.setdefault(source, []).append(alias)
+    squares_summed = {}
+    for op in compute:
+        if op.name != "trn.reduce" or U.str_attr(op, "op") != "add":
+            continue
+        squared = aliases.get(op.operands[0], op.operands[0])
+        producer = next((p for p in compute if p.results[0] == squared), None)
+        readers = [u for v in [squared] + alias_of.get(squared, [])
+                   for u in users.get(v, []) if u.results[0] not in aliases]
+        if producer is not None and producer.name == "trn.tensor_tensor" and \
+                U.str_attr(producer, "op") == "mul" and \
+                producer.operands[0] == producer.operands[1] and readers == [op] and \
+                isinstance(U.element_type(squared), ir.FloatType) and \
+                squared not in (yielded, output[0]):
+            squares_summed[producer] = op
+    folded = {op for op in biased.values()} | set(accumulated.values()) | \
+        set(squares_summed.values())
     # y = x * c (c > 0) read only by max(y) and by f(y - m) (softmax's scaling): the max is
     # taken of x and scaled, and f reads x with the scale folded into its own (ACT applies
     # scale, then bias, each rounded to fp32, as the separate multiply and subtraction did;
     # rounding is monotonic, so max(fl(c x)) = fl(c max(x))). One pass over the row fewer.
     scaled = {}                       # y -> (x, c)
-    alias_of = {}
-    for alias, source in aliases.items():
-        alias_of.setdefault(source, []).append(alias)
     for op in compute:
         y = op.results[0]
         if op.name != "trn.tensor_scalar" or U.str_attr(op, "op") != "mul" or \
@@ -268,6 +290,35 @@ def lower_rows(em: Emitter, body: list[ir.Operation], views: dict,
                 is_row(second.results[0]) == is_row(y):
             chained[second] = op
     folded |= set(chained.values())
+
+    # A per-row value m = v * c read only to be taken from rows, x - m (a norm's mean,
+    # centring them), by an activation's bias -m (f(x - m) at scale 1) or by an identity
+    # activation or DVE op adding -m (`_per_row_op`): -m is computed in its place, v * -c in
+    # one multiply (fl(-c v) = -fl(c v) exactly, and so is its rounding to m's storage
+    # type), instead of m and then a [P, 1] negation per tile (`negated`: such m).
+    negated = set()
+    centring = {sub for act, sub in biased.items()
+                if act not in safe_exp and U.float_attr(act, "scale") == 1.0 and
+                sub.operands[0] not in scaled_names}
+    centring |= {op for op in compute
+                 if op.name == "trn.tensor_tensor" and U.str_attr(op, "op") == "sub" and
+                 op not in folded and op not in safe_div and is_row(op.results[0]) and
+                 op.operands[1] in broadcast_of and op.operands[0] not in broadcast_of}
+    for op in compute:
+        m = op.results[0]
+        if op.name != "trn.tensor_scalar" or U.str_attr(op, "op") != "mul" or \
+                ir.BoolAttr(op.attributes["reverse"]).value or is_row(m) or \
+                m in (yielded, output[0]) or op in folded or op in chained:
+            continue
+        names = {m} | set(alias_of.get(m, []))
+        names |= {r for r, v in per_row_alias.items() if v in names}
+        spread = [b for b, v in broadcast_of.items() if v in names]
+        if spread and not any(u.results[0] not in aliases for v in names
+                              for u in users.get(v, [])) and \
+                all(u in centring and u.operands[1] == b and u.operands[0] != b
+                    for b in spread for u in users.get(b, [])):
+            negated.add(m)
+    negated_names = negated | {a for m in negated for a in alias_of.get(m, [])}
 
     # Operands constant over K: loaded once, every partition the same row.
     resident = {v: load_leaf(em, _tile_view(leaf_views[v], layout, kept_rank, {}, 0, tp,
@@ -394,6 +445,9 @@ def lower_rows(em: Emitter, body: list[ir.Operation], views: dict,
                             bias = em.alloc("sbuf", pn, 1, ir.F32Type.get())
                             em.tensor_scalar(bias, tiles[m], "mul", -unscaled_by.get(m, 1.0),
                                              op1=clamp[0], operand1=clamp[1])
+                    elif broadcast_of[biased[op].operands[1]] in negated_names:
+                        source = operand(biased[op].operands[0])
+                        bias = tiles[broadcast_of[biased[op].operands[1]]]      # -m
                     else:
                         sub = biased[op]
                         source = operand(sub.operands[0])
@@ -408,6 +462,14 @@ def lower_rows(em: Emitter, body: list[ir.Operation], views: dict,
                         accum = em.alloc("sbuf", pn, 1, U.element_type(total))
                         tiles[total] = accum
                     em.activation(dst, source, U.str_attr(op, "func"), scale, bias, accum)
+                elif result in negated:
+                    em.tensor_scalar(dst, operand(op.operands[0]), "mul",
+                                     -U.float_attr(op, "scalar"))
+                elif op in squares_summed:
+                    total = squares_summed[op].results[0]
+                    accum = em.alloc("sbuf", pn, 1, storage.get(total, U.element_type(total)))
+                    tiles[total] = accum
+                    em.activation(dst, operand(op.operands[0]), "square", 1.0, None, accum)
                 elif op in safe_div:
                     select = safe_div[op]
                     total = tiles[broadcast_of[op.operands[1]]]
@@ -443,7 +505,10 @@ def lower_rows(em: Emitter, body: list[ir.Operation], views: dict,
                     lhs, rhs = op.operands
                     reverse = lhs in broadcast_of
                     row_value, per_row = (rhs, lhs) if reverse else (lhs, rhs)
-                    _per_row_op(em, dst, operand(row_value), U.str_attr(op, "op"),
+                    alu = U.str_attr(op, "op")
+                    if broadcast_of[per_row] in negated_names:      # x - m as x + (-m)
+                        alu = "add"
+                    _per_row_op(em, dst, operand(row_value), alu,
                                 tiles[broadcast_of[per_row]], reverse)
                 elif any(v in in_psum for v in op.operands):
                     for c0, chunk in in_psum[next(v for v in op.operands if v in in_psum)]:

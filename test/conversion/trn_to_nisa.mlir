@@ -430,23 +430,28 @@ func.func @zero_elements(%x: tensor<0x4xf32>) -> (tensor<0x4xf32>, tensor<2x0xf3
 // free axis. The weight, constant over the rows, is loaded once (partition stride 0) before
 // the two 128-row tiles; each tile loads its rows once, reduces them into a [P, 1] per-row
 // value (on DVE; the second tile's sum on ACT, an identity activation accumulating its
-// results, as DVE holds more work by then), subtracts it through tensor_scalar's
-// per-partition operand (no broadcast is materialised) and stores the result once.
+// results, as DVE holds more work by then), subtracts it through a per-partition operand
+// (no broadcast is materialised) and stores the result once. The mean is read only to be
+// subtracted, so it is made negated, sum * -1/N in one multiply, and added: x + (-m) is
+// x - m exactly, and with no negation to make first, the addition goes to ACT (an identity
+// activation with -m as its bias) when ACT would finish it sooner.
 // CHECK-LABEL: func.func @norm
 // CHECK-SAME: (%[[X:.*]]: memref<256x64xf32, "hbm">, %[[W:.*]]: memref<64xf32, "hbm">, %[[OUT:.*]]: memref<256x64xf32, "hbm">)
 // CHECK: "nisa.dma"(%{{.*}}, %[[W]]) {aps = [array<i64: 0, 64, 128, 1, 64>, array<i64: 0, 0, 128, 1, 64>]
 // CHECK: "nisa.dma"(%{{.*}}, %[[X]]) {aps = [array<i64: 0, 64, 128, 1, 64>, array<i64: [[ROW:[0-9]+]], 64, 128, 1, 64>]
 // CHECK-NOT: "nisa.dma"
 // CHECK: "nisa.tensor_reduce"({{.*}}op = "add"
-// CHECK: "nisa.tensor_scalar"({{.*}}op0 = "mul"
-// CHECK: "nisa.tensor_scalar"(%{{.*}}, %{{.*}}, %{{.*}}) {aps = [array<i64: 0, 64, 128, 1, 64>, array<i64: 0, 64, 128, 1, 64>, array<i64: 0, 1, 128, 1, 1>]{{.*}}op0 = "sub"
+// CHECK: "nisa.tensor_scalar"(%[[NEGM:[0-9]+]], {{.*}}imm0 = -1.562500e-02 : f32{{.*}}op0 = "mul"
+// CHECK-NOT: "nisa.tensor_scalar"
+// CHECK: "nisa.activation"(%{{[0-9]+}}, %{{[0-9]+}}, %[[NEGM]]) {{.*}}func = "identity", operandSegmentSizes = array<i32: 1, 1, 1, 0, 0>
 // CHECK: "nisa.tensor_tensor"({{.*}}op = "mul"
 // CHECK: "nisa.dma"(%[[OUT]], %{{.*}}) {aps = [array<i64: [[ROW]], 64, 128, 1, 64>
 // CHECK: "nisa.dma"(%{{.*}}, %[[X]]) {aps = [array<i64: 0, 64, 128, 1, 64>, array<i64: [[ROW2:[0-9]+]], 64, 128, 1, 64>]
 // CHECK-NOT: "nisa.dma"
 // CHECK: "nisa.activation"({{.*}}engine = "act", func = "identity", operandSegmentSizes = array<i32: 1, 1, 0, 0, 1>
-// CHECK: "nisa.tensor_scalar"({{.*}}op0 = "mul"
-// CHECK: "nisa.tensor_scalar"(%{{.*}}, %{{.*}}, %{{.*}}) {aps = [array<i64: 0, 64, 128, 1, 64>, array<i64: 0, 64, 128, 1, 64>, array<i64: 0, 1, 128, 1, 1>]{{.*}}op0 = "sub"
+// CHECK: "nisa.tensor_scalar"(%[[NEGM:[0-9]+]], {{.*}}imm0 = -1.562500e-02 : f32{{.*}}op0 = "mul"
+// CHECK-NOT: "nisa.tensor_scalar"
+// CHECK: "nisa.activation"(%{{[0-9]+}}, %{{[0-9]+}}, %[[NEGM]]) {{.*}}func = "identity", operandSegmentSizes = array<i32: 1, 1, 1, 0, 0>
 // CHECK: "nisa.tensor_tensor"({{.*}}op = "mul"
 // CHECK: "nisa.dma"(%[[OUT]], %{{.*}}) {aps = [array<i64: [[ROW2]], 64, 128, 1, 64>
 // CHECK-NOT: "nisa.dma"
@@ -469,11 +474,11 @@ func.func @norm(%x: tensor<256x64xf32>, %w: tensor<64xf32>) -> tensor<256x64xf32
 // Tests that a row-wise kernel shares whole-row arithmetic with ACT when DVE holds more
 // work: the square of the centred rows (a norm's variance) becomes ACT's square activation
 // (x * x rounded once, as DVE's multiply), while the per-row mean stays on DVE beside its
-// reduction.
+// reduction (made negated, the centring adds it on ACT).
 // CHECK-LABEL: func.func @norm_square_on_act
 // CHECK: "nisa.tensor_reduce"({{.*}}op = "add"
 // CHECK: "nisa.tensor_scalar"({{.*}}engine = "dve"{{.*}}op0 = "mul"
-// CHECK: "nisa.tensor_scalar"({{.*}}op0 = "sub"
+// CHECK: "nisa.activation"({{.*}}engine = "act", func = "identity"
 // CHECK: "nisa.activation"({{.*}}engine = "act", func = "square"
 // CHECK-NOT: "nisa.tensor_tensor"
 // CHECK: return
@@ -638,16 +643,19 @@ func.func @safe_softmax_quotient_reused(%x: tensor<128x96xf32>) -> tensor<128x96
 
 // Tests that a norm's whole-row arithmetic with a per-row value is shared with ACT, which is
 // idle beside DVE's reductions: x - mean is an identity activation whose bias is the negated
-// mean (a [P, 1] DVE multiply by -1; x + (-m) is x - m exactly), the square an activation,
-// and d * rstd an identity activation with rstd as its per-partition scale and no bias.
+// mean (read only to be subtracted, it is made negated, sum * -1/N in one multiply:
+// x + (-m) is x - m exactly), and the sum of squares one square activation that accumulates
+// its fp32 results (no tensor_reduce for it); d * rstd then goes to DVE, which has less work
+// left by then.
 // CHECK-LABEL: func.func @norm_on_two_engines
 // CHECK: "nisa.tensor_reduce"({{.*}}engine = "dve", op = "add"
-// CHECK: "nisa.tensor_scalar"(%[[MEAN:[0-9]+]], {{.*}}imm0 = 9.765625E-4
-// CHECK: "nisa.tensor_scalar"(%[[NEG:[0-9]+]], %[[MEAN]]) {{.*}}imm0 = -1.000000e+00 : f32{{.*}}op0 = "mul"
+// CHECK: "nisa.tensor_scalar"(%[[NEG:[0-9]+]], {{.*}}imm0 = -9.765625E-4 : f32{{.*}}op0 = "mul"
 // CHECK: "nisa.activation"(%[[D:[0-9]+]], %{{[0-9]+}}, %[[NEG]]) {{.*}}engine = "act", func = "identity", operandSegmentSizes = array<i32: 1, 1, 1, 0, 0>, scale = 1.000000e+00
-// CHECK: "nisa.activation"(%{{[0-9]+}}, %[[D]]) {{.*}}func = "square"
-// CHECK: "nisa.activation"(%[[RSTD:[0-9]+]], %{{[0-9]+}}) {{.*}}func = "rsqrt"
-// CHECK: "nisa.activation"(%{{[0-9]+}}, %[[D]], %[[RSTD]]) {{.*}}engine = "act", func = "identity", operandSegmentSizes = array<i32: 1, 1, 0, 1, 0>
+// CHECK: "nisa.activation"(%{{[0-9]+}}, %[[D]], %[[SS:[0-9]+]]) {{.*}}func = "square", operandSegmentSizes = array<i32: 1, 1, 0, 0, 1>
+// CHECK-NOT: "nisa.tensor_reduce"
+// CHECK: "nisa.tensor_scalar"(%[[VAR:[0-9]+]], %[[SS]]) {{.*}}imm0 = 9.765625E-4
+// CHECK: "nisa.activation"(%[[RSTD:[0-9]+]], %[[VAR]]) {{.*}}func = "rsqrt"
+// CHECK: "nisa.tensor_scalar"(%{{[0-9]+}}, %[[D]], %[[RSTD]]) {{.*}}engine = "dve"{{.*}}op0 = "mul"
 // CHECK-NOT: op0 = "sub"
 func.func @norm_on_two_engines(%x: tensor<128x1024xf32>) -> tensor<128x1024xf32> {
   %k = "trn.kernel"() ({
@@ -661,6 +669,26 @@ func.func @norm_on_two_engines(%x: tensor<128x1024xf32>) -> tensor<128x1024xf32>
     %r = "trn.activation"(%var) {func = "rsqrt", scale = 1.0 : f32, bias = 0.0 : f32} : (tensor<128xf32>) -> tensor<128xf32>
     %rb = "trn.broadcast"(%r) {dimensions = array<i64: 1>} : (tensor<128xf32>) -> tensor<128x1024xf32>
     %y = "trn.tensor_tensor"(%d, %rb) {op = "mul"} : (tensor<128x1024xf32>, tensor<128x1024xf32>) -> tensor<128x1024xf32>
+    "trn.yield"(%y) : (tensor<128x1024xf32>) -> ()
+  }) {kind = "rows"} : () -> tensor<128x1024xf32>
+  return %k : tensor<128x1024xf32>
+}
+
+// -----
+
+// Tests that rows scaled by a per-row value go to ACT when it would finish them sooner than
+// DVE, busy with the reduction: an identity activation with the per-row value as its
+// per-partition scale and no bias (the product alone, as DVE's multiply).
+// CHECK-LABEL: func.func @rows_scaled_on_act
+// CHECK: "nisa.tensor_reduce"({{.*}}engine = "dve", op = "add"
+// CHECK: "nisa.activation"(%[[R:[0-9]+]], {{.*}}func = "rsqrt"
+// CHECK: "nisa.activation"(%{{[0-9]+}}, %{{[0-9]+}}, %[[R]]) {{.*}}engine = "act", func = "identity", operandSegmentSizes = array<i32: 1, 1, 0, 1, 0>
+func.func @rows_scaled_on_act(%x: tensor<128x1024xf32>) -> tensor<128x1024xf32> {
+  %k = "trn.kernel"() ({
+    %ss = "trn.reduce"(%x) {op = "add", dimensions = array<i64: 1>} : (tensor<128x1024xf32>) -> tensor<128xf32>
+    %r = "trn.activation"(%ss) {func = "rsqrt", scale = 1.0 : f32, bias = 0.0 : f32} : (tensor<128xf32>) -> tensor<128xf32>
+    %rb = "trn.broadcast"(%r) {dimensions = array<i64: 1>} : (tensor<128xf32>) -> tensor<128x1024xf32>
+    %y = "trn.tensor_tensor"(%x, %rb) {op = "mul"} : (tensor<128x1024xf32>, tensor<128x1024xf32>) -> tensor<128x1024xf32>
     "trn.yield"(%y) : (tensor<128x1024xf32>) -> ()
   }) {kind = "rows"} : () -> tensor<128x1024xf32>
   return %k : tensor<128x1024xf32>
