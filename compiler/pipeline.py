@@ -64,6 +64,9 @@ class CompileOptions:
     attention_masked_keys: bool = True
     # trn-plan-memory oldest-freed: on-chip bytes whose last use ended earliest are reused first
     onchip_oldest_freed: bool = True
+    # trn-plan-memory group-reuse: a row-wise kernel's SBUF tiles reuse the kernel's own bytes
+    # first (a footprint of a few tiles, clear of the kernels beside it)
+    onchip_group_reuse: bool = True
     # trn-schedule justify: the list schedule improved by a backward and a second forward pass
     schedule_justify: bool = True
     # neuron-tune's database, read by trn-tile (default: TORCHNEURON_TUNING_DB when set; taken
@@ -121,7 +124,8 @@ def stages(options: CompileOptions) -> list[Stage]:
         Stage("isa", "tile into instructions, place buffers, synchronise engines",
               f"convert-trn-to-nisa{{target={target} masked-keys="
               f"{str(options.attention_masked_keys).lower()}}},"
-              f"trn-plan-memory{{oldest-freed={str(options.onchip_oldest_freed).lower()}}},"
+              f"trn-plan-memory{{oldest-freed={str(options.onchip_oldest_freed).lower()} "
+              f"group-reuse={str(options.onchip_group_reuse).lower()}}},"
               f"trn-schedule{{justify={str(options.schedule_justify).lower()}}}"),
     ]
 

@@ -214,10 +214,13 @@ def _check_alloc(op) -> None:
         raise VerifyError(f"on-chip tiles are 2-D [partitions, free], got {list(shape)}")
     if "address" in op.attributes:
         require(int_value(op, "address") >= 0, "address must be non-negative")
+    if "reuse_group" in op.attributes:
+        require(int_value(op, "reuse_group") >= 0, "reuse_group must be non-negative")
 
 
 class AllocOp(Nisa.Operation, name="alloc"):
-    """A buffer in `memory`; trn-plan-memory assigns its byte `address`."""
+    """A buffer in `memory`; trn-plan-memory assigns its byte `address` (reusing first the
+    bytes of buffers with the same optional `reuse_group`, a row-wise kernel's)."""
     memory: ir.StringAttr
     result: ext.Result[ir.MemRefType]
     verify_invariants = verifier(_check_alloc)

@@ -80,6 +80,7 @@ class _FunctionLowering:
         self.in_place: set = set()
         self.padded: dict[ir.Value, tuple[ir.Value, tuple[int, ...], float]] = {}
         self.folded: set = set()          # ops the padding they build is folded into
+        self.row_kernels = 0              # row-wise kernels lowered: their reuse groups
 
     def run(self) -> None:
         old = self.old
@@ -286,6 +287,24 @@ class _FunctionLowering:
         lower_elementwise(self.em, [], {_Marker.SOURCE: src}, [(_Marker.SOURCE, dst)],
                           free_tile=4096)
 
+    def _lower_row_wise(self, kind: str, body: list[ir.Operation], out: HbmView) -> None:
+        """A rows, attention or matmul_rows kernel. A row-wise kernel's SBUF tiles (rows,
+        matmul_rows) get a reuse_group of their own, so that trn-plan-memory reuses the
+        kernel's own bytes first: a footprint of a few tiles, clear of the kernels that run
+        beside it."""
+        if kind != "attention":
+            self.em.reuse_group = self.row_kernels
+            self.row_kernels += 1
+        try:
+            if kind == "rows":
+                lower_rows(self.em, body[:-1], self.views, self._view,
+                           (body[-1].operands[0], out))
+            else:
+                lower_attention(self.em, body[:-1], self.views, self._batched_view,
+                                (body[-1].operands[0], out), masked_keys=self.masked_keys)
+        finally:
+            self.em.reuse_group = None
+
     def _lower_kernel(self, kernel: ir.Operation, out: HbmView, also: list[HbmView]) -> None:
         """Lower `kernel` writing its result to `out` and its second result, if it has one, to
         `also`'s view."""
@@ -296,12 +315,8 @@ class _FunctionLowering:
             raise CompileError(f"a '{kind}' kernel has one result; only matmul, elementwise "
                                "and weight_gradient kernels store a second", kernel.location)
         extra = list(zip(list(body[-1].operands)[1:], also))
-        if kind == "rows":
-            lower_rows(self.em, body[:-1], self.views, self._view, (body[-1].operands[0], out))
-            return
-        if kind in ("attention", "matmul_rows"):
-            lower_attention(self.em, body[:-1], self.views, self._batched_view,
-                            (body[-1].operands[0], out), masked_keys=self.masked_keys)
+        if kind in ("rows", "attention", "matmul_rows"):
+            self._lower_row_wise(kind, body, out)
             return
         views = dict(self.views)
         compute = []

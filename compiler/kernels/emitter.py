@@ -123,6 +123,9 @@ class Emitter:
         self._load_queues = range(loads)
         self._store_queues = range(loads, target.dma_queues) or self._load_queues
         self.engine_work = {"act": 0, "dve": 0}
+        # Set while a row-wise kernel is lowered: its SBUF tiles get this `reuse_group`, so
+        # that trn-plan-memory reuses their own bytes first (a small footprint).
+        self.reuse_group: int | None = None
 
     def _next_queue(self, buffer: ir.Value, ap: list[int], store: bool,
                     hbm_ap: list[int] | None = None) -> int:
@@ -157,7 +160,10 @@ class Emitter:
     def alloc(self, memory: str, partitions: int, free: int, element_type: ir.Type) -> Tile:
         mtype = ir.MemRefType.get([partitions, free], element_type,
                                   memory_space=ir.StringAttr.get(memory))
-        op = U.create("nisa.alloc", [mtype], [], {"memory": U.string(memory)})
+        attributes = {"memory": U.string(memory)}
+        if self.reuse_group is not None and memory == "sbuf":
+            attributes["reuse_group"] = U.i64(self.reuse_group)
+        op = U.create("nisa.alloc", [mtype], [], attributes)
         return Tile(op.results[0], partitions, free)
 
     def alloc_hbm(self, shape: list[int], element_type: ir.Type) -> ir.Value:

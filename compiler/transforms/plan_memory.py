@@ -12,6 +12,15 @@ that one finished with first, not what it uses until its end, and so can start w
 runs. HBM scratch rotates through its space (`Arena`); option `oldest-freed=false` makes SBUF
 and PSUM rotate too (`Banks`: PSUM banks round-robin).
 
+A buffer with a `reuse_group` (a row-wise kernel's tiles) first takes bytes its own group
+freed at least `group-distance` (32) releases ago, oldest first, and only when there are
+none the bytes freed longest ago of all. Such a kernel's tiles are independent and short:
+reusing its own bytes from a few tiles back keeps it multi-buffered within a footprint of a
+few tiles, where taking the oldest bytes of all for each of its tiles (hundreds of KiB for a
+LayerNorm over 2048 tokens, more than SBUF) runs it through the bytes the kernel beside it
+in the schedule (a matmul kernel it follows) uses until its end, and its tiles wait for that
+end. Option `group-reuse=false` turns it off.
+
 Peak use is recorded on the function (`nisa.sbuf_bytes`, `nisa.psum_bytes`,
 `nisa.scratch_bytes`, bytes per partition for the on-chip memories).
 """
@@ -30,6 +39,9 @@ from torchneuron.dialects.common import memref_info
 from torchneuron.target import get_target
 
 _ALIGN = {"sbuf": 64, "psum": 4, "hbm": 64}
+# A group's own bytes are reused once this many releases (of any buffer of that memory) have
+# passed since they were freed: about two row tiles of a LayerNorm (a dozen tiles each).
+GROUP_REUSE_DISTANCE = 32
 
 
 @register
@@ -41,12 +53,20 @@ class PlanMemory(Pass):
     # SBUF and PSUM bytes whose last use ended earliest are reused first (false: they rotate,
     # as HBM scratch does).
     oldest_freed: bool = True
+    # With oldest_freed, a buffer with a reuse_group first reuses its own group's bytes ...
+    group_reuse: bool = True
+    # ... those freed at least this many releases ago
+    group_distance: int = GROUP_REUSE_DISTANCE
 
     def run(self, module: ir.Operation) -> None:
         for func in U.functions(module):
             name = func.attributes["nisa.target"] if "nisa.target" in func.attributes else None
             target = get_target(self.target or (ir.StringAttr(name).value if name else None))
-            plan_function(func, target, self.oldest_freed)
+            if self.group_distance < 1:
+                raise CompileError(f"group-distance must be at least 1, got "
+                                   f"{self.group_distance}", func.location)
+            plan_function(func, target, self.oldest_freed,
+                          self.group_distance if self.group_reuse else None)
 
 
 class Arena:
@@ -105,9 +125,12 @@ class OldestFreedArena:
 
     _TAKEN = np.iinfo(np.int64).max
 
-    def __init__(self, capacity: int, granule: int, bank: int | None = None):
+    def __init__(self, capacity: int, granule: int, bank: int | None = None,
+                 group_distance: int = GROUP_REUSE_DISTANCE):
         self.granule = granule
+        self.group_distance = group_distance
         self.stamps = np.full(capacity // granule, -1, np.int64)
+        self.groups = np.full(capacity // granule, -1, np.int64)   # who freed each granule
         self.bank_granules = bank // granule if bank else None
         if self.bank_granules and self.bank_granules & (self.bank_granules - 1):
             raise ValueError(f"a bank of {bank} bytes is not a power of two {granule}-byte "
@@ -115,7 +138,9 @@ class OldestFreedArena:
         self.releases = 0
         self.peak = 0
 
-    def allocate(self, size: int, align: int) -> int | None:
+    def allocate(self, size: int, align: int, group: int | None = None) -> int | None:
+        """The address of `size` bytes; with `group`, bytes that group freed at least
+        `group_distance` releases ago where some run of them fits."""
         if self.granule % align:
             raise ValueError(f"alignment {align} does not divide the {self.granule}-byte "
                              "granule")
@@ -127,17 +152,29 @@ class OldestFreedArena:
             # Runs start at multiples of `step`, which divides a bank, and are no longer:
             # each run's newest stamp is the maximum of one row of a reshape.
             step = min(1 << (width - 1).bit_length(), bank)
-            newest = self.stamps.reshape(-1, step)[:, :width].max(axis=1)
+
+            def runs(values, combine):
+                return combine.reduce(values.reshape(-1, step)[:, :width], axis=1)
         else:
             step = 1
-            newest = self.stamps      # newest[g]: the newest stamp of granules g .. g+span-1
-            span = 1
-            while span * 2 <= width:
-                newest = np.maximum(newest[:-span], newest[span:])
-                span *= 2
-            if span < width:
-                newest = np.maximum(newest[:len(newest) - (width - span)],
-                                    newest[width - span:])
+
+            def runs(values, combine):
+                # runs(v)[g]: v's granules g .. g+width-1 combined, by doubling spans
+                span = 1
+                while span * 2 <= width:
+                    values = combine(values[:-span], values[span:])
+                    span *= 2
+                if span < width:
+                    values = combine(values[:len(values) - (width - span)],
+                                     values[width - span:])
+                return values
+        newest = runs(self.stamps, np.maximum)
+        if group is not None:
+            own = (self.groups == group) & \
+                (self.stamps <= self.releases - self.group_distance)
+            own_runs = runs(own, np.logical_and)
+            if own_runs.any():
+                newest = np.where(own_runs, newest, self._TAKEN)
         first = int(np.argmin(newest))
         if newest[first] == self._TAKEN:
             return None
@@ -147,10 +184,12 @@ class OldestFreedArena:
         self.peak = max(self.peak, start + size)
         return start
 
-    def release(self, start: int, size: int) -> None:
+    def release(self, start: int, size: int, group: int | None = None) -> None:
         self.releases += 1
         first = start // self.granule
-        self.stamps[first:first + max(1, -(-size // self.granule))] = self.releases
+        end = first + max(1, -(-size // self.granule))
+        self.stamps[first:end] = self.releases
+        self.groups[first:end] = -1 if group is None else group
 
 
 class Banks:
@@ -177,7 +216,9 @@ class Banks:
         self.banks[address // self.bank_bytes].release(address % self.bank_bytes, size)
 
 
-def plan_function(func: ir.Operation, target, oldest_freed: bool = True) -> None:
+def plan_function(func: ir.Operation, target, oldest_freed: bool = True,
+                  group_distance: int | None = GROUP_REUSE_DISTANCE) -> None:
+    """Place every buffer of `func`; `group_distance` None: reuse_group is ignored."""
     ops = U.body_ops(func)
     allocs = [op for op in ops if op.name == "nisa.alloc"]
     first: dict = {}
@@ -198,7 +239,8 @@ def plan_function(func: ir.Operation, target, oldest_freed: bool = True) -> None
 
     bank = target.psum_bank_bytes
     memories = {
-        "sbuf": OldestFreedArena(target.sbuf_partition_bytes, _ALIGN["sbuf"]) if oldest_freed
+        "sbuf": OldestFreedArena(target.sbuf_partition_bytes, _ALIGN["sbuf"],
+                                 group_distance=group_distance or GROUP_REUSE_DISTANCE) if oldest_freed
         else Arena(target.sbuf_partition_bytes),
         "psum": OldestFreedArena(target.psum_banks * bank, _ALIGN["psum"], bank)
         if oldest_freed else Banks(target.psum_banks, bank),
@@ -215,15 +257,23 @@ def plan_function(func: ir.Operation, target, oldest_freed: bool = True) -> None
         for op in starts.get(i, []):
             memory = U.str_attr(op, "memory")
             size = _bytes(op.results[0], memory)
-            address = memories[memory].allocate(size, _ALIGN[memory])
+            space = memories[memory]
+            group = U.int_attr(op, "reuse_group") if group_distance is not None and \
+                "reuse_group" in op.attributes and isinstance(space, OldestFreedArena) \
+                else None
+            address = space.allocate(size, _ALIGN[memory]) if group is None else \
+                space.allocate(size, _ALIGN[memory], group)
             if address is None:
-                raise CompileError(_overflow_message(memory, size, memories[memory], target),
+                raise CompileError(_overflow_message(memory, size, space, target),
                                    op.location)
             op.attributes["address"] = U.i64(address)
-            placed[op.results[0]] = (memory, address, size)
+            placed[op.results[0]] = (memory, address, size, group)
         for op in ends.get(i, []):
-            memory, address, size = placed[op.results[0]]
-            memories[memory].release(address, size)
+            memory, address, size, group = placed[op.results[0]]
+            if group is None:
+                memories[memory].release(address, size)
+            else:
+                memories[memory].release(address, size, group)
     func.attributes["nisa.sbuf_bytes"] = U.i64(memories["sbuf"].peak)
     func.attributes["nisa.psum_bytes"] = U.i64(memories["psum"].peak)
     func.attributes["nisa.scratch_bytes"] = U.i64(memories["hbm"].peak)

@@ -434,10 +434,14 @@ func.func @zero_elements(%x: tensor<0x4xf32>) -> (tensor<0x4xf32>, tensor<2x0xf3
 // (no broadcast is materialised) and stores the result once. The mean is read only to be
 // subtracted, so it is made negated, sum * -1/N in one multiply, and added: x + (-m) is
 // x - m exactly, and with no negation to make first, the addition goes to ACT (an identity
-// activation with -m as its bias) when ACT would finish it sooner.
+// activation with -m as its bias) when ACT would finish it sooner. The kernel's SBUF tiles
+// carry its reuse_group (0: the function's first row-wise kernel), for trn-plan-memory to
+// reuse their own bytes first; its PSUM tiles do not.
 // CHECK-LABEL: func.func @norm
 // CHECK-SAME: (%[[X:.*]]: memref<256x64xf32, "hbm">, %[[W:.*]]: memref<64xf32, "hbm">, %[[OUT:.*]]: memref<256x64xf32, "hbm">)
+// CHECK: "nisa.alloc"() {memory = "sbuf", reuse_group = 0 : i64}
 // CHECK: "nisa.dma"(%{{.*}}, %[[W]]) {aps = [array<i64: 0, 64, 128, 1, 64>, array<i64: 0, 0, 128, 1, 64>]
+// CHECK: "nisa.alloc"() {memory = "psum"}
 // CHECK: "nisa.dma"(%{{.*}}, %[[X]]) {aps = [array<i64: 0, 64, 128, 1, 64>, array<i64: [[ROW:[0-9]+]], 64, 128, 1, 64>]
 // CHECK-NOT: "nisa.dma"
 // CHECK: "nisa.tensor_reduce"({{.*}}op = "add"

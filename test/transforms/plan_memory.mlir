@@ -1,5 +1,8 @@
 // RUN: neuron-opt --split-input-file --trn-plan-memory %s | FileCheck %s
 // RUN: neuron-opt --split-input-file --trn-plan-memory="oldest-freed=false" %s | FileCheck %s --check-prefix=ROTATE
+// RUN: neuron-opt --split-input-file --trn-plan-memory="group-distance=1" %s | FileCheck %s --check-prefix=GROUP
+// RUN: neuron-opt --split-input-file --trn-plan-memory="group-distance=1 group-reuse=false" %s | FileCheck %s --check-prefix=NOGROUP
+// RUN: not neuron-opt --trn-plan-memory="group-distance=0" %s 2>&1 | FileCheck %s --check-prefix=ERRDIST
 // RUN: not neuron-opt --trn-plan-memory %S/Inputs/plan_memory-invalid.mlir 2>&1 | FileCheck %s --check-prefix=ERR
 
 // Tests that tiles live at the same time get disjoint SBUF ranges, that a tile allocated
@@ -66,6 +69,39 @@ func.func @oldest_freed_reused_first(%x: memref<128x28672xf32, "hbm">) attribute
   %c = "nisa.alloc"() {memory = "sbuf"} : () -> memref<128x28672xf32, "sbuf">
   "nisa.dma"(%c, %x) {engine = "dma", queue = 4 : i64, aps = [array<i64: 0, 28672, 128, 1, 28672>, array<i64: 0, 28672, 128, 1, 28672>]} : (memref<128x28672xf32, "sbuf">, memref<128x28672xf32, "hbm">) -> ()
   "nisa.dma"(%x, %c) {engine = "dma", queue = 5 : i64, aps = [array<i64: 0, 28672, 128, 1, 28672>, array<i64: 0, 28672, 128, 1, 28672>]} : (memref<128x28672xf32, "hbm">, memref<128x28672xf32, "sbuf">) -> ()
+  return
+}
+
+// -----
+
+// Tests that a buffer with a reuse_group (a row-wise kernel's tile) takes bytes its own group
+// freed once enough releases have passed (group-distance; 1 here), before the bytes freed
+// longest ago of all: %c takes %a's (0), where without the group (group-reuse=false), or
+// before 32 releases have passed (the default), it takes bytes no buffer has used yet (8192),
+// as %b, which has no group, does (4096).
+// CHECK-LABEL: func.func @group_reuses_own_bytes
+// CHECK: "nisa.alloc"() {address = 0 : i64, memory = "sbuf", reuse_group = 0 : i64}
+// CHECK: "nisa.alloc"() {address = 4096 : i64, memory = "sbuf"}
+// CHECK: "nisa.alloc"() {address = 8192 : i64, memory = "sbuf", reuse_group = 0 : i64}
+// GROUP-LABEL: func.func @group_reuses_own_bytes
+// GROUP: "nisa.alloc"() {address = 0 : i64, memory = "sbuf", reuse_group = 0 : i64}
+// GROUP: "nisa.alloc"() {address = 4096 : i64, memory = "sbuf"}
+// GROUP: "nisa.alloc"() {address = 0 : i64, memory = "sbuf", reuse_group = 0 : i64}
+// NOGROUP-LABEL: func.func @group_reuses_own_bytes
+// NOGROUP: "nisa.alloc"() {address = 0 : i64, memory = "sbuf", reuse_group = 0 : i64}
+// NOGROUP: "nisa.alloc"() {address = 4096 : i64, memory = "sbuf"}
+// NOGROUP: "nisa.alloc"() {address = 8192 : i64, memory = "sbuf", reuse_group = 0 : i64}
+// ERRDIST: group-distance must be at least 1, got 0
+func.func @group_reuses_own_bytes(%x: memref<128x1024xf32, "hbm">) attributes {nisa.target = "trn2"} {
+  %a = "nisa.alloc"() {memory = "sbuf", reuse_group = 0 : i64} : () -> memref<128x1024xf32, "sbuf">
+  "nisa.dma"(%a, %x) {engine = "dma", queue = 0 : i64, aps = [array<i64: 0, 1024, 128, 1, 1024>, array<i64: 0, 1024, 128, 1, 1024>]} : (memref<128x1024xf32, "sbuf">, memref<128x1024xf32, "hbm">) -> ()
+  "nisa.dma"(%x, %a) {engine = "dma", queue = 1 : i64, aps = [array<i64: 0, 1024, 128, 1, 1024>, array<i64: 0, 1024, 128, 1, 1024>]} : (memref<128x1024xf32, "hbm">, memref<128x1024xf32, "sbuf">) -> ()
+  %b = "nisa.alloc"() {memory = "sbuf"} : () -> memref<128x1024xf32, "sbuf">
+  "nisa.dma"(%b, %x) {engine = "dma", queue = 2 : i64, aps = [array<i64: 0, 1024, 128, 1, 1024>, array<i64: 0, 1024, 128, 1, 1024>]} : (memref<128x1024xf32, "sbuf">, memref<128x1024xf32, "hbm">) -> ()
+  "nisa.dma"(%x, %b) {engine = "dma", queue = 3 : i64, aps = [array<i64: 0, 1024, 128, 1, 1024>, array<i64: 0, 1024, 128, 1, 1024>]} : (memref<128x1024xf32, "hbm">, memref<128x1024xf32, "sbuf">) -> ()
+  %c = "nisa.alloc"() {memory = "sbuf", reuse_group = 0 : i64} : () -> memref<128x1024xf32, "sbuf">
+  "nisa.dma"(%c, %x) {engine = "dma", queue = 4 : i64, aps = [array<i64: 0, 1024, 128, 1, 1024>, array<i64: 0, 1024, 128, 1, 1024>]} : (memref<128x1024xf32, "sbuf">, memref<128x1024xf32, "hbm">) -> ()
+  "nisa.dma"(%x, %c) {engine = "dma", queue = 5 : i64, aps = [array<i64: 0, 1024, 128, 1, 1024>, array<i64: 0, 1024, 128, 1, 1024>]} : (memref<128x1024xf32, "hbm">, memref<128x1024xf32, "sbuf">) -> ()
   return
 }
 
