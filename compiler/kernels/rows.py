@@ -325,8 +325,11 @@ def lower_rows(em: Emitter, body: list[ir.Operation], views: dict,
                                             row=True)) for v in invariant if v not in unread}
     # ... and where every reader is a whole-row tensor_tensor whose other operand is fp32 (a
     # norm's weight and bias against the fp32 normalised rows: two cycles per element from
-    # SBUF), copied once into PSUM as fp32, one bank per 512 columns: an op with an input in
-    # PSUM takes one cycle per element (TARGET.md), so each such op costs half.
+    # SBUF), copied once into PSUM in their own type (exactly), a bank per 1024 bf16 columns:
+    # an op with an input in PSUM takes one cycle per element (TARGET.md), so each such op
+    # costs half. (Held for the whole kernel, they keep a neighbouring matmul kernel from that
+    # PSUM: a bf16 weight and bias of 768 take one bank each, not 3 KiB each as fp32, and each
+    # op is one instruction instead of two.)
     # (Not where a producer hands row leaves over: they may be in PSUM themselves.)
     in_psum = {}
     bank = em.target.psum_bank_bytes // 4
@@ -340,9 +343,10 @@ def lower_rows(em: Emitter, body: list[ir.Operation], views: dict,
                         for o in r.operands if o != v) for r in readers):
             continue
         chunks = []
-        for c0 in range(0, tile.free, bank):
-            chunk = em.alloc("psum", tile.partitions, min(bank, tile.free - c0),
-                             ir.F32Type.get())
+        per_bank = em.target.psum_bank_bytes // U.element_bytes(tile.element_type)
+        for c0 in range(0, tile.free, per_bank):
+            chunk = em.alloc("psum", tile.partitions, min(per_bank, tile.free - c0),
+                             tile.element_type)
             em.copy(chunk, tile.columns(c0, chunk.free))
             chunks.append((c0, chunk))
         in_psum[v] = chunks

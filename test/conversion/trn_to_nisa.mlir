@@ -721,31 +721,31 @@ func.func @norm_variance_steps_chained(%x: tensor<128x1024xf32>) -> tensor<128xf
 // -----
 
 // Tests that a norm's weight and bias, constant over the rows and read only by whole-row ops
-// against fp32 rows, are copied once into PSUM as fp32, one [128, 512] bank at a time: each
-// multiply and add then reads one input from PSUM (one cycle per element, not two), split
-// at the bank boundary.
+// against fp32 rows, are copied once into PSUM in their own type (bf16, exactly), one
+// [128, 1024] bank at a time: each multiply and add then reads one input from PSUM (one
+// cycle per element, not two), split at the bank boundary.
 // CHECK-LABEL: func.func @norm_affine_from_psum
-// CHECK: "nisa.tensor_copy"(%[[W0:[0-9]+]], {{.*}} : (memref<128x512xf32, "psum">, memref<128x1024xbf16, "sbuf">)
-// CHECK: "nisa.tensor_copy"(%[[W1:[0-9]+]], {{.*}}array<i64: 512, 1024, 128, 1, 512>]{{.*}} : (memref<128x512xf32, "psum">
-// CHECK: "nisa.tensor_copy"(%[[B0:[0-9]+]], {{.*}} : (memref<128x512xf32, "psum">
-// CHECK: "nisa.tensor_copy"(%[[B1:[0-9]+]], {{.*}} : (memref<128x512xf32, "psum">
-// CHECK: "nisa.tensor_tensor"(%[[Y:[0-9]+]], %{{[0-9]+}}, %[[W0]]) {aps = [array<i64: 0, 1024, 128, 1, 512>{{.*}}op = "mul"
-// CHECK: "nisa.tensor_tensor"(%[[Y]], %{{[0-9]+}}, %[[W1]]) {aps = [array<i64: 512, 1024, 128, 1, 512>{{.*}}op = "mul"
+// CHECK: "nisa.tensor_copy"(%[[W0:[0-9]+]], {{.*}} : (memref<128x1024xbf16, "psum">, memref<128x2048xbf16, "sbuf">)
+// CHECK: "nisa.tensor_copy"(%[[W1:[0-9]+]], {{.*}}array<i64: 1024, 2048, 128, 1, 1024>]{{.*}} : (memref<128x1024xbf16, "psum">
+// CHECK: "nisa.tensor_copy"(%[[B0:[0-9]+]], {{.*}} : (memref<128x1024xbf16, "psum">
+// CHECK: "nisa.tensor_copy"(%[[B1:[0-9]+]], {{.*}} : (memref<128x1024xbf16, "psum">
+// CHECK: "nisa.tensor_tensor"(%[[Y:[0-9]+]], %{{[0-9]+}}, %[[W0]]) {aps = [array<i64: 0, 2048, 128, 1, 1024>{{.*}}op = "mul"
+// CHECK: "nisa.tensor_tensor"(%[[Y]], %{{[0-9]+}}, %[[W1]]) {aps = [array<i64: 1024, 2048, 128, 1, 1024>{{.*}}op = "mul"
 // CHECK: "nisa.tensor_tensor"(%{{[0-9]+}}, %[[Y]], %[[B0]]) {{.*}}op = "add"
 // CHECK: "nisa.tensor_tensor"(%{{[0-9]+}}, %[[Y]], %[[B1]]) {{.*}}op = "add"
-func.func @norm_affine_from_psum(%x: tensor<128x1024xf32>, %w: tensor<1024xbf16>, %b: tensor<1024xbf16>) -> tensor<128x1024xf32> {
+func.func @norm_affine_from_psum(%x: tensor<128x2048xf32>, %w: tensor<2048xbf16>, %b: tensor<2048xbf16>) -> tensor<128x2048xf32> {
   %k = "trn.kernel"() ({
-    %wb = "trn.broadcast"(%w) {dimensions = array<i64: 0>} : (tensor<1024xbf16>) -> tensor<128x1024xbf16>
-    %bb = "trn.broadcast"(%b) {dimensions = array<i64: 0>} : (tensor<1024xbf16>) -> tensor<128x1024xbf16>
-    %sum = "trn.reduce"(%x) {op = "add", dimensions = array<i64: 1>} : (tensor<128x1024xf32>) -> tensor<128xf32>
-    %mean = "trn.tensor_scalar"(%sum) {op = "mul", scalar = 9.765625e-04 : f32, reverse = false} : (tensor<128xf32>) -> tensor<128xf32>
-    %mb = "trn.broadcast"(%mean) {dimensions = array<i64: 1>} : (tensor<128xf32>) -> tensor<128x1024xf32>
-    %d = "trn.tensor_tensor"(%x, %mb) {op = "sub"} : (tensor<128x1024xf32>, tensor<128x1024xf32>) -> tensor<128x1024xf32>
-    %y = "trn.tensor_tensor"(%d, %wb) {op = "mul"} : (tensor<128x1024xf32>, tensor<128x1024xbf16>) -> tensor<128x1024xf32>
-    %z = "trn.tensor_tensor"(%y, %bb) {op = "add"} : (tensor<128x1024xf32>, tensor<128x1024xbf16>) -> tensor<128x1024xf32>
-    "trn.yield"(%z) : (tensor<128x1024xf32>) -> ()
-  }) {kind = "rows"} : () -> tensor<128x1024xf32>
-  return %k : tensor<128x1024xf32>
+    %wb = "trn.broadcast"(%w) {dimensions = array<i64: 0>} : (tensor<2048xbf16>) -> tensor<128x2048xbf16>
+    %bb = "trn.broadcast"(%b) {dimensions = array<i64: 0>} : (tensor<2048xbf16>) -> tensor<128x2048xbf16>
+    %sum = "trn.reduce"(%x) {op = "add", dimensions = array<i64: 1>} : (tensor<128x2048xf32>) -> tensor<128xf32>
+    %mean = "trn.tensor_scalar"(%sum) {op = "mul", scalar = 4.8828125e-04 : f32, reverse = false} : (tensor<128xf32>) -> tensor<128xf32>
+    %mb = "trn.broadcast"(%mean) {dimensions = array<i64: 1>} : (tensor<128xf32>) -> tensor<128x2048xf32>
+    %d = "trn.tensor_tensor"(%x, %mb) {op = "sub"} : (tensor<128x2048xf32>, tensor<128x2048xf32>) -> tensor<128x2048xf32>
+    %y = "trn.tensor_tensor"(%d, %wb) {op = "mul"} : (tensor<128x2048xf32>, tensor<128x2048xbf16>) -> tensor<128x2048xf32>
+    %z = "trn.tensor_tensor"(%y, %bb) {op = "add"} : (tensor<128x2048xf32>, tensor<128x2048xbf16>) -> tensor<128x2048xf32>
+    "trn.yield"(%z) : (tensor<128x2048xf32>) -> ()
+  }) {kind = "rows"} : () -> tensor<128x2048xf32>
+  return %k : tensor<128x2048xf32>
 }
 
 // -----
