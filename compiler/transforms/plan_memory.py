@@ -40,7 +40,7 @@ from torchneuron.target import get_target
 
 _ALIGN = {"sbuf": 64, "psum": 4, "hbm": 64}
 # A group's own bytes are reused once this many releases (of any buffer of that memory) have
-# passed since they were freed: about two row tiles of a LayerNorm (a dozen tiles each).
+# passed since they were freed: about two 128-row tiles of a LayerNorm (each frees a dozen).
 GROUP_REUSE_DISTANCE = 32
 
 
@@ -238,11 +238,12 @@ def plan_function(func: ir.Operation, target, oldest_freed: bool = True,
         op.erase()
 
     bank = target.psum_bank_bytes
+    distance = group_distance or GROUP_REUSE_DISTANCE
     memories = {
         "sbuf": OldestFreedArena(target.sbuf_partition_bytes, _ALIGN["sbuf"],
-                                 group_distance=group_distance or GROUP_REUSE_DISTANCE) if oldest_freed
+                                 group_distance=distance) if oldest_freed
         else Arena(target.sbuf_partition_bytes),
-        "psum": OldestFreedArena(target.psum_banks * bank, _ALIGN["psum"], bank)
+        "psum": OldestFreedArena(target.psum_banks * bank, _ALIGN["psum"], bank, distance)
         if oldest_freed else Banks(target.psum_banks, bank),
         "hbm": Arena(None),
     }
