@@ -163,10 +163,11 @@ def lower_rows(em: Emitter, body: list[ir.Operation], views: dict,
                 U.float_attr(user, "bias") == 0.0 and op.results[0] not in (yielded, output[0]):
             biased[user] = op
     # sum(f(...)) over the row: accumulated by the activation that computes f.
+    producer_of = {op.results[0]: op for op in compute}
     accumulated = {}
     for op in compute:
         if op.name == "trn.reduce" and U.str_attr(op, "op") == "add":
-            producer = next((p for p in compute if p.results[0] == op.operands[0]), None)
+            producer = producer_of.get(op.operands[0])
             if producer is not None and producer.name == "trn.activation" and \
                     producer not in accumulated:
                 accumulated[producer] = op
@@ -183,7 +184,7 @@ def lower_rows(em: Emitter, body: list[ir.Operation], views: dict,
         if op.name != "trn.reduce" or U.str_attr(op, "op") != "add":
             continue
         squared = aliases.get(op.operands[0], op.operands[0])
-        producer = next((p for p in compute if p.results[0] == squared), None)
+        producer = producer_of.get(squared)
         readers = [u for v in [squared] + alias_of.get(squared, [])
                    for u in users.get(v, []) if u.results[0] not in aliases]
         if producer is not None and producer.name == "trn.tensor_tensor" and \
@@ -315,7 +316,7 @@ def lower_rows(em: Emitter, body: list[ir.Operation], views: dict,
         spread = [b for b, v in broadcast_of.items() if v in names]
         if spread and not any(u.results[0] not in aliases for v in names
                               for u in users.get(v, [])) and \
-                all(u in centring and u.operands[1] == b and u.operands[0] != b
+                all(u in centring and u.operands[1] == b
                     for b in spread for u in users.get(b, [])):
             negated.add(m)
     negated_names = negated | {a for m in negated for a in alias_of.get(m, [])}
@@ -332,7 +333,6 @@ def lower_rows(em: Emitter, body: list[ir.Operation], views: dict,
     # op is one instruction instead of two.)
     # (Not where a producer hands row leaves over: they may be in PSUM themselves.)
     in_psum = {}
-    bank = em.target.psum_bank_bytes // 4
     for v, tile in resident.items() if produce is None else ():
         readers = users.get(v, [])
         if not is_row(v) or not isinstance(tile.element_type, ir.FloatType) or not readers or \

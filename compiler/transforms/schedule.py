@@ -595,13 +595,15 @@ def _backward_pass(engines: list[str], costs: list[float], preds: list[list[int]
     ready_at = ready.ready_at
     engine_free: dict[str, float] = {}
     queue_free = [0.0] * target.dma_queues
+    first_free = 0.0             # min(queue_free), changed only by a DMA
     for _ in range(n):
-        start, engine = ready.soonest(engine_free, min(queue_free))
+        start, engine = ready.soonest(engine_free, first_free)
         i = ready.take(engine, start, finish)
         if engine == "dma":
-            q = min(range(len(queue_free)), key=queue_free.__getitem__)
-            end = max(queue_free[q], ready_at[i]) + costs[i]
+            q = queue_free.index(first_free)
+            end = max(first_free, ready_at[i]) + costs[i]
             queue_free[q] = end
+            first_free = min(queue_free)
             done = end + latency
         else:
             end = max(start, ready_at[i]) + costs[i]
