@@ -99,3 +99,13 @@ func.func @same_bad_pattern_second(%x: memref<128x64xf32, "hbm">) {
   "nisa.dma"(%a, %x) {engine = "dma", queue = 1 : i64, aps = [array<i64: 0, 64, 128, 1, 64>, array<i64: 0, 64, 129, 1, 64>]} : (memref<128x64xf32, "sbuf">, memref<128x64xf32, "hbm">) -> ()
   return
 }
+
+// -----
+
+// Tests that a buffer's reuse_group (trn-plan-memory's group of a row-wise kernel's tiles)
+// may not be negative.
+// CHECK: nisa-invalid.mlir:[[# @LINE + 2]]:8: error: 'nisa.alloc' op reuse_group must be non-negative
+func.func @negative_reuse_group() {
+  %a = "nisa.alloc"() {memory = "sbuf", reuse_group = -1 : i64} : () -> memref<128x64xf32, "sbuf">
+  return
+}
