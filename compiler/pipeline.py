@@ -13,7 +13,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import gc
 import os
 import time
 
@@ -143,7 +145,7 @@ def compile_linalg(linalg_text: str, name: str, options: CompileOptions,
     seconds: dict[str, float] = {}
     _dump(dump_dir, f"{name}.linalg.mlir", linalg_text)
     context = make_context()
-    with context, memref_info_cache():
+    with context, memref_info_cache(), cyclic_gc_paused():
         try:
             module = ir.Module.parse(linalg_text)
         except ir.MLIRError as exc:
@@ -172,6 +174,25 @@ def compile_linalg(linalg_text: str, name: str, options: CompileOptions,
         seconds["neff"] = time.perf_counter() - start
     _dump(dump_dir, f"{name}.neff", neff)
     return CompiledGraph(name, neff, seconds)
+
+
+@contextlib.contextmanager
+def cyclic_gc_paused():
+    """Python's cycle collector held off while the body runs, as it was before afterwards.
+
+    The passes allocate hundreds of thousands of short-lived objects, and every so many
+    allocations the collector walks every tracked object of the process, PyTorch's and
+    Dynamo's included: in the backend's process that took a quarter of the compile time
+    (an encoder layer's two graphs: 2.5 s with it, 1.9 s without). What a compilation leaves
+    in reference cycles is little (a GPT-2 graph: about 7,500 objects, 12 MB), collected at
+    the next collection after it."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
 
 
 def tuned_options(module: ir.Module, options: CompileOptions) -> CompileOptions:

@@ -218,3 +218,50 @@ def test_emitter_queue_choice_counts_the_hbm_sides_short_runs():
                   for op in block.operations if op.name == "nisa.dma"]
         assert queues[:12] == list(range(12))        # each to the emptiest load queue
         assert queues[12] != 0
+
+
+_SMALL_LINALG = """
+#map = affine_map<(d0, d1) -> (d0, d1)>
+module {
+  func.func @main(%a: tensor<128x64xf32>, %b: tensor<128x64xf32>) -> tensor<128x64xf32> {
+    %0 = tensor.empty() : tensor<128x64xf32>
+    %1 = linalg.generic {indexing_maps = [#map, #map, #map], iterator_types = ["parallel", "parallel"]} ins(%a, %b : tensor<128x64xf32>, tensor<128x64xf32>) outs(%0 : tensor<128x64xf32>) {
+    ^bb0(%x: f32, %y: f32, %out: f32):
+      %2 = arith.addf %x, %y : f32
+      linalg.yield %2 : f32
+    } -> tensor<128x64xf32>
+    return %1 : tensor<128x64xf32>
+  }
+}
+"""
+
+
+@pytest.mark.parametrize("enabled_before", [True, False])
+def test_compile_pauses_the_cycle_collector_and_restores_it(monkeypatch, enabled_before):
+    """compile_linalg holds Python's cycle collector off while its passes run (its full
+    collections walked the whole process's objects, a quarter of the compile time) and leaves
+    it as it found it, also when the compilation fails."""
+    import gc
+
+    from torchneuron.compiler import pipeline
+    from torchneuron.compiler.errors import CompileError
+
+    seen = []
+    real_emit = pipeline.emit_neff
+
+    def emit_watching(*args, **kwargs):
+        seen.append(gc.isenabled())
+        return real_emit(*args, **kwargs)
+
+    monkeypatch.setattr(pipeline, "emit_neff", emit_watching)
+    was = gc.isenabled()
+    try:
+        (gc.enable if enabled_before else gc.disable)()
+        assert pipeline.compile_linalg(_SMALL_LINALG, "main", pipeline.CompileOptions()).neff
+        assert seen == [False]
+        assert gc.isenabled() is enabled_before
+        with pytest.raises(CompileError):
+            pipeline.compile_linalg("func.func @main(", "broken", pipeline.CompileOptions())
+        assert gc.isenabled() is enabled_before
+    finally:
+        (gc.enable if was else gc.disable)()
