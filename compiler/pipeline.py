@@ -13,9 +13,7 @@
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import gc
 import os
 import time
 
@@ -27,6 +25,7 @@ from torchneuron.compiler.errors import CompileError
 from torchneuron.compiler.passes import build_pass_manager, parse_pipeline
 from torchneuron.dialects import make_context
 from torchneuron.dialects.common import memref_info_cache
+from torchneuron.gc_pause import cyclic_gc_paused
 from torchneuron.target import get_target
 
 
@@ -174,25 +173,6 @@ def compile_linalg(linalg_text: str, name: str, options: CompileOptions,
         seconds["neff"] = time.perf_counter() - start
     _dump(dump_dir, f"{name}.neff", neff)
     return CompiledGraph(name, neff, seconds)
-
-
-@contextlib.contextmanager
-def cyclic_gc_paused():
-    """Python's cycle collector held off while the body runs, as it was before afterwards.
-
-    The passes allocate hundreds of thousands of short-lived objects, and every so many
-    allocations the collector walks every tracked object of the process, PyTorch's and
-    Dynamo's included: in the backend's process that took a quarter of the compile time
-    (an encoder layer's two graphs: 2.5 s with it, 1.9 s without). What a compilation leaves
-    in reference cycles is little (a GPT-2 graph: about 7,500 objects, 12 MB), collected at
-    the next collection after it."""
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
 
 
 def tuned_options(module: ir.Module, options: CompileOptions) -> CompileOptions:

@@ -10,6 +10,7 @@ import numpy as np
 
 from torchneuron import config
 from torchneuron import target as target_table
+from torchneuron.gc_pause import cyclic_gc_paused
 from torchneuron.runtime.program import Program, TensorSpec, load
 from torchneuron.sim import Hbm, Profile, UninitializedReadError, run
 from torchneuron.sim.memory import NUMPY_DTYPES
@@ -63,6 +64,12 @@ class Device:
                              f"{program.target.name} and cannot run on a {self.target.name} "
                              "device")
         arrays = bind_inputs(program, inputs)
+        # Preparing a program, a checked run and building its replay allocate objects per
+        # instruction, which set off the cycle collector's walks of the whole process.
+        with cyclic_gc_paused():
+            return self._execute(program, arrays)
+
+    def _execute(self, program: Program, arrays: list[np.ndarray]) -> ExecutionResult:
         prepared = program.prepared(self.target)
         replay = prepared.replay
         if isinstance(replay, Replay) and replay.lock.acquire(blocking=False):
