@@ -36,6 +36,9 @@ class CompileOptions:
     # Frontend: values computed from no graph input (a causal mask from aranges) folded into
     # constants of the program before import (compiler/frontend/fx_import.fold_constants)
     fold_constants: bool = True
+    # Backend: in an inference graph, a weight read transposed is handed to the device
+    # transposed, laid out as a deployment loads it (torchneuron/pretransposed_weights.py)
+    pretransposed_weights: bool = True
     fuse_matmul_epilogue: bool = True
     fuse_elementwise: bool = True
     fuse_rows: bool = True            # trn-fuse rows: softmax/norm-style groups in one kernel

@@ -108,11 +108,25 @@ def neuron(gm, example_inputs, options: dict | None = None, mode: str | None = N
                 graph_ids.append(next(_graph_ids))
         return f"graph{graph_ids[0]}_{kind}"
 
-    def compiler(kind: str) -> Callable:
+    def compiler(kind: str, inference: bool = False) -> Callable:
         def compile_graph(graph_module, inputs):
-            return make_boxed_func(compile_fx_graph(graph_module, inputs, graph_name(kind),
-                                                    opts))
+            name = graph_name(kind)
+            transposed = []
+            if inference and opts.compile.pretransposed_weights:
+                transposed = pretransposed_weights.rewrite(
+                    graph_module, pretransposed_weights.static_input_positions())
+            if transposed:
+                log.info("%s: %s handed to the device transposed (torchneuron."
+                         "pretransposed_weights)", name,
+                         pretransposed_weights.describe(inputs, transposed))
+                inputs = [*inputs, *[inputs[i].t() for i in transposed]]
+            compiled = compile_fx_graph(graph_module, inputs, name, opts)
+            if transposed:
+                compiled = pretransposed_weights.WithTransposedWeights(compiled, transposed)
+            return make_boxed_func(compiled)
         return compile_graph
+
+    from torchneuron import pretransposed_weights
 
     from torchneuron import decompositions
 
@@ -120,6 +134,8 @@ def neuron(gm, example_inputs, options: dict | None = None, mode: str | None = N
     backend = dynamo_common.aot_autograd(
         fw_compiler=compiler("forward"),
         bw_compiler=compiler("backward"),
+        # A graph nothing needs a gradient of (torch.no_grad, frozen weights)
+        inference_compiler=compiler("forward", inference=True),
         decompositions=decompositions.table(),
     )
     try:
