@@ -66,6 +66,9 @@ class CompileOptions:
     # mask lets some row of each query tile see, and adds a 0/-inf mask before the scaling
     # only where it is not 0
     attention_masked_keys: bool = True
+    # convert-trn-to-nisa pool-sharing: POOL (GpSimd) takes its share of the tensor_tensor ops
+    # and copies whose operands are all in SBUF, where it would finish them before DVE (or ACT)
+    pool_sharing: bool = True
     # trn-plan-memory oldest-freed: on-chip bytes whose last use ended earliest are reused first
     onchip_oldest_freed: bool = True
     # trn-plan-memory group-reuse: a row-wise kernel's SBUF tiles reuse the kernel's own bytes
@@ -127,7 +130,8 @@ def stages(options: CompileOptions) -> list[Stage]:
               f"convert-linalg-to-trn,{fuse},{layout}{order}trn-tile{{target={target}{db}}}"),
         Stage("isa", "tile into instructions, place buffers, synchronise engines",
               f"convert-trn-to-nisa{{target={target} masked-keys="
-              f"{str(options.attention_masked_keys).lower()}}},"
+              f"{str(options.attention_masked_keys).lower()} pool-sharing="
+              f"{str(options.pool_sharing).lower()}}},"
               f"trn-plan-memory{{oldest-freed={str(options.onchip_oldest_freed).lower()} "
               f"group-reuse={str(options.onchip_group_reuse).lower()}}},"
               f"trn-schedule{{justify={str(options.schedule_justify).lower()}}}"),

@@ -52,11 +52,14 @@ class ConvertTrnToNisa(Pass):
     # adds a mask of 0 and -inf before the scores' scaling only where it is not 0
     # (_mask_before_scale).
     masked_keys: bool = True
+    # POOL shares with DVE (and ACT, for copies) the work whose operands are all in SBUF: each
+    # instruction goes where the cost model says it would finish first (kernels/emitter.py).
+    pool_sharing: bool = True
 
     def run(self, module: ir.Operation) -> None:
         target = get_target(self.target or None)
         for func in list(U.functions(module)):
-            _FunctionLowering(func, Emitter(target), self.masked_keys).run()
+            _FunctionLowering(func, Emitter(target, self.pool_sharing), self.masked_keys).run()
 
 
 # Ops whose result gets an HBM buffer of its own (the others are views of existing buffers).

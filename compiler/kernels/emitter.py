@@ -107,22 +107,31 @@ def tensor_tensor_cycles(dst: Tile, lhs: Tile, rhs: Tile, op: str) -> int:
     return dst.free if fast else 2 * dst.free
 
 
+def _in_sbuf(*tiles) -> bool:
+    """Whether every tile is in SBUF (the only memory POOL reads and writes)."""
+    return all(t.memory == "sbuf" for t in tiles)
+
+
 class Emitter:
     """Emits nisa ops at the current MLIR insertion point. Each DMA goes to the queue with the
     least transfer time queued so far (bytes plus per-run overhead, as the cost model
     charges); a copy goes to whichever of DVE and ACT would finish it first given the work
     each has had so far (`engine_work`: ns of busy time by the cost model, each engine at its
-    own clock), so independent work spreads over the machine."""
+    own clock), so independent work spreads over the machine. With `pool_sharing`, POOL
+    (GpSimd) shares the work that touches only SBUF -- tensor_tensor ops and copies -- the
+    same way: it reads no PSUM (TARGET.md), and otherwise runs them by DVE's cost table at its
+    own clock."""
 
-    def __init__(self, target: Target):
+    def __init__(self, target: Target, pool_sharing: bool = True):
         self.target = target
+        self.pool_sharing = pool_sharing
         self._queued_bytes = [0] * target.dma_queues
         # Loads and stores use disjoint queues: a store waiting for compute must not hold up
         # the prefetch of later tiles queued behind it in an in-order queue.
         loads = max(1, target.dma_queues * 3 // 4)
         self._load_queues = range(loads)
         self._store_queues = range(loads, target.dma_queues) or self._load_queues
-        self.engine_work = {"act": 0, "dve": 0}
+        self.engine_work = {"act": 0, "dve": 0, "pool": 0}
         # Set while a row-wise kernel is lowered: its SBUF tiles get this `reuse_group`, so
         # that trn-plan-memory reuses their own bytes first (a small footprint).
         self.reuse_group: int | None = None
@@ -142,7 +151,7 @@ class Emitter:
         return queue
 
     def busy_ns(self, engine: str, cycles: float) -> float:
-        """ns that `engine` (DVE or ACT) is busy with an instruction of `cycles` (the cost
+        """ns that `engine` (DVE, ACT or POOL) is busy with an instruction of `cycles` (the cost
         table's count): at least MIN_II, plus the fixed overhead of a tiny free size."""
         t = self.target
         if cycles < t.tiny_free_size:
@@ -255,10 +264,19 @@ class Emitter:
                     scale=U.f32(1.0 if scale_tile is not None else scale))
 
     def tensor_tensor(self, dst: Tile, lhs: Tile, rhs: Tile, op: str,
-                      engine: str = "dve") -> None:
+                      engine: str | None = None) -> None:
+        """On `engine`, or DVE -- or POOL where every operand is in SBUF and POOL would finish
+        it first. An update in place (dst = dst op x, a chain such as a pooling window's max
+        or a convolution's accumulation) stays on DVE: each link handed between engines
+        would wait on a semaphore for the one before."""
+        cycles = tensor_tensor_cycles(dst, lhs, rhs, op)
+        if engine is None:
+            in_place = dst.buffer in (lhs.buffer, rhs.buffer)
+            engine = self.sooner_engine({"dve": cycles, "pool": cycles}) \
+                if self.pool_sharing and _in_sbuf(dst, lhs, rhs) and not in_place else "dve"
         self._instr("nisa.tensor_tensor", engine,
                     [(dst.buffer, dst.ap()), (lhs.buffer, lhs.ap()), (rhs.buffer, rhs.ap())],
-                    cycles=tensor_tensor_cycles(dst, lhs, rhs, op), op=U.string(op))
+                    cycles=cycles, op=U.string(op))
 
     def tensor_scalar(self, dst: Tile, src: Tile, op0: str,
                       operand0: float | Tile | TilePattern, reverse0: bool = False,
@@ -298,10 +316,12 @@ class Emitter:
                     reduce_op=U.string(reduce_op), negate=U.bool_attr(negate))
 
     def copy(self, dst: Tile, src: Tile, engine: str | None = None) -> None:
-        """Copy (with dtype conversion), on `engine` or whichever of DVE and ACT would finish
-        it first."""
+        """Copy (with dtype conversion), on `engine` or whichever of DVE and ACT (and POOL,
+        from SBUF to SBUF) would finish it first."""
         if engine is None:
-            engine = self.sooner_engine({"dve": dst.free, "act": dst.free})
+            engines = ("dve", "act", "pool") if self.pool_sharing and _in_sbuf(dst, src) \
+                else ("dve", "act")
+            engine = self.sooner_engine(dict.fromkeys(engines, dst.free))
         self._instr("nisa.tensor_copy", engine, [(dst.buffer, dst.ap()), (src.buffer, src.ap())])
 
     def in_sbuf(self, tile: Tile, element_type: ir.Type) -> Tile:

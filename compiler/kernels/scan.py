@@ -62,17 +62,19 @@ def lower_scan(em: Emitter, op: ir.Operation, source: HbmView, out: HbmView) -> 
 
 def _combine(em: Emitter, dst: Tile, a: Tile, b: Tile, kind: str,
              consts: ConstantVectors) -> None:
+    # Each step reads the one before: all on DVE, as the copies between them are, so that no
+    # link waits on a semaphore for another engine.
     if kind != "logaddexp":
-        em.tensor_tensor(dst, a, b, kind)
+        em.tensor_tensor(dst, a, b, kind, engine="dve")
         return
     # logaddexp(a, b) = max(a, b) + log(1 + exp(-|a - b|)): no exp of a large argument.
     f32 = ir.F32Type.get()
     pn, n = dst.partitions, dst.free
     top = em.alloc("sbuf", pn, n, f32)
-    em.tensor_tensor(top, a, b, "max")
+    em.tensor_tensor(top, a, b, "max", engine="dve")
     gap = em.alloc("sbuf", pn, n, f32)
-    em.tensor_tensor(gap, a, b, "sub")
+    em.tensor_tensor(gap, a, b, "sub", engine="dve")
     em.activation(gap, gap, "abs")
     em.activation(gap, gap, "exp", scale=-1.0)
     em.activation(gap, gap, "log", bias=consts.get(1.0, pn))
-    em.tensor_tensor(dst, top, gap, "add")
+    em.tensor_tensor(dst, top, gap, "add", engine="dve")

@@ -1,5 +1,6 @@
 // RUN: neuron-opt --split-input-file --convert-trn-to-nisa %s | FileCheck %s
 // RUN: neuron-opt --split-input-file --convert-trn-to-nisa="masked-keys=false" %s | FileCheck %s --check-prefix=NOMASK
+// RUN: neuron-opt --split-input-file --convert-trn-to-nisa="pool-sharing=false" %s | FileCheck %s --check-prefix=NOPOOL
 // RUN: not neuron-opt --convert-trn-to-nisa %S/Inputs/trn_to_nisa-invalid.mlir 2>&1 | FileCheck %s --check-prefix=ERR
 // RUN: not neuron-opt --convert-trn-to-nisa %S/Inputs/trn_to_nisa-invalid-mlp.mlir 2>&1 | FileCheck %s --check-prefix=ERRMLP
 // RUN: not neuron-opt --convert-trn-to-nisa %S/Inputs/trn_to_nisa-invalid-results.mlir 2>&1 | FileCheck %s --check-prefix=ERRRES
@@ -75,16 +76,25 @@ func.func @grouped_rows(%a: tensor<2048x256xbf16>, %b: tensor<256x256xbf16>) -> 
 
 // Tests that an elementwise op outside any kernel is tiled over 128 partitions. A [300, 64]
 // tensor plus a row broadcast over it cannot be merged into one contiguous extent, so it is
-// tiled as 128, 128 and 44 rows; the broadcast loads with partition stride 0. A contiguous
-// tensor alone is spread evenly: 19200 elements become 128 partitions x 150 (loaded in two
-// 64-partition pieces on two queues).
+// tiled as 128, 128 and 44 rows; the broadcast loads with partition stride 0. Every operand
+// of the adds is in SBUF, so POOL shares them with DVE: each goes to whichever would finish it
+// first (POOL, at its faster clock, then DVE, then POOL). A contiguous tensor alone is spread
+// evenly: 19200 elements become 128 partitions x 150 (loaded in two 64-partition pieces on
+// two queues).
 // CHECK-LABEL: func.func @add_row
 // CHECK: "nisa.dma"(%{{.*}}, %arg0) {aps = [array<i64: 0, 64, 128, 1, 64>, array<i64: 0, 64, 128, 1, 64>]
 // CHECK: "nisa.dma"(%{{.*}}, %arg1) {aps = [array<i64: 0, 64, 128, 1, 64>, array<i64: 0, 0, 128, 1, 64>]
-// CHECK: "nisa.tensor_tensor"({{.*}}engine = "dve", op = "add"
+// CHECK: "nisa.tensor_tensor"({{.*}}engine = "pool", op = "add"
 // CHECK: "nisa.dma"(%arg2, %{{.*}}) {aps = [array<i64: 0, 64, 128, 1, 64>, array<i64: 0, 64, 128, 1, 64>]
+// Without pool-sharing, all three adds run on DVE.
+// NOPOOL-LABEL: func.func @add_row
+// NOPOOL-COUNT-3: "nisa.tensor_tensor"({{.*}}engine = "dve", op = "add"
+// NOPOOL-NOT: engine = "pool"
+// NOPOOL-LABEL: func.func @exp
 // CHECK: "nisa.dma"(%{{.*}}, %arg0) {aps = [array<i64: 0, 64, 128, 1, 64>, array<i64: 8192, 64, 128, 1, 64>]
+// CHECK: "nisa.tensor_tensor"({{.*}}engine = "dve", op = "add"
 // CHECK: "nisa.dma"(%{{.*}}, %arg0) {aps = [array<i64: 0, 64, 44, 1, 64>, array<i64: 16384, 64, 44, 1, 64>]
+// CHECK: "nisa.tensor_tensor"({{.*}}engine = "pool", op = "add"
 // CHECK-LABEL: func.func @exp
 // CHECK: "nisa.dma"(%{{.*}}, %arg0) {aps = [array<i64: 0, 150, 64, 1, 150>, array<i64: 0, 150, 64, 1, 150>]
 // CHECK: "nisa.activation"({{.*}}func = "exp"
@@ -239,16 +249,17 @@ func.func @heads_plus_mask(%x: tensor<12x64x256xf32>, %m: tensor<64x256xf32>) ->
 
 // -----
 
-// Tests that an elementwise kernel shares its arithmetic between ACT and DVE: a multiply or
-// add by a constant becomes an identity activation (scale, or a bias column), and a square
-// x * x the square activation, when ACT would finish it no later than DVE given the cycles
-// each has been given (a fp32 tensor_tensor in SBUF costs DVE two per element); else it stays
-// on DVE. Here: 0.5 to ACT (512 vs 512), the product on DVE (1024), + 1 and * 3 to ACT
-// (1024 and 1536 against 1536), * 2 to DVE (2048 > 1536), the square to ACT (2048 vs 2560).
+// Tests that an elementwise kernel shares its arithmetic between ACT, DVE and POOL: a multiply
+// or add by a constant becomes an identity activation (scale, or a bias column), and a square
+// x * x the square activation, when ACT would finish it no later than DVE given the work each
+// has been given, each engine at its own clock (a fp32 tensor_tensor in SBUF costs two cycles
+// per element); a tensor_tensor whose operands are all in SBUF may go to POOL instead of DVE.
+// Here: 0.5 to ACT, the product to POOL (which has had nothing), + 1 to DVE, * 3 to ACT, * 2 to
+// DVE, the square to ACT.
 // CHECK-LABEL: func.func @scaled_twice
 // CHECK: "nisa.activation"({{.*}}engine = "act", func = "identity"{{.*}}scale = 5.000000e-01
-// CHECK: "nisa.tensor_tensor"({{.*}}engine = "dve", op = "mul"
-// CHECK: "nisa.activation"({{.*}}engine = "act", func = "identity", operandSegmentSizes = array<i32: 1, 1, 1, 0, 0>
+// CHECK: "nisa.tensor_tensor"({{.*}}engine = "pool", op = "mul"
+// CHECK: "nisa.tensor_scalar"({{.*}}engine = "dve", imm0 = 1.000000e+00{{.*}}op0 = "add"
 // CHECK: "nisa.activation"({{.*}}engine = "act", func = "identity"{{.*}}scale = 3.000000e+00
 // CHECK-NOT: "nisa.activation"({{.*}}func = "identity"
 // CHECK: "nisa.tensor_scalar"({{.*}}engine = "dve", imm0 = 2.000000e+00
@@ -828,15 +839,16 @@ func.func @attention(%q: tensor<2x128x32xbf16>, %kt: tensor<2x32x128xbf16>, %v: 
 // Tests a matmul kernel whose epilogue computes a merged producer (GELU's derivative at a bf16
 // input, multiplied into the product): the bf16 input is read by ACT and DVE as loaded (the
 // engines widen exactly as they read: no copy), x * x is ACT's square (ACT would finish it
-// first: a fp32 tensor_tensor costs DVE two cycles per element), and the product is
-// multiplied straight out of PSUM.
+// first: a fp32 tensor_tensor costs DVE two cycles per element), the add of two SBUF values
+// goes to POOL (idle so far), and the product is multiplied straight out of PSUM on DVE (POOL
+// reads no PSUM).
 // CHECK-LABEL: func.func @epilogue_producer
 // CHECK: "nisa.matmul"
 // CHECK: "nisa.dma"(%[[X:[0-9]+]], %arg2)
 // CHECK-NOT: "nisa.tensor_copy"
 // CHECK: "nisa.activation"(%{{.*}}, %[[X]]) {{.*}}func = "erf"{{.*}}scale = 0.707106769
 // CHECK: "nisa.activation"(%{{.*}}, %[[X]]) {{.*}}func = "square"
-// CHECK: "nisa.tensor_tensor"({{.*}}engine = "dve", op = "add"
+// CHECK: "nisa.tensor_tensor"({{.*}}engine = "pool", op = "add"
 // CHECK: "nisa.tensor_tensor"({{.*}}engine = "dve", op = "mul"{{.*}} : (memref<128x256xbf16, "sbuf">, memref<128x256xf32, "psum">, memref<128x256xf32, "sbuf">)
 func.func @epilogue_producer(%w: tensor<256x128xbf16>, %dy: tensor<128x128xbf16>, %x: tensor<128x256xbf16>) -> tensor<128x256xbf16> {
   %k = "trn.kernel"() ({
@@ -1002,8 +1014,11 @@ func.func @attention_heads(%q: tensor<128x64xbf16>, %k: tensor<128x64xbf16>, %v:
 // first matmul accumulates [hidden, tokens] in PSUM, ACT evacuates it with the bias on its
 // bias port and GELU into a bf16 SBUF tile, and that tile is the stationary operand of the
 // second matmul; the hidden activation gets no HBM buffer, and each weight row is loaded once.
+// The bias column's widening to fp32, SBUF to SBUF, goes to POOL, idle beside the PSUM
+// evacuations on ACT and DVE.
 // CHECK-LABEL: func.func @mlp
 // CHECK-NOT: memory = "hbm"
+// CHECK: "nisa.tensor_copy"({{.*}}engine = "pool"{{.*}} : (memref<128x1xf32, "sbuf">, memref<128x1xbf16, "sbuf">)
 // CHECK: "nisa.activation"(%[[H:[0-9]+]], %{{[0-9]+}}, %{{[0-9]+}}) {{.*}}func = "gelu"{{.*}} : (memref<128x256xbf16, "sbuf">, memref<128x256xf32, "psum">, memref<128x1xf32, "sbuf">)
 // CHECK: "nisa.matmul"(%{{[0-9]+}}, %[[H]], %{{[0-9]+}})
 // CHECK-COUNT-3: "nisa.dma"(%{{[0-9]+}}, %arg1)
@@ -1247,9 +1262,10 @@ func.func @whole_rows(%p: tensor<128x256xbf16>, %v: tensor<128x64xbf16>) -> tens
 // -----
 
 // Tests that a row-wise kernel's fp32 sum goes to ACT, as an identity activation accumulating
-// its results (its bf16 output unread), where DVE has more work already (here the product it
-// sums, two cycles per fp32 element).
+// its results (its bf16 output unread), where DVE has more work already: here the second of
+// the two products it sums (two cycles per fp32 element; POOL took the first).
 // CHECK-LABEL: func.func @sum_on_act
+// CHECK: "nisa.tensor_tensor"({{.*}}engine = "pool", op = "mul"
 // CHECK: "nisa.tensor_tensor"(%[[T:[0-9]+]], %{{[0-9]+}}, %{{[0-9]+}}) {{.*}}engine = "dve", op = "mul"
 // CHECK-NOT: "nisa.tensor_reduce"
 // CHECK: "nisa.activation"(%{{[0-9]+}}, %[[T]], %{{[0-9]+}}) {{.*}}engine = "act", func = "identity", operandSegmentSizes = array<i32: 1, 1, 0, 0, 1>
@@ -1257,7 +1273,8 @@ func.func @whole_rows(%p: tensor<128x256xbf16>, %v: tensor<128x64xbf16>) -> tens
 // CHECK: return
 func.func @sum_on_act(%g: tensor<128x256xf32>, %p: tensor<128x256xf32>) -> tensor<128x256xf32> {
   %0 = "trn.kernel"() ({
-    %t = "trn.tensor_tensor"(%g, %p) {op = "mul"} : (tensor<128x256xf32>, tensor<128x256xf32>) -> tensor<128x256xf32>
+    %gp = "trn.tensor_tensor"(%g, %p) {op = "mul"} : (tensor<128x256xf32>, tensor<128x256xf32>) -> tensor<128x256xf32>
+    %t = "trn.tensor_tensor"(%gp, %g) {op = "mul"} : (tensor<128x256xf32>, tensor<128x256xf32>) -> tensor<128x256xf32>
     %s = "trn.reduce"(%t) {op = "add", dimensions = array<i64: 1>} : (tensor<128x256xf32>) -> tensor<128xf32>
     %sb = "trn.broadcast"(%s) {dimensions = array<i64: 1>} : (tensor<128xf32>) -> tensor<128x256xf32>
     %ps = "trn.tensor_tensor"(%p, %sb) {op = "mul"} : (tensor<128x256xf32>, tensor<128x256xf32>) -> tensor<128x256xf32>
