@@ -324,33 +324,6 @@ def lower_rows(em: Emitter, body: list[ir.Operation], views: dict,
     # Operands constant over K: loaded once, every partition the same row.
     resident = {v: load_leaf(em, _tile_view(leaf_views[v], layout, kept_rank, {}, 0, tp,
                                             row=True)) for v in invariant if v not in unread}
-    # ... and where every reader is a whole-row tensor_tensor whose other operand is fp32 (a
-    # norm's weight and bias against the fp32 normalised rows: two cycles per element from
-    # SBUF), copied once into PSUM in their own type (exactly), a bank per 1024 bf16 columns:
-    # an op with an input in PSUM takes one cycle per element (TARGET.md), so each such op
-    # costs half. (Held for the whole kernel, they keep a neighbouring matmul kernel from that
-    # PSUM: a bf16 weight and bias of 768 take one bank each, not 3 KiB each as fp32, and each
-    # op is one instruction instead of two.)
-    # (Not where a producer hands row leaves over: they may be in PSUM themselves.)
-    in_psum = {}
-    for v, tile in resident.items() if produce is None else ():
-        readers = users.get(v, [])
-        if not is_row(v) or not isinstance(tile.element_type, ir.FloatType) or not readers or \
-                any(r.name != "trn.tensor_tensor" or r in folded or
-                    U.str_attr(r, "op") not in ("add", "sub", "mul") or
-                    any(o in broadcast_of or o in resident or
-                        storage.get(o, U.element_type(o)) != ir.F32Type.get()
-                        for o in r.operands if o != v) for r in readers):
-            continue
-        chunks = []
-        per_bank = em.target.psum_bank_bytes // U.element_bytes(tile.element_type)
-        for c0 in range(0, tile.free, per_bank):
-            chunk = em.alloc("psum", tile.partitions, min(per_bank, tile.free - c0),
-                             tile.element_type)
-            em.copy(chunk, tile.columns(c0, chunk.free))
-            chunks.append((c0, chunk))
-        in_psum[v] = chunks
-
     # Leaves broadcast over a loop's dims (a causal mask over heads) would be loaded again
     # on each of its iterations: their distinct tiles are kept and read again instead, where
     # all of them take at most a sixteenth of SBUF.
@@ -514,12 +487,6 @@ def lower_rows(em: Emitter, body: list[ir.Operation], views: dict,
                         alu = "add"
                     _per_row_op(em, dst, operand(row_value), alu,
                                 tiles[broadcast_of[per_row]], reverse)
-                elif any(v in in_psum for v in op.operands):
-                    for c0, chunk in in_psum[next(v for v in op.operands if v in in_psum)]:
-                        em.tensor_tensor(dst.columns(c0, chunk.free), *[
-                            chunk.rows(pn) if v in in_psum else
-                            operand(v).columns(c0, chunk.free) for v in op.operands],
-                            U.str_attr(op, "op"))
                 elif added is not None and op.name == "trn.tensor_tensor" and \
                         U.str_attr(op, "op") == "add" and added[0] in op.operands and \
                         any(tiles.get(v) is dst for v in op.operands if v != added[0]):

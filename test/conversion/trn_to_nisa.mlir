@@ -445,14 +445,14 @@ func.func @zero_elements(%x: tensor<0x4xf32>) -> (tensor<0x4xf32>, tensor<2x0xf3
 // (no broadcast is materialised) and stores the result once. The mean is read only to be
 // subtracted, so it is made negated, sum * -1/N in one multiply, and added: x + (-m) is
 // x - m exactly, and with no negation to make first, the addition goes to ACT (an identity
-// activation with -m as its bias) when ACT would finish it sooner. The kernel's SBUF tiles
-// carry its reuse_group (0: the function's first row-wise kernel), for trn-plan-memory to
-// reuse their own bytes first; its PSUM tiles do not.
+// activation with -m as its bias) when ACT would finish it sooner. The weight stays in SBUF:
+// nothing of the kernel is held in PSUM. The kernel's SBUF tiles carry its reuse_group (0: the
+// function's first row-wise kernel), for trn-plan-memory to reuse their own bytes first.
 // CHECK-LABEL: func.func @norm
 // CHECK-SAME: (%[[X:.*]]: memref<256x64xf32, "hbm">, %[[W:.*]]: memref<64xf32, "hbm">, %[[OUT:.*]]: memref<256x64xf32, "hbm">)
 // CHECK: "nisa.alloc"() {memory = "sbuf", reuse_group = 0 : i64}
 // CHECK: "nisa.dma"(%{{.*}}, %[[W]]) {aps = [array<i64: 0, 64, 128, 1, 64>, array<i64: 0, 0, 128, 1, 64>]
-// CHECK: "nisa.alloc"() {memory = "psum"}
+// CHECK-NOT: "psum"
 // CHECK: "nisa.dma"(%{{.*}}, %[[X]]) {aps = [array<i64: 0, 64, 128, 1, 64>, array<i64: [[ROW:[0-9]+]], 64, 128, 1, 64>]
 // CHECK-NOT: "nisa.dma"
 // CHECK: "nisa.tensor_reduce"({{.*}}op = "add"
@@ -731,20 +731,21 @@ func.func @norm_variance_steps_chained(%x: tensor<128x1024xf32>) -> tensor<128xf
 
 // -----
 
-// Tests that a norm's weight and bias, constant over the rows and read only by whole-row ops
-// against fp32 rows, are copied once into PSUM in their own type (bf16, exactly), one
-// [128, 1024] bank at a time: each multiply and add then reads one input from PSUM (one
-// cycle per element, not two), split at the bank boundary.
-// CHECK-LABEL: func.func @norm_affine_from_psum
-// CHECK: "nisa.tensor_copy"(%[[W0:[0-9]+]], {{.*}} : (memref<128x1024xbf16, "psum">, memref<128x2048xbf16, "sbuf">)
-// CHECK: "nisa.tensor_copy"(%[[W1:[0-9]+]], {{.*}}array<i64: 1024, 2048, 128, 1, 1024>]{{.*}} : (memref<128x1024xbf16, "psum">
-// CHECK: "nisa.tensor_copy"(%[[B0:[0-9]+]], {{.*}} : (memref<128x1024xbf16, "psum">
-// CHECK: "nisa.tensor_copy"(%[[B1:[0-9]+]], {{.*}} : (memref<128x1024xbf16, "psum">
-// CHECK: "nisa.tensor_tensor"(%[[Y:[0-9]+]], %{{[0-9]+}}, %[[W0]]) {aps = [array<i64: 0, 2048, 128, 1, 1024>{{.*}}op = "mul"
-// CHECK: "nisa.tensor_tensor"(%[[Y]], %{{[0-9]+}}, %[[W1]]) {aps = [array<i64: 1024, 2048, 128, 1, 1024>{{.*}}op = "mul"
-// CHECK: "nisa.tensor_tensor"(%{{[0-9]+}}, %[[Y]], %[[B0]]) {{.*}}op = "add"
-// CHECK: "nisa.tensor_tensor"(%{{[0-9]+}}, %[[Y]], %[[B1]]) {{.*}}op = "add"
-func.func @norm_affine_from_psum(%x: tensor<128x2048xf32>, %w: tensor<2048xbf16>, %b: tensor<2048xbf16>) -> tensor<128x2048xf32> {
+// Tests that a norm's weight and bias stay in SBUF (broadcast to every partition by DMA) and
+// nothing of the norm is held in PSUM, which the matmul kernels beside it need: the multiply
+// and the add, SBUF operands only, are shared by POOL and DVE (each on whichever would finish
+// it first), two cycles per element each.
+// CHECK-LABEL: func.func @norm_affine_shared_with_pool
+// CHECK-NOT: "psum"
+// CHECK: "nisa.dma"(%[[W:[0-9]+]], %arg1) {{.*}} : (memref<128x2048xbf16, "sbuf">, memref<2048xbf16, "hbm">)
+// CHECK: "nisa.dma"(%[[B:[0-9]+]], %arg2) {{.*}} : (memref<128x2048xbf16, "sbuf">, memref<2048xbf16, "hbm">)
+// CHECK-NOT: "psum"
+// CHECK: "nisa.tensor_tensor"(%[[Y:[0-9]+]], %{{[0-9]+}}, %[[W]]) {{.*}}engine = "pool", op = "mul"
+// CHECK-NOT: "psum"
+// CHECK: "nisa.tensor_tensor"(%{{[0-9]+}}, %[[Y]], %[[B]]) {{.*}}engine = "dve", op = "add"
+// CHECK-NOT: "psum"
+// CHECK: return
+func.func @norm_affine_shared_with_pool(%x: tensor<128x2048xf32>, %w: tensor<2048xbf16>, %b: tensor<2048xbf16>) -> tensor<128x2048xf32> {
   %k = "trn.kernel"() ({
     %wb = "trn.broadcast"(%w) {dimensions = array<i64: 0>} : (tensor<2048xbf16>) -> tensor<128x2048xbf16>
     %bb = "trn.broadcast"(%b) {dimensions = array<i64: 0>} : (tensor<2048xbf16>) -> tensor<128x2048xbf16>
