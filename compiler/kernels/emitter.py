@@ -158,6 +158,13 @@ class Emitter:
             cycles += t.fixed_overhead_cycles
         return max(t.min_ii, cycles) / t.engine_ghz(engine)
 
+    def discount_engine_work(self, carried: float) -> None:
+        """Keep only the share `carried` of the work each engine has been given: a kernel that
+        runs mostly after the ones before it balances its own work, not theirs, which is
+        done by the time it runs."""
+        for engine in self.engine_work:
+            self.engine_work[engine] *= carried
+
     def sooner_engine(self, cycles: dict[str, float]) -> str:
         """Of the engines in `cycles` (engine -> the instruction's cycles there), the one that
         would finish it first after the work it has had so far; DVE on a tie."""

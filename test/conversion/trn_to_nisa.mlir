@@ -1683,3 +1683,40 @@ func.func @attention_masked_keys_select(%q: tensor<1x128x64xbf16>, %kt: tensor<1
   }) {kind = "attention"} : () -> tensor<1x128x64xbf16>
   return %k : tensor<1x128x64xbf16>
 }
+
+// -----
+
+// Tests that an attention kernel's engine choices count only a quarter of the work earlier
+// kernels gave each engine (ATTENTION_CARRY_OVER): after an exp over [128, 1024], all on ACT,
+// the full running totals would put every copy of the attention on DVE; discounted, the
+// kernel balances its own work, and the second batch's copies out of PSUM (its Q^T staging,
+// its P^T evacuation) go to ACT.
+// CHECK-LABEL: func.func @attention_balances_its_own_work
+// CHECK: "nisa.activation"({{.*}}func = "exp"{{.*}} : (memref<128x1024xf32, "sbuf">
+// CHECK: "nisa.tensor_copy"({{.*}}engine = "dve"{{.*}} : (memref<32x128xbf16, "sbuf">, memref<32x128xf32, "psum">)
+// CHECK: "nisa.tensor_copy"({{.*}}engine = "dve"{{.*}} : (memref<128x128xbf16, "sbuf">, memref<128x128xf32, "psum">)
+// CHECK: "nisa.tensor_copy"({{.*}}engine = "act"{{.*}} : (memref<32x128xbf16, "sbuf">, memref<32x128xf32, "psum">)
+// CHECK: "nisa.tensor_copy"({{.*}}engine = "act"{{.*}} : (memref<128x128xbf16, "sbuf">, memref<128x128xf32, "psum">)
+func.func @attention_balances_its_own_work(%a: tensor<128x1024xf32>, %q: tensor<2x128x32xbf16>, %kt: tensor<2x32x128xbf16>, %v: tensor<2x128x32xbf16>) -> (tensor<128x1024xf32>, tensor<2x128x32xbf16>) {
+  %k0 = "trn.kernel"() ({
+    %e0 = "trn.activation"(%a) {bias = 0.000000e+00 : f32, func = "exp", scale = 1.000000e+00 : f32} : (tensor<128x1024xf32>) -> tensor<128x1024xf32>
+    "trn.yield"(%e0) : (tensor<128x1024xf32>) -> ()
+  }) {kind = "elementwise"} : () -> tensor<128x1024xf32>
+  %k = "trn.kernel"() ({
+    %s = "trn.matmul"(%q, %kt) : (tensor<2x128x32xbf16>, tensor<2x32x128xbf16>) -> tensor<2x128x128xf32>
+    %sb = "trn.convert"(%s) : (tensor<2x128x128xf32>) -> tensor<2x128x128xbf16>
+    %x = "trn.tensor_scalar"(%sb) {op = "mul", reverse = false, scalar = 1.250000e-01 : f32} : (tensor<2x128x128xbf16>) -> tensor<2x128x128xf32>
+    %m = "trn.reduce"(%x) {op = "max", dimensions = array<i64: 2>} : (tensor<2x128x128xf32>) -> tensor<2x128xf32>
+    %mb = "trn.broadcast"(%m) {dimensions = array<i64: 2>} : (tensor<2x128xf32>) -> tensor<2x128x128xf32>
+    %d = "trn.tensor_tensor"(%x, %mb) {op = "sub"} : (tensor<2x128x128xf32>, tensor<2x128x128xf32>) -> tensor<2x128x128xf32>
+    %e = "trn.activation"(%d) {bias = 0.000000e+00 : f32, func = "exp", scale = 1.000000e+00 : f32} : (tensor<2x128x128xf32>) -> tensor<2x128x128xf32>
+    %z = "trn.reduce"(%e) {op = "add", dimensions = array<i64: 2>} : (tensor<2x128x128xf32>) -> tensor<2x128xf32>
+    %zb = "trn.broadcast"(%z) {dimensions = array<i64: 2>} : (tensor<2x128xf32>) -> tensor<2x128x128xf32>
+    %p = "trn.tensor_tensor"(%e, %zb) {op = "div"} : (tensor<2x128x128xf32>, tensor<2x128x128xf32>) -> tensor<2x128x128xf32>
+    %pb = "trn.convert"(%p) : (tensor<2x128x128xf32>) -> tensor<2x128x128xbf16>
+    %o = "trn.matmul"(%pb, %v) : (tensor<2x128x128xbf16>, tensor<2x128x32xbf16>) -> tensor<2x128x32xf32>
+    %ob = "trn.convert"(%o) : (tensor<2x128x32xf32>) -> tensor<2x128x32xbf16>
+    "trn.yield"(%ob) : (tensor<2x128x32xbf16>) -> ()
+  }) {kind = "attention"} : () -> tensor<2x128x32xbf16>
+  return %k0, %k : tensor<128x1024xf32>, tensor<2x128x32xbf16>
+}
