@@ -126,9 +126,7 @@ def neuron(gm, example_inputs, options: dict | None = None, mode: str | None = N
             return make_boxed_func(compiled)
         return compile_graph
 
-    from torchneuron import pretransposed_weights
-
-    from torchneuron import decompositions
+    from torchneuron import decompositions, pretransposed_weights
 
     decompositions.rewrite_dynamo_graph(gm)
     backend = dynamo_common.aot_autograd(
