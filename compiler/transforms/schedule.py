@@ -455,11 +455,12 @@ def list_schedule(decoded: list[_Decoded], preds: list[list[int]], target,
     for i in range(n - 1, -1, -1):      # successors come later in program order
         rank[i] = costs[i] + max((rank[s] for s in succs[i]), default=0.0)
     engines = [d.engine for d in decoded]
-    best = _forward_pass(engines, costs, preds, succs, rank, target)
+    pred_sets = [set(ps) for ps in preds]
+    best = _forward_pass(engines, costs, preds, succs, rank, target, pred_sets)
     if justify and n:
         # (A larger reverse-time end is an earlier start in the right-justified schedule.)
         reverse_end = _backward_pass(engines, costs, preds, succs, best.finish, target)
-        second = _forward_pass(engines, costs, preds, succs, reverse_end, target)
+        second = _forward_pass(engines, costs, preds, succs, reverse_end, target, pred_sets)
         if second.makespan < best.makespan:
             best = second
     for i, q in best.queues.items():
@@ -537,9 +538,14 @@ class _ReadyQueues:
         return heapq.heappop(ranked)[1]
 
 
+_CHAINED_OVERHEAD_ENGINES = ("act", "dve", "pool")
+
+
 def _forward_pass(engines: list[str], costs: list[float], preds: list[list[int]],
-                  succs: list[list[int]], priority: list[float], target) -> _ListSchedule:
-    """List scheduling (see list_schedule), the highest `priority` first among the ready."""
+                  succs: list[list[int]], priority: list[float], target,
+                  pred_sets: list[set[int]]) -> _ListSchedule:
+    """List scheduling (see list_schedule), the highest `priority` first among the ready.
+    `pred_sets`: `preds` as sets."""
     n = len(engines)
     finish = [0.0] * n
     ready = _ReadyQueues(engines, [len(p) for p in preds])
@@ -563,6 +569,14 @@ def _forward_pass(engines: list[str], costs: list[float], preds: list[list[int]]
                 best = (start_issue, end, q)
         return best
 
+    # The fixed overhead of a dependent back-to-back pair (TARGET.md), which the simulator
+    # charges an ACT, DVE or POOL instruction that reads what the one before it on its engine
+    # wrote: charged here where the instruction placed before it on its engine is one it
+    # depends on (a dependency also counts a write after a read, which the simulator does not
+    # charge: an estimate, on the side of caution). PE's accumulating matmuls pipeline.
+    overhead_ns = {e: target.fixed_overhead_cycles / target.engine_ghz(e)
+                   for e in _CHAINED_OVERHEAD_ENGINES}
+    last_placed: dict[str, int] = {}
     while len(order) < n:
         start, engine = ready.soonest(engine_free, queue_free)
         i = ready.take(engine, start, priority)
@@ -574,6 +588,10 @@ def _forward_pass(engines: list[str], costs: list[float], preds: list[list[int]]
             queue_free = min(max(issue[p], transfer_end[p] - latency) for p in range(queues))
         else:
             end = max(start, ready_at[i]) + costs[i]
+            if engine in overhead_ns:
+                if last_placed.get(engine, -1) in pred_sets[i]:
+                    end += overhead_ns[engine]
+                last_placed[engine] = i
             engine_free[engine] = end
         finish[i] = end
         order.append(i)

@@ -109,3 +109,33 @@ def test_a_buffer_placed_where_another_lived_waits_only_for_its_last_accesses():
     assert got[4] == [2, 3] and got[5] == [2, 3]
     assert got[6] == [4]
     assert _ancestors(got) == _ancestors(_scanned_dependencies(records, placed.get))
+
+
+def test_list_schedule_charges_a_dependent_back_to_back_pair_the_fixed_overhead():
+    """trn-schedule's forward pass estimates end times as the simulator charges them: an ACT,
+    DVE or POOL instruction placed right after one it depends on, on the same engine, pays
+    TARGET.md's fixed overhead; an independent neighbour, or a dependency on another engine,
+    does not; PE's accumulating matmuls pipeline."""
+    from torchneuron.compiler.transforms.schedule import _forward_pass
+    from torchneuron.target import TRN2
+
+    cost = 1000.0
+    overhead = TRN2.fixed_overhead_cycles / TRN2.engine_ghz("dve")
+
+    def makespan(engines, preds):
+        succs = [[] for _ in engines]
+        for i, ps in enumerate(preds):
+            for p in ps:
+                succs[p].append(i)
+        priority = [float(len(engines) - i) for i in range(len(engines))]
+        return _forward_pass(engines, [cost] * len(engines), preds, succs, priority, TRN2,
+                             [set(ps) for ps in preds]).makespan
+
+    assert makespan(["dve", "dve"], [[], [0]]) == pytest.approx(2 * cost + overhead)
+    assert makespan(["pool", "pool"], [[], [0]]) == pytest.approx(
+        2 * cost + TRN2.fixed_overhead_cycles / TRN2.engine_ghz("pool"))
+    assert makespan(["dve", "dve"], [[], []]) == pytest.approx(2 * cost)
+    assert makespan(["act", "dve"], [[], [0]]) == pytest.approx(2 * cost)
+    assert makespan(["pe", "pe"], [[], [0]]) == pytest.approx(2 * cost)
+    # Between the dependent pair, an independent instruction takes the engine: no overhead.
+    assert makespan(["dve", "dve", "dve"], [[], [], [0]]) == pytest.approx(3 * cost)
