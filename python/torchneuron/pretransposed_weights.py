@@ -104,6 +104,9 @@ class WithTransposedWeights:
         return self.compiled(*args, *[args[i].t() for i in self.positions])
 
     def __getattr__(self, name: str):
+        # (Only for names not set on self: `compiled` itself is, once constructed.)
+        if name == "compiled":
+            raise AttributeError(name)
         return getattr(self.compiled, name)
 
 
