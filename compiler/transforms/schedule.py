@@ -456,11 +456,11 @@ def list_schedule(decoded: list[_Decoded], preds: list[list[int]], target,
         rank[i] = costs[i] + max((rank[s] for s in succs[i]), default=0.0)
     engines = [d.engine for d in decoded]
     pred_sets = [set(ps) for ps in preds]
-    best = _forward_pass(engines, costs, preds, succs, rank, target, pred_sets)
+    best = _forward_pass(engines, costs, pred_sets, succs, rank, target)
     if justify and n:
         # (A larger reverse-time end is an earlier start in the right-justified schedule.)
         reverse_end = _backward_pass(engines, costs, preds, succs, best.finish, target)
-        second = _forward_pass(engines, costs, preds, succs, reverse_end, target, pred_sets)
+        second = _forward_pass(engines, costs, pred_sets, succs, reverse_end, target)
         if second.makespan < best.makespan:
             best = second
     for i, q in best.queues.items():
@@ -541,11 +541,10 @@ class _ReadyQueues:
 _CHAINED_OVERHEAD_ENGINES = ("act", "dve", "pool")
 
 
-def _forward_pass(engines: list[str], costs: list[float], preds: list[list[int]],
-                  succs: list[list[int]], priority: list[float], target,
-                  pred_sets: list[set[int]]) -> _ListSchedule:
+def _forward_pass(engines: list[str], costs: list[float], preds: list[set[int]],
+                  succs: list[list[int]], priority: list[float], target) -> _ListSchedule:
     """List scheduling (see list_schedule), the highest `priority` first among the ready.
-    `pred_sets`: `preds` as sets."""
+    `preds[i]`: the instructions i depends on, as a set."""
     n = len(engines)
     finish = [0.0] * n
     ready = _ReadyQueues(engines, [len(p) for p in preds])
@@ -589,7 +588,7 @@ def _forward_pass(engines: list[str], costs: list[float], preds: list[list[int]]
         else:
             end = max(start, ready_at[i]) + costs[i]
             if engine in overhead_ns:
-                if last_placed.get(engine, -1) in pred_sets[i]:
+                if last_placed.get(engine, -1) in preds[i]:
                     end += overhead_ns[engine]
                 last_placed[engine] = i
             engine_free[engine] = end

@@ -128,8 +128,8 @@ def test_list_schedule_charges_a_dependent_back_to_back_pair_the_fixed_overhead(
             for p in ps:
                 succs[p].append(i)
         priority = [float(len(engines) - i) for i in range(len(engines))]
-        return _forward_pass(engines, [cost] * len(engines), preds, succs, priority, TRN2,
-                             [set(ps) for ps in preds]).makespan
+        return _forward_pass(engines, [cost] * len(engines), [set(ps) for ps in preds], succs,
+                             priority, TRN2).makespan
 
     assert makespan(["dve", "dve"], [[], [0]]) == pytest.approx(2 * cost + overhead)
     assert makespan(["pool", "pool"], [[], [0]]) == pytest.approx(
