@@ -119,7 +119,7 @@ def neuron(gm, example_inputs, options: dict | None = None, mode: str | None = N
                 log.info("%s: %s handed to the device transposed (torchneuron."
                          "pretransposed_weights)", name,
                          pretransposed_weights.describe(inputs, transposed))
-                inputs = [*inputs, *[inputs[i].t() for i in transposed]]
+                inputs = pretransposed_weights.with_transposes(inputs, transposed)
             compiled = compile_fx_graph(graph_module, inputs, name, opts)
             if transposed:
                 compiled = pretransposed_weights.WithTransposedWeights(compiled, transposed)

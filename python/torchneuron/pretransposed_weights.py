@@ -91,6 +91,12 @@ def rewrite(gm, static_positions: list[int]) -> list[int]:
     return rewritten
 
 
+def with_transposes(args, positions: list[int]) -> list:
+    """`args` followed by the transposed views of `args[i]` for each i in `positions`: the
+    rewritten graph's inputs."""
+    return [*args, *[args[i].t() for i in positions]]
+
+
 class WithTransposedWeights:
     """The compiled graph, called with its original inputs: appends the transposed views of
     the rewritten weights (a view; the copy into the device's layout is made as every input
@@ -101,7 +107,7 @@ class WithTransposedWeights:
         self.positions = positions
 
     def __call__(self, *args: Any):
-        return self.compiled(*args, *[args[i].t() for i in self.positions])
+        return self.compiled(*with_transposes(args, self.positions))
 
     def __getattr__(self, name: str):
         # (Only for names not set on self: `compiled` itself is, once constructed.)
