@@ -19,7 +19,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
-import gc
 import itertools
 import logging
 import os
@@ -30,6 +29,7 @@ import time
 from typing import Any, Callable
 
 from torchneuron import config
+from torchneuron.gc_pause import older_objects_set_aside
 
 log = logging.getLogger("torchneuron")
 
@@ -72,25 +72,6 @@ def _backend_options(options) -> BackendOptions:
     if options is None or isinstance(options, dict):
         return BackendOptions.from_dict(options)
     return BackendOptions(options)       # a CompileOptions
-
-
-@contextlib.contextmanager
-def _collector_spares_older_objects():
-    """Within the block, Python's cycle collector leaves alone the objects that existed
-    before it. A PyTorch process holds hundreds of thousands of long-lived objects, and each
-    full collection that a compilation's allocations trigger walks all of them (0.3 s apiece
-    here, a third of a BERT layer's compile time). `gc.freeze` sets them aside for the block
-    (the compilation's own cyclic garbage is still collected) and `gc.unfreeze` hands them
-    back. A program that froze its heap itself (or a compilation already inside the block on
-    another thread) is left as it is."""
-    if gc.get_freeze_count():
-        yield
-        return
-    gc.freeze()
-    try:
-        yield
-    finally:
-        gc.unfreeze()
 
 
 def neuron(gm, example_inputs, options: dict | None = None, mode: str | None = None):
@@ -137,7 +118,7 @@ def neuron(gm, example_inputs, options: dict | None = None, mode: str | None = N
         decompositions=decompositions.table(),
     )
     try:
-        with _collector_spares_older_objects():
+        with older_objects_set_aside():
             return backend(gm, example_inputs)
     except Exception as exc:
         if not opts.fallback or _is_dynamo_control_flow(exc):
@@ -302,7 +283,7 @@ def _has_symbolic_sizes(example_inputs) -> bool:
 def compile_fx_graph(gm, example_inputs, name: str, options):
     """FX graph -> the callable the backend returns: supported partitions compiled to NEFFs
     running on the simulator, the rest in PyTorch (see torchneuron.partition)."""
-    with _collector_spares_older_objects():
+    with older_objects_set_aside():
         return _compile_fx_graph(gm, example_inputs, name, options)
 
 
