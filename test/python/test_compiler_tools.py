@@ -236,8 +236,8 @@ module {
 """
 
 
-@pytest.mark.parametrize("enabled_before", [True, False])
-def test_compile_pauses_the_cycle_collector_and_restores_it(monkeypatch, enabled_before):
+def test_compile_pauses_the_cycle_collector_and_restores_it(monkeypatch,
+                                                            collector_enabled_before):
     """compile_linalg holds Python's cycle collector off while its passes run (its full
     collections walked the whole process's objects, a quarter of the compile time) and leaves
     it as it found it, also when the compilation fails."""
@@ -254,14 +254,9 @@ def test_compile_pauses_the_cycle_collector_and_restores_it(monkeypatch, enabled
         return real_emit(*args, **kwargs)
 
     monkeypatch.setattr(pipeline, "emit_neff", emit_watching)
-    was = gc.isenabled()
-    try:
-        (gc.enable if enabled_before else gc.disable)()
-        assert pipeline.compile_linalg(_SMALL_LINALG, "main", pipeline.CompileOptions()).neff
-        assert seen == [False]
-        assert gc.isenabled() is enabled_before
-        with pytest.raises(CompileError):
-            pipeline.compile_linalg("func.func @main(", "broken", pipeline.CompileOptions())
-        assert gc.isenabled() is enabled_before
-    finally:
-        (gc.enable if was else gc.disable)()
+    assert pipeline.compile_linalg(_SMALL_LINALG, "main", pipeline.CompileOptions()).neff
+    assert seen == [False]
+    assert gc.isenabled() is collector_enabled_before
+    with pytest.raises(CompileError):
+        pipeline.compile_linalg("func.func @main(", "broken", pipeline.CompileOptions())
+    assert gc.isenabled() is collector_enabled_before

@@ -245,8 +245,8 @@ def test_stream_encoding_rejects_what_a_record_cannot_hold():
         isa.encode([ins(), ins(queue=300)])
 
 
-@pytest.mark.parametrize("enabled_before", [True, False])
-def test_execute_pauses_the_cycle_collector_and_restores_it(monkeypatch, enabled_before):
+def test_execute_pauses_the_cycle_collector_and_restores_it(monkeypatch,
+                                                            collector_enabled_before):
     """A checked run (an object or more per instruction) runs with Python's cycle collector
     held off (torchneuron/gc_pause.py), which is left as it was found, also on an error."""
     import gc
@@ -262,19 +262,14 @@ def test_execute_pauses_the_cycle_collector_and_restores_it(monkeypatch, enabled
 
     monkeypatch.setattr(device_module, "run", run_watching)
     monkeypatch.setenv("TORCHNEURON_SIM_REPLAY", "0")
-    was = gc.isenabled()
-    try:
-        (gc.enable if enabled_before else gc.disable)()
-        program = load(scale_program())
+    program = load(scale_program())
+    Device().execute(program, list(inputs()))
+    assert seen == [False] and gc.isenabled() is collector_enabled_before
+
+    def run_failing(*args, **kwargs):
+        raise RuntimeError("the run failed")
+
+    monkeypatch.setattr(device_module, "run", run_failing)
+    with pytest.raises(RuntimeError, match="the run failed"):
         Device().execute(program, list(inputs()))
-        assert seen == [False] and gc.isenabled() is enabled_before
-
-        def run_failing(*args, **kwargs):
-            raise RuntimeError("the run failed")
-
-        monkeypatch.setattr(device_module, "run", run_failing)
-        with pytest.raises(RuntimeError, match="the run failed"):
-            Device().execute(program, list(inputs()))
-        assert gc.isenabled() is enabled_before
-    finally:
-        (gc.enable if was else gc.disable)()
+    assert gc.isenabled() is collector_enabled_before
