@@ -50,6 +50,10 @@ class CompileOptions:
     # trn-fuse epilogue-results: an elementwise kernel reading a matmul's result that is also
     # stored runs in the matmul's epilogue, the kernel storing both
     fuse_epilogue_results: bool = True
+    # trn-fuse epilogue-residuals: a sum read by a norm's rows and elsewhere (a residual
+    # stream), one of whose operands a matmul's epilogue computes, is added in that epilogue
+    # and stored once, not recomputed by the rows and stored by a kernel of its own
+    fuse_epilogue_residuals: bool = True
     # trn-fuse bias-gradients: a Linear's bias gradient (a sum over tokens) computed by the
     # kernel of its weight gradient, on PE from the tiles that kernel loads
     fuse_bias_gradients: bool = True
@@ -116,6 +120,7 @@ def stages(options: CompileOptions) -> list[Stage]:
             f"matmul-rows={str(options.fuse_matmul_rows).lower()} "
             f"epilogue-producers={str(options.fuse_epilogue_producers).lower()} "
             f"epilogue-results={str(options.fuse_epilogue_results).lower()} "
+            f"epilogue-residuals={str(options.fuse_epilogue_residuals).lower()} "
             f"bias-gradients={str(options.fuse_bias_gradients).lower()} "
             f"weight-gradients={str(options.fuse_weight_gradients).lower()} "
             f"mlp={str(options.fuse_mlp).lower()} "

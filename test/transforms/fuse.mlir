@@ -9,6 +9,7 @@
 // RUN: neuron-opt --split-input-file --trn-fuse="epilogue-results=false" %s | FileCheck %s --check-prefix=RES
 // RUN: neuron-opt --split-input-file --trn-fuse="bias-gradients=false" %s | FileCheck %s --check-prefix=BIAS
 // RUN: neuron-opt --split-input-file --trn-fuse="weight-gradients=false" %s | FileCheck %s --check-prefix=WG
+// RUN: neuron-opt --split-input-file --trn-fuse="epilogue-residuals=false" %s | FileCheck %s --check-prefix=NORES
 // RUN: not neuron-opt --trn-fuse %S/Inputs/fuse-invalid.mlir 2>&1 | FileCheck %s --check-prefix=ERR
 
 // Tests that a matmul, its bias add and activation become one kernel, and that the views
@@ -575,6 +576,49 @@ func.func @shared_residual(%a: tensor<4x64xbf16>, %b: tensor<4x64xbf16>) -> (ten
   %mb = "trn.broadcast"(%m) {dimensions = array<i64: 1>} : (tensor<4xf32>) -> tensor<4x64xf32>
   %d = "trn.tensor_tensor"(%c, %mb) {op = "sub"} : (tensor<4x64xbf16>, tensor<4x64xf32>) -> tensor<4x64xf32>
   return %d, %c : tensor<4x64xf32>, tensor<4x64xbf16>
+}
+
+// -----
+
+// Tests that a residual sum read by a layer-norm-like row group and also outside it, one of
+// whose operands is a Linear's output (GPT-2's), is added in that matmul's epilogue and
+// stored once: the view moves below the add, the rows read the matmul kernel's result, and
+// no kernel of its own loads both operands again. With epilogue-residuals=false the rows
+// recompute the sum and an elementwise kernel stores it, as for @shared_residual.
+// CHECK-LABEL: func.func @shared_residual_in_epilogue
+// CHECK: %[[MM:.*]] = "trn.kernel"() ({
+// CHECK-NEXT: %[[R:.*]] = "trn.reshape"(%arg2) : (tensor<1x256x256xbf16>) -> tensor<256x256xbf16>
+// CHECK-NEXT: %[[M:.*]] = "trn.matmul"(%arg0, %arg1)
+// CHECK-NEXT: "trn.tensor_tensor"(%[[M]], %[[R]]) {op = "add"}
+// CHECK-NEXT: "trn.convert"
+// CHECK-NEXT: "trn.yield"
+// CHECK-NEXT: }) {kind = "matmul"} : () -> tensor<256x256xbf16>
+// CHECK-NEXT: %[[SUM:.*]] = "trn.reshape"(%[[MM]]) : (tensor<256x256xbf16>) -> tensor<1x256x256xbf16>
+// CHECK-NEXT: %[[ROWS:.*]] = "trn.kernel"() ({
+// CHECK-NEXT: "trn.reduce"(%[[SUM]])
+// CHECK-NOT: "trn.tensor_tensor"({{.*}}) {op = "add"}
+// CHECK: }) {kind = "rows"}
+// CHECK-NEXT: return %[[ROWS]], %[[SUM]]
+// NORES-LABEL: func.func @shared_residual_in_epilogue
+// NORES: }) {kind = "matmul"}
+// NORES: %[[KEPT:.*]] = "trn.kernel"() ({
+// NORES: "trn.tensor_tensor"({{.*}}, %arg2) {op = "add"}
+// NORES: }) {kind = "elementwise"}
+// NORES: %[[ROWS:.*]] = "trn.kernel"() ({
+// NORES: "trn.tensor_tensor"({{.*}}, %arg2) {op = "add"}
+// NORES: "trn.reduce"
+// NORES: }) {kind = "rows"}
+// NORES: return %[[ROWS]], %[[KEPT]]
+func.func @shared_residual_in_epilogue(%x: tensor<256x128xbf16>, %w: tensor<128x256xbf16>, %res: tensor<1x256x256xbf16>) -> (tensor<1x256x256xf32>, tensor<1x256x256xbf16>) {
+  %m = "trn.matmul"(%x, %w) : (tensor<256x128xbf16>, tensor<128x256xbf16>) -> tensor<256x256xf32>
+  %c = "trn.convert"(%m) : (tensor<256x256xf32>) -> tensor<256x256xbf16>
+  %v = "trn.reshape"(%c) : (tensor<256x256xbf16>) -> tensor<1x256x256xbf16>
+  %a = "trn.tensor_tensor"(%v, %res) {op = "add"} : (tensor<1x256x256xbf16>, tensor<1x256x256xbf16>) -> tensor<1x256x256xf32>
+  %s = "trn.convert"(%a) : (tensor<1x256x256xf32>) -> tensor<1x256x256xbf16>
+  %r = "trn.reduce"(%s) {op = "add", dimensions = array<i64: 2>} : (tensor<1x256x256xbf16>) -> tensor<1x256xf32>
+  %rb = "trn.broadcast"(%r) {dimensions = array<i64: 2>} : (tensor<1x256xf32>) -> tensor<1x256x256xf32>
+  %d = "trn.tensor_tensor"(%s, %rb) {op = "sub"} : (tensor<1x256x256xbf16>, tensor<1x256x256xf32>) -> tensor<1x256x256xf32>
+  return %d, %s : tensor<1x256x256xf32>, tensor<1x256x256xbf16>
 }
 
 // -----
