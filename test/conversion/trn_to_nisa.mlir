@@ -1012,7 +1012,8 @@ func.func @attention_heads(%q: tensor<128x64xbf16>, %k: tensor<128x64xbf16>, %v:
 // -----
 
 // Tests the lowering of an mlp kernel (Linear - GELU - Linear): per 128 hidden units, the
-// first matmul accumulates [hidden, tokens] in PSUM, ACT evacuates it with the bias on its
+// first matmul accumulates [hidden, tokens] in PSUM (128 tokens at a time: two blocks of
+// 256 would be fewer than mlp.tokens_per_block wants), ACT evacuates it with the bias on its
 // bias port and GELU into a bf16 SBUF tile, and that tile is the stationary operand of the
 // second matmul; the hidden activation gets no HBM buffer, and each weight row is loaded once.
 // The bias column's widening to fp32, SBUF to SBUF, goes to POOL, idle beside the PSUM
@@ -1020,7 +1021,7 @@ func.func @attention_heads(%q: tensor<128x64xbf16>, %k: tensor<128x64xbf16>, %v:
 // CHECK-LABEL: func.func @mlp
 // CHECK-NOT: memory = "hbm"
 // CHECK: "nisa.tensor_copy"({{.*}}engine = "pool"{{.*}} : (memref<128x1xf32, "sbuf">, memref<128x1xbf16, "sbuf">)
-// CHECK: "nisa.activation"(%[[H:[0-9]+]], %{{[0-9]+}}, %{{[0-9]+}}) {{.*}}func = "gelu"{{.*}} : (memref<128x256xbf16, "sbuf">, memref<128x256xf32, "psum">, memref<128x1xf32, "sbuf">)
+// CHECK: "nisa.activation"(%[[H:[0-9]+]], %{{[0-9]+}}, %{{[0-9]+}}) {{.*}}func = "gelu"{{.*}} : (memref<128x128xbf16, "sbuf">, memref<128x128xf32, "psum">, memref<128x1xf32, "sbuf">)
 // CHECK: "nisa.matmul"(%{{[0-9]+}}, %[[H]], %{{[0-9]+}})
 // CHECK-COUNT-3: "nisa.dma"(%{{[0-9]+}}, %arg1)
 // CHECK-NOT: "nisa.dma"(%{{[0-9]+}}, %arg1)

@@ -113,3 +113,20 @@ def test_saved_linear_output_and_its_activation_come_from_one_kernel(dtype, tmp_
         torch.testing.assert_close(got, unfused, atol=1e-6 if dtype == torch.float32 else 8e-3,
                                    rtol=1e-5 if dtype == torch.float32 else 8e-3)
     assert off_profile.dma_bytes - on_profile.dma_bytes >= 384 * 512 * dtype.itemsize
+
+
+def test_token_block_leaves_blocks_to_overlap_with_the_neighbouring_kernels():
+    """The largest token block that fits PSUM and still makes four blocks (the first starts
+    while the producer writes the rest); where none makes four, the smallest that fits."""
+    from torchneuron.compiler.kernels.mlp import tokens_per_block
+    from torchneuron.target import get_target
+
+    target = get_target("trn2")
+    assert tokens_per_block(target, 2048, 512) == 512      # 4 blocks
+    assert tokens_per_block(target, 1024, 512) == 256      # 4 blocks, not 2 of 512
+    assert tokens_per_block(target, 2048, 1024) == 256     # 512 rows of 1024 outputs: no room
+    assert tokens_per_block(target, 512, 768) == 128       # GPT-2's MLP over 512 tokens
+    assert tokens_per_block(target, 300, 600) == 128
+    assert tokens_per_block(target, 100, 600) == 128       # one block, padded to 128 rows
+    # Output rows wider than PSUM holds for 128 tokens: no block at all.
+    assert tokens_per_block(target, 512, 64 * 512) is None
