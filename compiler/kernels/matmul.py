@@ -547,13 +547,15 @@ class GemmPlan:
 
 def plan_gemm(target, k_tiles: int, p_tiles: list, f_tiles: list, itemsize: int,
               p_transposed: bool, f_transposed: bool, out_bytes: int,
-              resident: str | None = None, block: int | None = None) -> GemmPlan:
+              resident: str | None = None, block: int | None = None,
+              first: str = "p") -> GemmPlan:
     """Among the plans whose resident block and two streamed tiles (one being prefetched) fit three quarters of SBUF (the rest is for transposes, the
     epilogue and staging), the one the cost model says is fastest: PE time (matmuls plus
     the transposes of every load of a transposed operand) against DMA time (every operand
     byte loaded, with the per-run overhead of its rows, over all queues). Loading the
     transposed operand once -- resident -- saves PE time; blocks as large as fit save DMA.
-    `resident` / `block` restrict the search (the autotuner's choices)."""
+    `resident` / `block` restrict the search (the autotuner's choices); on a tie the plan
+    with `first` resident is kept."""
     budget = target.sbuf_partition_bytes * 3 // 4
     tk, tp, tf = target.pe_rows, target.pe_cols, target.matmul_max_moving
     k_size = k_tiles * tk
@@ -581,7 +583,8 @@ def plan_gemm(target, k_tiles: int, p_tiles: list, f_tiles: list, itemsize: int,
     store = parts * free * out_bytes * (1 + overhead / max(1, out_run))
     bandwidth = target.dma_queues * target.dma_queue_bytes_per_ns
     best = None
-    for side in (("p", "f") if resident is None else (resident,)):
+    sides = ("p", "f") if first == "p" else ("f", "p")
+    for side in (sides if resident is None else (resident,)):
         other = "f" if side == "p" else "p"
         r_list, r_size, r_tr = sizes[side]
         s_list, s_size, s_tr = sizes[other]

@@ -16,7 +16,7 @@
 // partitions ("mn"): the bias is read as a [M-tile, N-tile] broadcast beside PSUM, rather than
 // per partition by an "nm" product that would go back through the PE to be stored.
 // CHECK-LABEL: func.func @bias_over_features
-// CHECK: }) {gemm_block = 1 : i64, gemm_resident = "p", kind = "matmul", orientation = "mn"}
+// CHECK: }) {gemm_block = 1 : i64, gemm_resident = "f", kind = "matmul", orientation = "mn"}
 func.func @bias_over_features(%x: tensor<4x8xf32>, %w: tensor<8x16xf32>, %b: tensor<16xf32>) -> tensor<4x16xf32> {
   %k = "trn.kernel"() ({
     %bb = "trn.broadcast"(%b) {dimensions = array<i64: 0>} : (tensor<16xf32>) -> tensor<4x16xf32>
@@ -43,6 +43,33 @@ func.func @bias_over_features_stored_transposed(%x: tensor<4x8xf32>, %w: tensor<
     "trn.yield"(%t) : (tensor<16x4xf32>) -> ()
   }) {kind = "matmul"} : () -> tensor<16x4xf32>
   return %k : tensor<16x4xf32>
+}
+
+// -----
+
+// Tests that when both operands fit on chip whole (a tie: each is loaded once either way), a
+// product of at most four 128-row tiles of A keeps B resident and streams A's row tiles, so
+// its output rows are done one tile after another (a layer norm reading them starts on the
+// first); with more row tiles A stays resident.
+// CHECK-LABEL: func.func @few_rows_streamed
+// CHECK: }) {gemm_block = 2 : i64, gemm_resident = "f", kind = "matmul", orientation = "mn"}
+// CHECK-LABEL: func.func @many_rows_resident
+// CHECK: }) {gemm_block = 16 : i64, gemm_resident = "p", kind = "matmul", orientation = "mn"}
+func.func @few_rows_streamed(%x: tensor<512x768xbf16>, %w: tensor<768x768xbf16>) -> tensor<512x768xbf16> {
+  %k = "trn.kernel"() ({
+    %y = "trn.matmul"(%x, %w) : (tensor<512x768xbf16>, tensor<768x768xbf16>) -> tensor<512x768xf32>
+    %z = "trn.convert"(%y) : (tensor<512x768xf32>) -> tensor<512x768xbf16>
+    "trn.yield"(%z) : (tensor<512x768xbf16>) -> ()
+  }) {kind = "matmul"} : () -> tensor<512x768xbf16>
+  return %k : tensor<512x768xbf16>
+}
+func.func @many_rows_resident(%x: tensor<2048x768xbf16>, %w: tensor<768x768xbf16>) -> tensor<2048x768xbf16> {
+  %k = "trn.kernel"() ({
+    %y = "trn.matmul"(%x, %w) : (tensor<2048x768xbf16>, tensor<768x768xbf16>) -> tensor<2048x768xf32>
+    %z = "trn.convert"(%y) : (tensor<2048x768xf32>) -> tensor<2048x768xbf16>
+    "trn.yield"(%z) : (tensor<2048x768xbf16>) -> ()
+  }) {kind = "matmul"} : () -> tensor<2048x768xbf16>
+  return %k : tensor<2048x768xbf16>
 }
 
 // -----
@@ -78,7 +105,7 @@ func.func @resident_moving(%xt: tensor<4096x2048xbf16>, %w: tensor<2048x4096xbf1
 
 // Tests that a plain matmul keeps M on partitions ("mn").
 // CHECK-LABEL: func.func @plain
-// CHECK: }) {gemm_block = 1 : i64, gemm_resident = "p", kind = "matmul", orientation = "mn"}
+// CHECK: }) {gemm_block = 1 : i64, gemm_resident = "f", kind = "matmul", orientation = "mn"}
 func.func @plain(%x: tensor<4x8xf32>, %w: tensor<8x16xf32>) -> tensor<4x16xf32> {
   %k = "trn.kernel"() ({
     %y = "trn.matmul"(%x, %w) : (tensor<4x8xf32>, tensor<8x16xf32>) -> tensor<4x16xf32>

@@ -4,7 +4,7 @@
 // TUNED: }) {gemm_block = {{[0-9]+}} : i64, gemm_resident = "{{[pf]}}", kind = "matmul", orientation = "{{mn|nm}}"}
 // CORRUPT: RuntimeWarning: tuning database {{.*}}tile-corrupt-db.json is corrupt (not JSON
 // CORRUPT-LABEL: func.func @gemm
-// CORRUPT: }) {gemm_block = 2 : i64, gemm_resident = "p", kind = "matmul", orientation = "mn"}
+// CORRUPT: }) {gemm_block = 2 : i64, gemm_resident = "f", kind = "matmul", orientation = "mn"}
 func.func @gemm(%a: tensor<256x256xbf16>, %b: tensor<256x1024xbf16>) -> tensor<256x1024xbf16> {
   %k = "trn.kernel"() ({
     %y = "trn.matmul"(%a, %b) : (tensor<256x256xbf16>, tensor<256x1024xbf16>) -> tensor<256x1024xf32>
