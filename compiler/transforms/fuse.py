@@ -66,6 +66,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import typing
 
 from torch_mlir import ir
 
@@ -237,48 +238,98 @@ def sink_views(func: ir.Operation) -> None:
     A view whose unary chain is reduced stays (the rows keep the reduction's shape)."""
     # Each move takes an op one step toward its producer's shape; bound them all the same,
     # so that a rewrite undoing another is an error, not a hang.
-    moves_left = 4 * len(U.body_ops(func)) + 16
-    changed = True
-    while changed:
-        changed = False
-        moves_left -= 1
-        if moves_left < 0:
-            raise CompileError("moving views below elementwise ops did not settle",
-                               func.location)
-        for view in U.body_ops(func):
-            if view.name not in ("trn.reshape", "trn.broadcast"):
+    ops = U.body_ops(func)
+    moves_left = 4 * len(ops) + 16
+    # A move rewrites the view's user and what the views it erases read: a sweep goes on from
+    # the view, or from a view an erased one read, and sweeps repeat from the top until one
+    # moves nothing -- every view that can move has then moved, as when each move restarted
+    # from the top (quadratic: 1.1 s of GPT-2's 1.3 s in trn-fuse; the same IR either way on
+    # every workload of bench/perf.py).
+    position, moved_in_sweep = 0, True
+    while moved_in_sweep:
+        position, moved_in_sweep = 0, False
+        while position < len(ops):
+            view = ops[position]
+            move = _sink_view(view) if view.name in ("trn.reshape", "trn.broadcast") else None
+            if move is None:
+                position += 1
                 continue
-            if view.name == "trn.reshape" and _sink_shared_reshape(view):
-                changed = True
-                break
-            uses = list(view.results[0].uses)
-            if len(uses) != 1:
-                continue
-            user = U.operation(uses[0].owner)
-            if user.name not in UNARY_OPS or len(user.operands) != 1 or \
-                    user.parent != view.parent or _feeds_reduction(user):
-                continue
-            source = view.operands[0]
-            producer = U.defining_op(source)
-            if view.name == "trn.reshape" and (producer is None or producer.name in VIEW_OPS):
-                continue        # a reshape only moves where its source is computed
-            with ir.InsertionPoint(user), user.location:
-                moved = U.create(user.name, [U.tensor_type(U.shape(source),
-                                                           U.element_type(user.results[0]))],
-                                 [source], U.attributes_of(user))
-                back = U.create(view.name, [user.results[0].type], [moved.results[0]],
-                                U.attributes_of(view))
-            user.results[0].replace_all_uses_with(back.results[0])
-            user.erase()
-            view.erase()
-            changed = True
-            break
+            moved_in_sweep = True
+            moves_left -= 1
+            if moves_left < 0:
+                raise CompileError("moving views below elementwise ops did not settle",
+                                   func.location)
+            position = move.splice(ops, position)
 
 
-def _sink_shared_reshape(view: ir.Operation) -> bool:
+@dataclasses.dataclass
+class _ViewMove:
+    """Sinking a view below its elementwise user, decided and not yet made: `rewrite()`
+    makes it and returns the ops it created, which stand, in order, where `user` stood (it is
+    erased); `erased` are the views erased with it; `sources`, what those read, whose uses
+    change."""
+    user: ir.Operation
+    erased: list
+    sources: list
+    rewrite: typing.Callable[[], list]
+
+    def splice(self, ops: list, position: int) -> int:
+        """Make the move and update `ops` (the block's ops, `ops[position]` the view) to the
+        block as it is then; returns the position a sweep goes on from."""
+        at = next(j for j in range(position, len(ops)) if ops[j] == self.user)
+        gone = sorted((next(j for j in range(at, -1, -1) if ops[j] == op)
+                       for op in self.erased), reverse=True)
+        # A view that reads what an erased view read may now have the one user a move needs.
+        earlier = [next((j for j in range(position, -1, -1) if ops[j] == producer), position)
+                   for producer in map(U.defining_op, self.sources)
+                   if producer is not None and producer.name in VIEW_OPS]
+        ops[at:at + 1] = self.rewrite()
+        resume = min([position] + earlier)
+        for j in gone:
+            del ops[j]
+            if j < resume:
+                resume -= 1
+        return resume
+
+
+def _sink_view(view: ir.Operation) -> _ViewMove | None:
+    """The move of one elementwise user of `view` (a reshape or broadcast) above it, where
+    allowed (sink_views); None where none moves."""
+    if view.name == "trn.reshape":
+        move = _sink_shared_reshape(view)
+        if move is not None:
+            return move
+    uses = list(view.results[0].uses)
+    if len(uses) != 1:
+        return None
+    user = U.operation(uses[0].owner)
+    if user.name not in UNARY_OPS or len(user.operands) != 1 or \
+            user.parent != view.parent or _feeds_reduction(user):
+        return None
+    source = view.operands[0]
+    producer = U.defining_op(source)
+    if view.name == "trn.reshape" and (producer is None or producer.name in VIEW_OPS):
+        return None         # a reshape only moves where its source is computed
+
+    def rewrite() -> list:
+        with ir.InsertionPoint(user), user.location:
+            moved = U.create(user.name, [U.tensor_type(U.shape(source),
+                                                       U.element_type(user.results[0]))],
+                             [source], U.attributes_of(user))
+            back = U.create(view.name, [user.results[0].type], [moved.results[0]],
+                            U.attributes_of(view))
+        user.results[0].replace_all_uses_with(back.results[0])
+        user.erase()
+        view.erase()
+        return [moved, back]
+
+    return _ViewMove(user, [view], [source], rewrite)
+
+
+def _sink_shared_reshape(view: ir.Operation) -> _ViewMove | None:
     """f(reshape(x), reshape(y), ...) -> reshape(f(x, y, ...)) for one elementwise user f of
     `view` (a reshape of a computed x) whose every operand is a reshape of a value of x's
-    shape (`view` itself, or the moved result of another such f); whether one moved.
+    shape (`view` itself, or the moved result of another such f); what moved, or None.
 
     Other operands of f computed in f's shape (or arguments) are read through a new reshape:
     a residual add then joins the epilogue of the matmul whose output x is. An f whose chain
@@ -288,7 +339,7 @@ def _sink_shared_reshape(view: ir.Operation) -> bool:
     source = view.operands[0]
     producer = U.defining_op(source)
     if producer is None or producer.name in VIEW_OPS:
-        return False
+        return None
     shape = U.shape(source)
     # New reshapes only collapse dims, toward a view's source that has fewer: one made here is
     # then never moved below its user again (which would make one expanding them back).
@@ -314,22 +365,31 @@ def _sink_shared_reshape(view: ir.Operation) -> bool:
             else:
                 break
         else:
-            with ir.InsertionPoint(user), user.location:
-                for i, v in enumerate(operands):
-                    if U.shape(v) != shape:
-                        operands[i] = U.create("trn.reshape", [U.tensor_type(
-                            shape, U.element_type(v))], [v], {}).results[0]
-                moved = U.create(user.name, [U.tensor_type(shape,
-                                                           U.element_type(user.results[0]))],
-                                 operands, U.attributes_of(user))
-                back = U.create("trn.reshape", [user.results[0].type], [moved.results[0]], {})
-            user.results[0].replace_all_uses_with(back.results[0])
-            user.erase()
-            for reshape in reshapes:
-                if not list(reshape.results[0].uses):
+            # Reshapes read by this user alone go with it.
+            erased = [r for r in reshapes
+                      if all(U.operation(u.owner) == user for u in r.results[0].uses)]
+
+            def rewrite(user=user, operands=operands, erased=erased) -> list:
+                created = []
+                with ir.InsertionPoint(user), user.location:
+                    for i, v in enumerate(operands):
+                        if U.shape(v) != shape:
+                            created.append(U.create("trn.reshape", [U.tensor_type(
+                                shape, U.element_type(v))], [v], {}))
+                            operands[i] = created[-1].results[0]
+                    moved = U.create(user.name, [U.tensor_type(
+                        shape, U.element_type(user.results[0]))], operands,
+                        U.attributes_of(user))
+                    back = U.create("trn.reshape", [user.results[0].type],
+                                    [moved.results[0]], {})
+                user.results[0].replace_all_uses_with(back.results[0])
+                user.erase()
+                for reshape in erased:
                     reshape.erase()
-            return True
-    return False
+                return created + [moved, back]
+
+            return _ViewMove(user, erased, [r.operands[0] for r in erased], rewrite)
+    return None
 
 
 def fold_reshape_chains(func: ir.Operation) -> None:

@@ -64,8 +64,8 @@ def test_neuron_opt_reports_malformed_input_with_location(tmp_path):
 def test_view_sinking_that_does_not_settle_is_an_error_not_a_hang(tmp_path, monkeypatch,
                                                                   capsys):
     """trn-fuse bounds how often it moves views below elementwise ops: a rewrite that kept
-    finding something to move (here one that always claims a move) is reported as a compile
-    error of the pass at the function's location, instead of looping."""
+    finding something to move (here one that always claims a move and changes nothing) is
+    reported as a compile error of the pass at the function's location, instead of looping."""
     from torchneuron.compiler.transforms import fuse
     from torchneuron.tools import neuron_opt
 
@@ -75,7 +75,8 @@ def test_view_sinking_that_does_not_settle_is_an_error_not_a_hang(tmp_path, monk
         '  %r = "trn.reshape"(%x) : (tensor<4x8xf32>) -> tensor<1x4x8xf32>\n'
         '  return %r : tensor<1x4x8xf32>\n'
         '}\n')
-    monkeypatch.setattr(fuse, "_sink_shared_reshape", lambda view: True)
+    monkeypatch.setattr(fuse, "_sink_view",
+                        lambda view: fuse._ViewMove(view, [], [], lambda: [view]))
     assert neuron_opt.main(["--trn-fuse", str(source), "-o", os.devnull]) != 0
     err = capsys.readouterr().err
     assert f"{source}:1:1: error: trn-fuse: moving views below elementwise ops did not " \
