@@ -133,6 +133,10 @@ class _Staged:
         em = self.em
         tile = em.alloc("sbuf", kn, fn, self.element_type)
         step = em.target.pe_rows
+        group = self._rows_per_partition(k0, kn, fn)
+        if group > 1:
+            self._transposed_groups(tile, k0, kn, f0, fn, group)
+            return tile
         for c0 in range(f0, f0 + fn, step):
             cn = min(step, f0 + fn - c0)
             panel, start = self._panel(c0, cn, k0)
@@ -140,6 +144,43 @@ class _Staged:
             em.transpose(psum, panel.pattern(k0 - start, [(1, kn)]))
             em.copy(tile.columns(c0 - f0, cn), psum)
         return tile
+
+    def _rows_per_partition(self, k0: int, kn: int, fn: int) -> int:
+        """How many consecutive rows of X^T (`group`) each partition of a panel takes: more
+        than one where those rows are short (all of K, under 2 KiB) and lie one after
+        another in HBM, so that a partition's run holds several of them -- a [512, 64] bf16
+        slice of a saved Q or V, loaded [128, 64] at a time, moves 128 B per partition per
+        run, each run paying the DMA's per-chunk cost (TARGET.md) four times its bytes."""
+        view, tk = self.view, self.em.target.pe_rows
+        k = view.shape[0]
+        itemsize = U.element_bytes(view.element_type)
+        if view.buffer is None or k0 != 0 or kn != k or view.strides[0] != 1 or \
+                view.strides[1] != k:
+            return 1
+        group = 1
+        while group < _MAX_INTERLEAVE and group * k * itemsize < _EFFICIENT_RUN_BYTES and \
+                fn % (tk * group * 2) == 0:
+            group *= 2
+        return group
+
+    def _transposed_groups(self, tile: Tile, k0: int, kn: int, f0: int, fn: int,
+                           group: int) -> None:
+        """Columns f0..f0+fn of X [K, F] (K contiguous) into `tile` [kn, fn], `group`
+        consecutive rows of X^T per partition: each block of 128 x `group` rows is one DMA
+        [128, group x K]; the PE transposes its `group` column slices, slice i holding rows
+        group p + i, and each goes to the tile's columns i, i + group, ... . The same values
+        land where the per-128-row panels put them."""
+        em, tk = self.em, self.em.target.pe_rows
+        k = self.view.shape[0]
+        span = tk * group
+        for c0 in range(f0, f0 + fn, span):
+            rows = self.view.slice(1, c0, span).transpose([1, 0]).reshape((tk, group * k))
+            panel = em.alloc("sbuf", tk, group * k, self.view.element_type)
+            em.load(panel, rows, 0, [1])
+            for i in range(group):
+                psum = em.alloc("psum", kn, tk, ir.F32Type.get())
+                em.transpose(psum, panel.pattern(i * k + k0, [(1, kn)]))
+                em.copy(tile.pattern(c0 - f0 + i, [(group, tk)]), psum)
 
     def _panel(self, c0: int, cn: int, k0: int) -> tuple[Tile, int]:
         """Rows c0..c0+cn of X^T over the K chunk holding k0, in SBUF."""

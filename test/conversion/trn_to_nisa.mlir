@@ -1721,3 +1721,28 @@ func.func @attention_balances_its_own_work(%a: tensor<128x1024xf32>, %q: tensor<
   }) {kind = "attention"} : () -> tensor<2x128x32xbf16>
   return %k0, %k : tensor<128x1024xf32>, tensor<2x128x32xbf16>
 }
+
+// -----
+
+// Tests that a transposed operand of short rows lying one after another ([512, 64] bf16, a
+// saved key read as K^T) is loaded four rows to a partition, [128, 256] (one 512 B run per
+// partition, not four of 128 B), and that each 64-column quarter is PE-transposed into every
+// fourth column of the staged K^T [64, 512], starting at column 0, 1, 2 and 3.
+// CHECK-LABEL: func.func @short_rows_transposed
+// CHECK: "nisa.dma"(%[[PANEL:[0-9]+]], %arg1) {{.*}} : (memref<128x256xbf16, "sbuf">, memref<512x64xbf16, "hbm">)
+// CHECK: "nisa.transpose"(%{{[0-9]+}}, %[[PANEL]]) {aps = [array<i64: 0, 128, 64, 1, 128>, array<i64: 0, 256, 128, 1, 64>]
+// CHECK-NEXT: "nisa.tensor_copy"(%[[KT:[0-9]+]], %{{[0-9]+}}) {aps = [array<i64: 0, 512, 64, 4, 128>
+// CHECK: "nisa.transpose"(%{{[0-9]+}}, %[[PANEL]]) {aps = [array<i64: 0, 128, 64, 1, 128>, array<i64: 64, 256, 128, 1, 64>]
+// CHECK-NEXT: "nisa.tensor_copy"(%[[KT]], %{{[0-9]+}}) {aps = [array<i64: 1, 512, 64, 4, 128>
+// CHECK: "nisa.transpose"(%{{[0-9]+}}, %[[PANEL]]) {aps = [array<i64: 0, 128, 64, 1, 128>, array<i64: 192, 256, 128, 1, 64>]
+// CHECK-NEXT: "nisa.tensor_copy"(%[[KT]], %{{[0-9]+}}) {aps = [array<i64: 3, 512, 64, 4, 128>
+// CHECK: "nisa.matmul"(%{{[0-9]+}}, %{{[0-9]+}}, %[[KT]])
+func.func @short_rows_transposed(%q: tensor<128x64xbf16>, %k: tensor<512x64xbf16>) -> tensor<128x512xbf16> {
+  %0 = "trn.kernel"() ({
+    %kt = "trn.transpose"(%k) {permutation = array<i64: 1, 0>} : (tensor<512x64xbf16>) -> tensor<64x512xbf16>
+    %s = "trn.matmul"(%q, %kt) : (tensor<128x64xbf16>, tensor<64x512xbf16>) -> tensor<128x512xf32>
+    %c = "trn.convert"(%s) : (tensor<128x512xf32>) -> tensor<128x512xbf16>
+    "trn.yield"(%c) : (tensor<128x512xbf16>) -> ()
+  }) {kind = "matmul"} : () -> tensor<128x512xbf16>
+  return %0 : tensor<128x512xbf16>
+}

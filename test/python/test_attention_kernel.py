@@ -294,3 +294,20 @@ def test_a_zero_or_minus_inf_mask_is_added_before_the_scaling_where_it_is_not_ze
     # One activation per head and 128-row query tile, the exp: none scales the scores.
     assert profile.opcode_counts["activate"] == 2 * 2
     assert full_profile.opcode_counts["activate"] > 2 * 2
+
+
+def test_short_rows_read_transposed_move_four_to_a_partition(tmp_path, monkeypatch):
+    """A batched product with K^T of [512, 64] slices (a saved key, as a training step's
+    backward reads it): the slices' rows are loaded four to a partition (one 512 B run
+    instead of four of 128 B), each quarter PE-transposed into every fourth column of the
+    staged K^T, and the result is eager's."""
+    torch.manual_seed(0)
+    q = torch.randn(2, 128, 64).to(torch.bfloat16)
+    k = torch.randn(2, 512, 64).to(torch.bfloat16)
+    dump = tmp_path / "dump"
+    monkeypatch.setenv("TORCHNEURON_DUMP_DIR", str(dump))
+    torch._dynamo.reset()
+    out = torch.compile(lambda a, b: torch.bmm(a, b.transpose(1, 2)), backend="neuron")(q, k)
+    torch.testing.assert_close(out, torch.bmm(q, k.transpose(1, 2)), atol=2e-2, rtol=2e-2)
+    isa = next(dump.glob("*.isa.mlir")).read_text()
+    assert "memref<128x256xbf16, \"sbuf\">, memref<2x512x64xbf16, \"hbm\">" in isa
