@@ -157,11 +157,7 @@ class _Staged:
         if view.buffer is None or k0 != 0 or kn != k or view.strides[0] != 1 or \
                 view.strides[1] != k:
             return 1
-        group = 1
-        while group < _MAX_INTERLEAVE and group * k * itemsize < _EFFICIENT_RUN_BYTES and \
-                fn % (tk * group * 2) == 0:
-            group *= 2
-        return group
+        return _rows_per_run(k * itemsize, fn, tk)
 
     def _transposed_groups(self, tile: Tile, k0: int, kn: int, f0: int, fn: int,
                            group: int) -> None:
@@ -230,10 +226,16 @@ def interleave_k(target, k: int, x_p: _Staged, x_f: _Staged) -> int:
         contiguous = x.view.strides[1] == 1
         return width * U.element_bytes(x.view.element_type) if contiguous else 0
 
-    shortest = min(run_bytes(x_p), run_bytes(x_f))
+    return _rows_per_run(min(run_bytes(x_p), run_bytes(x_f)), k, tk)
+
+
+def _rows_per_run(row_bytes: int, rows: int, tk: int) -> int:
+    """How many rows of `row_bytes` each partition takes into one run: doubling (up to
+    _MAX_INTERLEAVE) while a run stays under _EFFICIENT_RUN_BYTES and `rows` still splits
+    into whole blocks of 128 x that many; 1 for rows of unknown length (0)."""
     g = 1
-    while g < _MAX_INTERLEAVE and 0 < g * shortest < _EFFICIENT_RUN_BYTES and \
-            k % (tk * g * 2) == 0:
+    while g < _MAX_INTERLEAVE and 0 < g * row_bytes < _EFFICIENT_RUN_BYTES and \
+            rows % (tk * g * 2) == 0:
         g *= 2
     return g
 

@@ -266,11 +266,9 @@ def sink_views(func: ir.Operation) -> None:
 class _ViewMove:
     """Sinking a view below its elementwise user, decided and not yet made: `rewrite()`
     makes it and returns the ops it created, which stand, in order, where `user` stood (it is
-    erased); `erased` are the views erased with it; `sources`, what those read, whose uses
-    change."""
+    erased); `erased` are the views erased with it."""
     user: ir.Operation
     erased: list
-    sources: list
     rewrite: typing.Callable[[], list]
 
     def splice(self, ops: list, position: int) -> int:
@@ -279,9 +277,9 @@ class _ViewMove:
         at = next(j for j in range(position, len(ops)) if ops[j] == self.user)
         gone = sorted((next(j for j in range(at, -1, -1) if ops[j] == op)
                        for op in self.erased), reverse=True)
-        # A view that reads what an erased view read may now have the one user a move needs.
+        # A view that an erased view read may now have the one user a move needs.
         earlier = [next((j for j in range(position, -1, -1) if ops[j] == producer), position)
-                   for producer in map(U.defining_op, self.sources)
+                   for producer in (U.defining_op(op.operands[0]) for op in self.erased)
                    if producer is not None and producer.name in VIEW_OPS]
         ops[at:at + 1] = self.rewrite()
         resume = min([position] + earlier)
@@ -323,7 +321,7 @@ def _sink_view(view: ir.Operation) -> _ViewMove | None:
         view.erase()
         return [moved, back]
 
-    return _ViewMove(user, [view], [source], rewrite)
+    return _ViewMove(user, [view], rewrite)
 
 
 def _sink_shared_reshape(view: ir.Operation) -> _ViewMove | None:
@@ -388,7 +386,7 @@ def _sink_shared_reshape(view: ir.Operation) -> _ViewMove | None:
                     reshape.erase()
                 return created + [moved, back]
 
-            return _ViewMove(user, erased, [r.operands[0] for r in erased], rewrite)
+            return _ViewMove(user, erased, rewrite)
     return None
 
 

@@ -76,7 +76,7 @@ def test_view_sinking_that_does_not_settle_is_an_error_not_a_hang(tmp_path, monk
         '  return %r : tensor<1x4x8xf32>\n'
         '}\n')
     monkeypatch.setattr(fuse, "_sink_view",
-                        lambda view: fuse._ViewMove(view, [], [], lambda: [view]))
+                        lambda view: fuse._ViewMove(view, [], lambda: [view]))
     assert neuron_opt.main(["--trn-fuse", str(source), "-o", os.devnull]) != 0
     err = capsys.readouterr().err
     assert f"{source}:1:1: error: trn-fuse: moving views below elementwise ops did not " \
