@@ -73,6 +73,10 @@ class CompileOptions:
     # convert-trn-to-nisa pool-sharing: POOL (GpSimd) takes its share of the tensor_tensor ops
     # and copies whose operands are all in SBUF, where it would finish them before DVE (or ACT)
     pool_sharing: bool = True
+    # convert-trn-to-nisa regroup-copies: a copy between layouts that disagree on the
+    # contiguous dim is loaded in the source's order and stored in the destination's,
+    # reordered on an engine, where the longer DMA runs pay for that copy
+    regroup_copies: bool = True
     # trn-plan-memory oldest-freed: on-chip bytes whose last use ended earliest are reused first
     onchip_oldest_freed: bool = True
     # trn-plan-memory group-reuse: a row-wise kernel's SBUF tiles reuse the kernel's own bytes
@@ -136,7 +140,8 @@ def stages(options: CompileOptions) -> list[Stage]:
         Stage("isa", "tile into instructions, place buffers, synchronise engines",
               f"convert-trn-to-nisa{{target={target} masked-keys="
               f"{str(options.attention_masked_keys).lower()} pool-sharing="
-              f"{str(options.pool_sharing).lower()}}},"
+              f"{str(options.pool_sharing).lower()} regroup-copies="
+              f"{str(options.regroup_copies).lower()}}},"
               f"trn-plan-memory{{oldest-freed={str(options.onchip_oldest_freed).lower()} "
               f"group-reuse={str(options.onchip_group_reuse).lower()}}},"
               f"trn-schedule{{justify={str(options.schedule_justify).lower()}}}"),

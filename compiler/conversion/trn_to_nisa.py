@@ -55,11 +55,16 @@ class ConvertTrnToNisa(Pass):
     # POOL shares with DVE (and ACT, for copies) the work whose operands are all in SBUF: each
     # instruction goes where the cost model says it would finish first (kernels/emitter.py).
     pool_sharing: bool = True
+    # A copy between layouts that disagree on the contiguous dim (a head-to-token permutation)
+    # is loaded in the source's order and stored in the destination's, reordered on an engine,
+    # where the longer DMA runs pay for the engine's copy (kernels/elementwise.py).
+    regroup_copies: bool = True
 
     def run(self, module: ir.Operation) -> None:
         target = get_target(self.target or None)
         for func in list(U.functions(module)):
-            _FunctionLowering(func, Emitter(target, self.pool_sharing), self.masked_keys).run()
+            _FunctionLowering(func, Emitter(target, self.pool_sharing, self.regroup_copies),
+                              self.masked_keys).run()
 
 
 # The share of the engines' earlier work an attention kernel's engine choices still count

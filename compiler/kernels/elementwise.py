@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 
@@ -23,7 +24,9 @@ _MIN_FREE_PER_PARTITION = 32
 def lower_elementwise(em: Emitter, compute: list[ir.Operation], views: dict,
                       outputs: list[tuple[ir.Value, HbmView]], free_tile: int) -> None:
     """`compute`: elementwise trn ops (one iteration shape); `views`: HbmView of every value
-    they read from HBM; `outputs`: (value, destination view) pairs."""
+    they read from HBM; `outputs`: (value, destination view) pairs. With the emitter's
+    `regroup_copies`, a plain copy between layouts may be reordered on chip
+    (`_lower_regrouped_copy`)."""
     shape = tuple(outputs[0][1].shape)
     for op in compute:
         if tuple(U.shape(op.results[0])) != shape:
@@ -44,6 +47,9 @@ def lower_elementwise(em: Emitter, compute: list[ir.Operation], views: dict,
                                f"iteration space of shape {list(shape)}")
 
     shape2, strides = _tiling_layout(shape, [v.strides for v in all_views])
+    if em.regroup_copies and not compute and len(leaves) == 1 and len(outputs) == 1 and \
+            _lower_regrouped_copy(em, all_views[0], all_views[1], shape2, strides, free_tile):
+        return
     free_rank = 1
     if all(v.buffer is not None for v in all_views):
         permuted = _permuted_layout(shape2, strides, [U.element_bytes(v.element_type)
@@ -313,6 +319,144 @@ def _permuted_layout(dims: tuple[int, ...], strides: list[tuple[int, ...]], item
     order = [i for i in range(k) if i != part and i not in free] + [part] + free
     return (tuple(dims[i] for i in order), [tuple(s[i] for i in order) for s in strides],
             len(free))
+
+
+# Consecutive elements of the partition dim a regrouped copy may give each partition.
+_COPY_GROUPS = (1, 2, 4, 8)
+
+
+@dataclasses.dataclass(frozen=True)
+class _CopyPlan:
+    """How `_lower_regrouped_copy` tiles a copy over merged dims [d0, d1, ...]: dim `part` on
+    partitions, `group` consecutive elements of it to each partition (pseudo-dim GROUP of the
+    orders below), the dims `free` whole along the free axis, the rest looped over. A tile is
+    loaded with its free axis in `load_order` and stored in `store_order` (each the order of
+    that side's strides, so that its runs are as long as they can be), and copied on chip
+    from the one to the other where they differ."""
+    part: int
+    group: int
+    partitions: int
+    free: tuple[int, ...]
+    load_order: tuple[int, ...]
+    store_order: tuple[int, ...]
+
+
+def _regrouped_copy_plan(dims: tuple[int, ...], strides: list[tuple[int, ...]], itemsize: int,
+                         free_tile: int, em: Emitter) -> _CopyPlan | None:
+    """The cheapest regrouped tiling of a copy from a view with strides `strides[0]` to one
+    with `strides[1]`, or None where it does not save a fifth of what the tilings with one
+    layout for both sides cost (`_layout_dma_bytes`, `_permuted_layout`).
+
+    With one layout, a copy between views that disagree on which dim is contiguous (a
+    head-to-token permutation: [qkv, batch, head, seq, d] read as [batch, seq, qkv, head, d])
+    moves runs as short as the innermost dim they share (64 elements: 128 B runs, each paying
+    the DMA's per-run overhead, four times their bytes). Loaded in the source's order and
+    stored in the destination's, with `group` consecutive elements of the partition dim per
+    partition, both sides move longer runs; the reorder between them costs a copy on an
+    engine, counted here at the bytes the DMA queues move in that time, shared by the
+    engines that may take it."""
+    target = em.target
+    k = len(dims)
+    src, dst = strides
+    # (Both sides contiguous along the innermost dim: one whose source is strided there is a
+    # transpose, which load_leaf turns around on PE.)
+    if k < 2 or any(st <= 0 for s in strides for st in s) or src[-1] != 1 or dst[-1] != 1:
+        return None
+    group_dim = k
+    base = _layout_dma_bytes(dims, strides, [itemsize] * 2, k - 2, [k - 1], target)
+    permuted = _permuted_layout(dims, strides, [itemsize] * 2, free_tile, target)
+    if permuted is not None:
+        pdims, pstrides, free_rank = permuted
+        base = min(base, _layout_dma_bytes(pdims, pstrides, [itemsize] * 2, k - 1 - free_rank,
+                                           list(range(k - free_rank, k)), target))
+    engines = 3 if em.pool_sharing else 2
+    queue_bytes_per_ns = target.dma_queues * target.dma_queue_bytes_per_ns
+    total_bytes = 2 * math.prod(dims) * itemsize
+    best = None
+    for part in range(k):
+        others = [i for i in range(k) if i != part]
+        for group in _COPY_GROUPS:
+            if dims[part] % group:
+                continue
+            rows = dims[part] // group
+            tp = min(rows, target.num_partitions)
+            # (Grouping only where every partition still takes a share: the engine's copy
+            # costs per element of a partition.)
+            if rows % tp or (group > 1 and rows < target.num_partitions):
+                continue
+            size = {**{i: dims[i] for i in range(k)}, group_dim: group}
+            src_of = {**{i: src[i] for i in range(k)}, group_dim: src[part]}
+            dst_of = {**{i: dst[i] for i in range(k)}, group_dim: dst[part]}
+            for r in range(len(others) + 1):
+                for free in itertools.combinations(others, r):
+                    axis = list(free) + ([group_dim] if group > 1 else [])
+                    width = math.prod(size[d] for d in axis)
+                    if not axis or width > free_tile or len(axis) > _MAX_TILE_FREE_DIMS:
+                        continue
+                    load = tuple(sorted(axis, key=lambda d: -src_of[d]))
+                    store = tuple(sorted(axis, key=lambda d: -dst_of[d]))
+                    tiles = math.prod(dims) // (tp * width)
+
+                    def runs(of, order):
+                        return max(tp, strided_runs((tp, *(size[d] for d in order)),
+                                                    (group * of[part], *(of[d] for d in order))))
+                    cost = total_bytes + tiles * target.dma_chunk_overhead_bytes * (
+                        runs(src_of, load) + runs(dst_of, store))
+                    if load != store:
+                        cost += tiles * em.busy_ns("dve", width) / engines * queue_bytes_per_ns
+                    key = (cost, -tp, width)
+                    if best is None or key < best[0]:
+                        best = (key, _CopyPlan(part, group, tp, free, load, store))
+    if best is None or 5 * best[0][0] > 4 * base:
+        return None
+    return best[1]
+
+
+def _lower_regrouped_copy(em: Emitter, src: HbmView, dst: HbmView, dims: tuple[int, ...],
+                          strides: list[tuple[int, ...]], free_tile: int) -> bool:
+    """Copy `src` to `dst` (the same element type; merged to `dims` with `strides`) by the
+    tiling `_regrouped_copy_plan` finds, if it finds one; False where it does not (or where an
+    engine's copy, through fp32, would not be exact: integers wider than 16 bits)."""
+    etype = src.element_type
+    if src.buffer is None or dst.buffer is None or etype != dst.element_type or \
+            (isinstance(etype, ir.IntegerType) and etype.width > 16):
+        return False
+    plan = _regrouped_copy_plan(dims, strides, U.element_bytes(etype), free_tile, em)
+    if plan is None:
+        return False
+    k, part, group, tp = len(dims), plan.part, plan.group, plan.partitions
+    size = {**{i: dims[i] for i in range(k)}, k: group}
+    src_of = {**{i: strides[0][i] for i in range(k)}, k: strides[0][part]}
+    dst_of = {**{i: strides[1][i] for i in range(k)}, k: strides[1][part]}
+    # Element strides of the loaded tile's free axis (row-major in load order).
+    in_tile, stride = {}, 1
+    for d in reversed(plan.load_order):
+        in_tile[d] = stride
+        stride *= size[d]
+    width = stride
+    loops = [i for i in range(k) if i != part and i not in plan.free]
+    chunk = tp * group
+    for outer in itertools.product(*(range(dims[i]) for i in loops),
+                                   range(dims[part] // chunk)):
+        *index, c = outer
+        src_offset = src.offset + sum(i * strides[0][d] for i, d in zip(index, loops)) + \
+            c * chunk * strides[0][part]
+        dst_offset = dst.offset + sum(i * strides[1][d] for i, d in zip(index, loops)) + \
+            c * chunk * strides[1][part]
+        tile = em.alloc("sbuf", tp, width, etype)
+        em.load(tile, src.relaid(src_offset, (tp, *(size[d] for d in plan.load_order)),
+                                 (group * strides[0][part],
+                                  *(src_of[d] for d in plan.load_order))),
+                0, list(range(1, len(plan.load_order) + 1)))
+        if plan.store_order != plan.load_order:
+            reordered = em.alloc("sbuf", tp, width, etype)
+            em.copy(reordered, tile.pattern(0, [(in_tile[d], size[d])
+                                                for d in plan.store_order]))
+            tile = reordered
+        em.store(dst.relaid(dst_offset, (tp, *(size[d] for d in plan.store_order)),
+                            (group * strides[1][part], *(dst_of[d] for d in plan.store_order))),
+                 0, list(range(1, len(plan.store_order) + 1)), tile)
+    return True
 
 
 def _partition_split(n: int) -> int:

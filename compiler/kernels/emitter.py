@@ -122,9 +122,13 @@ class Emitter:
     same way: it reads no PSUM (TARGET.md), and otherwise runs them by DVE's cost table at its
     own clock."""
 
-    def __init__(self, target: Target, pool_sharing: bool = True):
+    def __init__(self, target: Target, pool_sharing: bool = True, regroup_copies: bool = True):
         self.target = target
         self.pool_sharing = pool_sharing
+        # A copy between layouts loads in the source's order and stores in the
+        # destination's, reordered on chip, where that moves longer DMA runs
+        # (kernels/elementwise.py, _lower_regrouped_copy).
+        self.regroup_copies = regroup_copies
         self._queued_bytes = [0] * target.dma_queues
         # Loads and stores use disjoint queues: a store waiting for compute must not hold up
         # the prefetch of later tiles queued behind it in an in-order queue.

@@ -1,6 +1,7 @@
 // RUN: neuron-opt --split-input-file --convert-trn-to-nisa %s | FileCheck %s
 // RUN: neuron-opt --split-input-file --convert-trn-to-nisa="masked-keys=false" %s | FileCheck %s --check-prefix=NOMASK
 // RUN: neuron-opt --split-input-file --convert-trn-to-nisa="pool-sharing=false" %s | FileCheck %s --check-prefix=NOPOOL
+// RUN: neuron-opt --split-input-file --convert-trn-to-nisa="regroup-copies=false" %s | FileCheck %s --check-prefix=NOREGROUP
 // RUN: not neuron-opt --convert-trn-to-nisa %S/Inputs/trn_to_nisa-invalid.mlir 2>&1 | FileCheck %s --check-prefix=ERR
 // RUN: not neuron-opt --convert-trn-to-nisa %S/Inputs/trn_to_nisa-invalid-mlp.mlir 2>&1 | FileCheck %s --check-prefix=ERRMLP
 // RUN: not neuron-opt --convert-trn-to-nisa %S/Inputs/trn_to_nisa-invalid-results.mlir 2>&1 | FileCheck %s --check-prefix=ERRRES
@@ -1745,4 +1746,25 @@ func.func @short_rows_transposed(%q: tensor<128x64xbf16>, %k: tensor<512x64xbf16
     "trn.yield"(%c) : (tensor<128x512xbf16>) -> ()
   }) {kind = "matmul"} : () -> tensor<128x512xbf16>
   return %0 : tensor<128x512xbf16>
+}
+
+// -----
+
+// Tests that a copy between layouts that share only their innermost dim (heads split out of
+// token rows: [S, H, D] stored as [H, S, D]) loads four tokens to a partition in the
+// source's order (one 4 KiB run each), reorders them on an engine into the destination's
+// order and stores runs of four tokens' 64 elements (512 B), where one layout for both sides
+// (regroup-copies=false) stores 128 B runs.
+// CHECK-LABEL: func.func @heads_split_copy
+// CHECK: "nisa.dma"(%[[T:.*]], %arg0) {aps = [array<i64: 0, 2048, 8, 1, 2048>, array<i64: 0, 2048, 8, 512, 4, 64, 8, 1, 64>]
+// CHECK: "nisa.tensor_copy"(%[[R:.*]], %[[T]]) {aps = [array<i64: 0, 2048, 128, 1, 2048>, array<i64: 0, 2048, 128, 64, 8, 512, 4, 1, 64>]
+// CHECK: "nisa.dma"(%arg1, %[[R]]) {aps = [array<i64: 0, 256, 8, 32768, 8, 64, 4, 1, 64>, array<i64: 0, 2048, 8, 1, 2048>]
+// NOREGROUP-LABEL: func.func @heads_split_copy
+// NOREGROUP: "nisa.dma"(%{{.*}}, %arg0) {aps = [array<i64: 0, 512, 32, 1, 512>, array<i64: 0, 512, 32, 64, 8, 1, 64>]
+// NOREGROUP: "nisa.dma"(%arg1, %{{.*}}) {aps = [array<i64: 0, 64, 32, 32768, 8, 1, 64>, array<i64: 0, 512, 32, 1, 512>]
+// NOREGROUP-NOT: "nisa.tensor_copy"
+// NOREGROUP: return
+func.func @heads_split_copy(%x: tensor<512x8x64xbf16>) -> tensor<8x512x64xbf16> {
+  %t = "trn.transpose"(%x) {permutation = array<i64: 1, 0, 2>} : (tensor<512x8x64xbf16>) -> tensor<8x512x64xbf16>
+  return %t : tensor<8x512x64xbf16>
 }
