@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import math
 
 from torch_mlir import ir
 
@@ -262,6 +263,7 @@ def lower_matmul(em: Emitter, matmul: ir.Operation, chain: list[ir.Operation], v
         else None
     block = U.int_attr(kernel, "gemm_block") if "gemm_block" in kernel.attributes else None
     batch = lhs.shape[:-2]
+    batches = math.prod(batch)
     for index in itertools.product(*(range(n) for n in batch)):
         def pick(view: HbmView) -> HbmView:
             for i in index:
@@ -270,12 +272,14 @@ def lower_matmul(em: Emitter, matmul: ir.Operation, chain: list[ir.Operation], v
         _lower_2d(em, matmul, chain, pick(lhs), pick(rhs),
                   {v: pick(w) for v, w in views.items() if w.rank == lhs.rank},
                   [(v, pick(w)) for v, w in outputs], orientation, resident, block,
-                  column_sums)
+                  column_sums, batches)
 
 
 def _lower_2d(em: Emitter, matmul, chain, a: HbmView, b: HbmView, views, outputs,
               orientation: str, resident: str | None = None, block: int | None = None,
-              column_sums: HbmView | None = None) -> None:
+              column_sums: HbmView | None = None, batches: int = 1) -> None:
+    """One matrix product of a matmul kernel (of `batches` such products, each lowered by a
+    call of its own)."""
     target = em.target
     etype = matmul_element_type(a.element_type, b.element_type)
     a_t = a.transpose([1, 0])                                  # [K, M]
@@ -315,7 +319,7 @@ def _lower_2d(em: Emitter, matmul, chain, a: HbmView, b: HbmView, views, outputs
     plan = plan_gemm(target, len(k_tiles), p_tiles, f_tiles, U.element_bytes(etype),
                      x_p.transposed, x_f.transposed, out_bytes, resident, block)
     epilogue = Epilogue(em, chain, views, matmul.results[0], {v for v, _ in outputs})
-    group = _row_group(target, orientation, a, b, x_p, k, free, chain, outputs) \
+    group = _row_group(target, orientation, a, b, x_p, k, free, chain, outputs, batches) \
         if column_sums is None else 1
     if group > 1:
         _lower_grouped(em, a, x_f, k_tiles, free, outputs, etype, group)
@@ -507,12 +511,15 @@ class _RowGather:
 
 
 def _row_group(target, orientation: str, a: HbmView, b: HbmView, x_p: "_Staged", k: int,
-               free: int, chain: list, outputs: list) -> int:
+               free: int, chain: list, outputs: list, batches: int = 1) -> int:
     """How many row tiles of C = A @ B to interleave by partition (see `_lower_grouped`), or 1.
 
     Only where it makes DMA runs longer and is simple: "mn" with A row-major (transposed on
     PE) whose rows fit one panel, one output written in whole contiguous rows of N, no
-    epilogue but the rounding to the output type, rows a multiple of the group."""
+    epilogue but the rounding to the output type, rows a multiple of the group. The blocks
+    of all `batches` products of a batched matmul count towards the several that let stores
+    overlap the next blocks' compute (a [512, 512] @ [512, 64] per head is one block of 512
+    rows, 48 heads 48 blocks)."""
     tp = target.pe_cols
     m = a.shape[0]
     if orientation != "mn" or not x_p.transposed or len(outputs) != 1 or a.buffer is None:
@@ -528,7 +535,7 @@ def _row_group(target, orientation: str, a: HbmView, b: HbmView, x_p: "_Staged",
         return 1
     for group in (4, 2):
         # Several blocks at least, so that stores overlap the next blocks' compute.
-        if m % (tp * group) == 0 and m // (tp * group) >= 4 and \
+        if m % (tp * group) == 0 and m // (tp * group) * batches >= 4 and \
                 group * row_bytes <= 4 * _EFFICIENT_RUN_BYTES:
             return group
     return 1

@@ -75,6 +75,27 @@ func.func @grouped_rows(%a: tensor<2048x256xbf16>, %b: tensor<256x256xbf16>) -> 
 
 // -----
 
+// Tests that a batched matmul whose every product is a single block of 512 rows ([512, 512]
+// @ [512, 64] per head, a softmax gradient times K) interleaves its row tiles too: the blocks
+// of all four products overlap one another's stores. Each product's A arrives as [128, 4 x
+// 512] (4 KiB runs, partition stride four rows) and its result leaves as [128, 4 x 64]
+// (512 B runs instead of 128 B).
+// CHECK-LABEL: func.func @grouped_rows_per_head
+// CHECK: "nisa.dma"(%[[PANEL:.*]], %arg0) {aps = [array<i64: 0, 2048, 8, 1, 2048>, array<i64: 0, 2048, 8, 1, 2048>]
+// CHECK: "nisa.transpose"(%{{.*}}, %[[PANEL]])
+// CHECK: "nisa.dma"(%arg2, %{{.*}}) {aps = [array<i64: 0, 256, 64, 1, 256>, array<i64: 0, 256, 64, 1, 256>]
+// CHECK: "nisa.dma"(%{{.*}}, %arg0) {aps = [array<i64: 0, 2048, 8, 1, 2048>, array<i64: 262144, 2048, 8, 1, 2048>]
+func.func @grouped_rows_per_head(%a: tensor<4x512x512xbf16>, %b: tensor<4x512x64xbf16>) -> tensor<4x512x64xbf16> {
+  %k = "trn.kernel"() ({
+    %y = "trn.matmul"(%a, %b) : (tensor<4x512x512xbf16>, tensor<4x512x64xbf16>) -> tensor<4x512x64xf32>
+    %z = "trn.convert"(%y) : (tensor<4x512x64xf32>) -> tensor<4x512x64xbf16>
+    "trn.yield"(%z) : (tensor<4x512x64xbf16>) -> ()
+  }) {kind = "matmul", orientation = "mn"} : () -> tensor<4x512x64xbf16>
+  return %k : tensor<4x512x64xbf16>
+}
+
+// -----
+
 // Tests that an elementwise op outside any kernel is tiled over 128 partitions. A [300, 64]
 // tensor plus a row broadcast over it cannot be merged into one contiguous extent, so it is
 // tiled as 128, 128 and 44 rows; the broadcast loads with partition stride 0. Every operand
