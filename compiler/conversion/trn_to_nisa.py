@@ -91,6 +91,9 @@ class _FunctionLowering:
         self.views: dict[ir.Value, HbmView] = {}
         self.storage: dict[ir.Value, _Storage] = {}
         self.in_place: set = set()
+        # Kernel results computed straight into the slice an insert_slice writes them to
+        # (_kernels_into_slices): result -> that insert_slice.
+        self.into_slice: dict[ir.Value, ir.Operation] = {}
         self.padded: dict[ir.Value, tuple[ir.Value, tuple[int, ...], float]] = {}
         self.folded: set = set()          # ops the padding they build is folded into
         self.row_kernels = 0              # row-wise kernels lowered: their reuse groups
@@ -145,6 +148,7 @@ class _FunctionLowering:
                 self.storage[dest] = shared
                 self.in_place.add(op)
 
+        self.into_slice = _kernels_into_slices(body)
         self._find_padded_windows(body)
         # A returned value that is not computed into its output buffer (a view of another
         # value, say) is copied there as soon as it exists, not after the last kernel: the
@@ -230,6 +234,15 @@ class _FunctionLowering:
         # (An output buffer taken by a value whose reshape is returned has the reshape's.)
         return view if view.shape == shape else view.reshape(shape)
 
+    def _slice_of(self, insert: ir.Operation) -> HbmView:
+        """The view of the slice `insert` writes, in its result's buffer."""
+        region = self._buffer(insert.results[0])
+        for dim, (start, stride, size) in enumerate(zip(
+                U.array_attr(insert, "offsets"), U.array_attr(insert, "strides"),
+                U.shape(insert.operands[1]))):
+            region = region.slice(dim, start, size, stride)
+        return region
+
     def _lower_op(self, op: ir.Operation) -> None:
         if op.name == "arith.constant":
             value = op.attributes["value"]
@@ -246,7 +259,8 @@ class _FunctionLowering:
             self.views[op.results[0]] = self._view(op, self.views[op.operands[0]])
             return
         result = op.results[0]
-        out = self._buffer(result)
+        out = self._buffer(result) if result not in self.into_slice else \
+            self._slice_of(self.into_slice[result]).reshape(tuple(U.shape(result)))
         if op.name == "trn.kernel":
             also = [self._buffer(r) for r in list(op.results)[1:]]
             self._lower_kernel(op, out, also)
@@ -257,11 +271,8 @@ class _FunctionLowering:
             producer = U.defining_op(dest)     # None for a function argument
             if op not in self.in_place and (producer is None or producer.name != "trn.empty"):
                 self._copy(self.views[dest], out)
-            region = out
-            for dim, (start, stride, size) in enumerate(zip(
-                    U.array_attr(op, "offsets"), U.array_attr(op, "strides"), U.shape(source))):
-                region = region.slice(dim, start, size, stride)
-            self._copy(self.views[source], region)
+            if op not in self.into_slice.values():
+                self._copy(self.views[source], self._slice_of(op))
         elif op.name == "trn.gather":
             source = self.views[op.operands[0]]
             if not source.is_contiguous():
@@ -520,6 +531,57 @@ def _stored_transpose(body: list[ir.Operation]) -> ir.Operation | None:
     inside = set(body)
     return producer if source is not None and source in inside \
         and source.name not in VIEW_OPS + SOURCE_OPS else None
+
+
+def _kernels_into_slices(body: list[ir.Operation]) -> dict[ir.Value, ir.Operation]:
+    """Kernel results to compute straight into the slice of the insert_slice that is their
+    only reader (through reshapes), instead of into a buffer of their own that the insert
+    copies from: a concatenation of per-head gradients ([4, 12, 512, 64] pieces of a [12,
+    12, 512, 64] tensor) moved every piece twice more. Only for inserts into a chain built
+    from a trn.empty whose intermediate values nothing else reads, writing disjoint
+    contiguous-strided slices: whatever order the pieces are written in, nobody sees the
+    buffer before the last, and the pieces never overlap. Maps result -> insert."""
+    chosen: dict[ir.Value, ir.Operation] = {}
+    for last in body:
+        if last.name != "trn.insert_slice" or any(
+                U.operation(u.owner).name == "trn.insert_slice" and u.operand_number == 0
+                for u in last.results[0].uses):
+            continue          # not the end of a chain
+        chain, value = [], last.results[0]
+        op = last
+        while op is not None and op.name == "trn.insert_slice":
+            if value is not last.results[0] and len(list(value.uses)) != 1:
+                break
+            chain.append(op)
+            value = op.operands[0]
+            op = U.defining_op(value)
+        else:
+            if op is None or op.name != "trn.empty" or len(list(value.uses)) != 1:
+                continue
+            if any(st != 1 for insert in chain for st in U.array_attr(insert, "strides")):
+                continue
+            boxes = [[(o, o + n) for o, n in zip(U.array_attr(insert, "offsets"),
+                                                   U.shape(insert.operands[1]))]
+                     for insert in chain]
+            if any(all(a0 < b1 and b0 < a1 for (a0, a1), (b0, b1) in zip(x, y))
+                   for i, x in enumerate(boxes) for y in boxes[i + 1:]):
+                continue
+            for insert in chain:
+                source = insert.operands[1]
+                producer = U.defining_op(source)
+                while producer is not None and producer.name == "trn.reshape" and \
+                        len(list(source.uses)) == 1:
+                    source = producer.operands[0]
+                    producer = U.defining_op(source)
+                region = HbmView.abstract(tuple(U.shape(last.results[0])))
+                for dim, (start, size) in enumerate(zip(U.array_attr(insert, "offsets"),
+                                                        U.shape(insert.operands[1]))):
+                    region = region.slice(dim, start, size)
+                if producer is not None and producer.name == "trn.kernel" and \
+                        len(producer.results) == 1 and len(list(source.uses)) == 1 and \
+                        region.reshape(tuple(U.shape(source))) is not None:
+                    chosen[source] = insert
+    return chosen
 
 
 def _may_write_in_place(insert: ir.Operation, position: dict) -> bool:

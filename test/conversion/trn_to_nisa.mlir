@@ -1789,3 +1789,59 @@ func.func @heads_split_copy(%x: tensor<512x8x64xbf16>) -> tensor<8x512x64xbf16> 
   %t = "trn.transpose"(%x) {permutation = array<i64: 1, 0, 2>} : (tensor<512x8x64xbf16>) -> tensor<8x512x64xbf16>
   return %t : tensor<8x512x64xbf16>
 }
+
+// -----
+
+// Tests that kernel results whose only reader is an insert_slice into a concatenation built
+// from trn.empty (per-head gradients gathered into one tensor) are computed straight into
+// their slices of its buffer: each kernel stores at its slice's offset in the returned
+// buffer, and no copy follows.
+// CHECK-LABEL: func.func @concat_in_place
+// CHECK: "nisa.activation"{{.*}}func = "relu"
+// CHECK: "nisa.dma"(%arg2, %{{.*}}) {aps = [array<i64: 0, 64, 128, 1, 64>
+// CHECK: "nisa.activation"{{.*}}func = "exp"
+// CHECK: "nisa.dma"(%arg2, %{{.*}}) {aps = [array<i64: 8192, 64, 128, 1, 64>
+// CHECK-NOT: "nisa.dma"
+// CHECK: return
+func.func @concat_in_place(%a: tensor<128x64xf32>, %b: tensor<128x64xf32>) -> tensor<2x128x64xf32> {
+  %x = "trn.kernel"() ({
+    %r = "trn.activation"(%a) {func = "relu", scale = 1.0 : f32, bias = 0.0 : f32} : (tensor<128x64xf32>) -> tensor<128x64xf32>
+    "trn.yield"(%r) : (tensor<128x64xf32>) -> ()
+  }) {kind = "elementwise"} : () -> tensor<128x64xf32>
+  %y = "trn.kernel"() ({
+    %r = "trn.activation"(%b) {func = "exp", scale = 1.0 : f32, bias = 0.0 : f32} : (tensor<128x64xf32>) -> tensor<128x64xf32>
+    "trn.yield"(%r) : (tensor<128x64xf32>) -> ()
+  }) {kind = "elementwise"} : () -> tensor<128x64xf32>
+  %rx = "trn.reshape"(%x) : (tensor<128x64xf32>) -> tensor<1x128x64xf32>
+  %ry = "trn.reshape"(%y) : (tensor<128x64xf32>) -> tensor<1x128x64xf32>
+  %e = "trn.empty"() : () -> tensor<2x128x64xf32>
+  %c0 = "trn.insert_slice"(%e, %rx) {offsets = array<i64: 0, 0, 0>, strides = array<i64: 1, 1, 1>} : (tensor<2x128x64xf32>, tensor<1x128x64xf32>) -> tensor<2x128x64xf32>
+  %c1 = "trn.insert_slice"(%c0, %ry) {offsets = array<i64: 1, 0, 0>, strides = array<i64: 1, 1, 1>} : (tensor<2x128x64xf32>, tensor<1x128x64xf32>) -> tensor<2x128x64xf32>
+  return %c1 : tensor<2x128x64xf32>
+}
+
+// -----
+
+// Tests that slices which overlap (the second overwrites half of the first) are not
+// computed in place: each kernel stores to a buffer of its own and the inserts copy them into
+// the result in program order.
+// CHECK-LABEL: func.func @overlapping_slices_copied
+// CHECK: "nisa.activation"{{.*}}func = "relu"
+// CHECK-NOT: "nisa.dma"(%arg2
+// CHECK: "nisa.activation"{{.*}}func = "exp"
+// CHECK: "nisa.dma"(%arg2, %{{.*}}) {aps = [array<i64: 0, 64, 128, 1, 64>
+// CHECK: "nisa.dma"(%arg2, %{{.*}}) {aps = [array<i64: 4096, 64, 128, 1, 64>
+func.func @overlapping_slices_copied(%a: tensor<128x64xf32>, %b: tensor<128x64xf32>) -> tensor<192x64xf32> {
+  %x = "trn.kernel"() ({
+    %r = "trn.activation"(%a) {func = "relu", scale = 1.0 : f32, bias = 0.0 : f32} : (tensor<128x64xf32>) -> tensor<128x64xf32>
+    "trn.yield"(%r) : (tensor<128x64xf32>) -> ()
+  }) {kind = "elementwise"} : () -> tensor<128x64xf32>
+  %y = "trn.kernel"() ({
+    %r = "trn.activation"(%b) {func = "exp", scale = 1.0 : f32, bias = 0.0 : f32} : (tensor<128x64xf32>) -> tensor<128x64xf32>
+    "trn.yield"(%r) : (tensor<128x64xf32>) -> ()
+  }) {kind = "elementwise"} : () -> tensor<128x64xf32>
+  %e = "trn.empty"() : () -> tensor<192x64xf32>
+  %c0 = "trn.insert_slice"(%e, %x) {offsets = array<i64: 0, 0>, strides = array<i64: 1, 1>} : (tensor<192x64xf32>, tensor<128x64xf32>) -> tensor<192x64xf32>
+  %c1 = "trn.insert_slice"(%c0, %y) {offsets = array<i64: 64, 0>, strides = array<i64: 1, 1>} : (tensor<192x64xf32>, tensor<128x64xf32>) -> tensor<192x64xf32>
+  return %c1 : tensor<192x64xf32>
+}

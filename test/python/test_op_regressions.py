@@ -298,3 +298,16 @@ def test_permuted_elementwise_tilings_are_exact(fn, shapes):
     args = [torch.randint(-64, 64, s, generator=g).bfloat16() for s in shapes]
     got = _native(fn, *args)
     assert torch.equal(got, fn(*args))
+
+
+def test_concatenated_kernel_results_written_in_place_match_eager():
+    # Kernel results only a concatenation reads are computed into its slices
+    # (convert-trn-to-nisa, _kernels_into_slices); an overlapping write order must hold too.
+    g = torch.Generator().manual_seed(5)
+    a, b = torch.randn(3, 128, 64, generator=g), torch.randn(3, 64, 96, generator=g)
+    c = torch.randn(3, 128, 96, generator=g)
+
+    def fn(x, y, z):
+        return torch.cat([torch.bmm(x, y), torch.exp(z), torch.relu(z)]).permute(1, 0, 2)
+
+    torch.testing.assert_close(_native(fn, a, b, c), fn(a, b, c), rtol=1e-5, atol=1e-5)
