@@ -43,6 +43,9 @@ class CompileOptions:
     fuse_elementwise: bool = True
     fuse_rows: bool = True            # trn-fuse rows: softmax/norm-style groups in one kernel
     fuse_attention: bool = True       # trn-fuse attention: scores -> softmax -> @ values on chip
+    # trn-fuse attention-saved: an attention kernel also where its probabilities are saved (a
+    # training step's forward), storing them as it computes them
+    fuse_attention_saved: bool = True
     fuse_matmul_rows: bool = True     # trn-fuse matmul-rows: a matmul's result rows-reduced on chip
     # trn-fuse epilogue-producers: an elementwise kernel only a matmul's epilogue reads is
     # computed in that epilogue
@@ -121,6 +124,7 @@ def stages(options: CompileOptions) -> list[Stage]:
             f"elementwise={str(options.fuse_elementwise).lower()} "
             f"rows={str(options.fuse_rows).lower()} "
             f"attention={str(options.fuse_attention).lower()} "
+            f"attention-saved={str(options.fuse_attention_saved).lower()} "
             f"matmul-rows={str(options.fuse_matmul_rows).lower()} "
             f"epilogue-producers={str(options.fuse_epilogue_producers).lower()} "
             f"epilogue-results={str(options.fuse_epilogue_results).lower()} "

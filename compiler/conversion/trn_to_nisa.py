@@ -311,8 +311,10 @@ class _FunctionLowering:
         lower_elementwise(self.em, [], {_Marker.SOURCE: src}, [(_Marker.SOURCE, dst)],
                           free_tile=4096)
 
-    def _lower_row_wise(self, kind: str, body: list[ir.Operation], out: HbmView) -> None:
-        """A rows, attention or matmul_rows kernel. A row-wise kernel's SBUF tiles (rows,
+    def _lower_row_wise(self, kind: str, body: list[ir.Operation], out: HbmView,
+                        saved: tuple[ir.Value, HbmView] | None = None) -> None:
+        """A rows, attention or matmul_rows kernel (`saved`: an attention kernel's second
+        result, its probabilities, and their view). A row-wise kernel's SBUF tiles (rows,
         matmul_rows) get a reuse_group of their own, so that trn-plan-memory reuses the
         kernel's own bytes first: a footprint of a few tiles, clear of the kernels that run
         beside it."""
@@ -325,7 +327,8 @@ class _FunctionLowering:
                            (body[-1].operands[0], out))
             else:
                 lower_attention(self.em, body[:-1], self.views, self._batched_view,
-                                (body[-1].operands[0], out), masked_keys=self.masked_keys)
+                                (body[-1].operands[0], out), masked_keys=self.masked_keys,
+                                saved=saved)
         finally:
             self.em.reuse_group = None
 
@@ -340,12 +343,13 @@ class _FunctionLowering:
             # encoder layer's time): what earlier kernels gave each engine is largely done by
             # then, and its copies should balance its own work (kernels/emitter.py).
             self.em.discount_engine_work(ATTENTION_CARRY_OVER)
-        if also and kind not in ("matmul", "elementwise", "weight_gradient"):
-            raise CompileError(f"a '{kind}' kernel has one result; only matmul, elementwise "
-                               "and weight_gradient kernels store a second", kernel.location)
+        if also and kind not in ("matmul", "elementwise", "weight_gradient", "attention"):
+            raise CompileError(f"a '{kind}' kernel has one result; only matmul, elementwise, "
+                               "weight_gradient and attention kernels store a second",
+                               kernel.location)
         extra = list(zip(list(body[-1].operands)[1:], also))
         if kind in ("rows", "attention", "matmul_rows"):
-            self._lower_row_wise(kind, body, out)
+            self._lower_row_wise(kind, body, out, extra[0] if extra else None)
             return
         views = dict(self.views)
         compute = []

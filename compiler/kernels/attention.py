@@ -58,12 +58,16 @@ from torchneuron.compiler.kernels.views import HbmView, source_view
 
 def lower_attention(em: Emitter, body: list[ir.Operation], views: dict,
                     view_of: Callable[[ir.Operation, HbmView], HbmView],
-                    output: tuple[ir.Value, HbmView], masked_keys: bool = True) -> None:
+                    output: tuple[ir.Value, HbmView], masked_keys: bool = True,
+                    saved: tuple[ir.Value, HbmView] | None = None) -> None:
     """`body`: the kernel's ops without trn.yield; `views`: HbmViews of values defined above
     the kernel; `view_of(op, source)`: the view a view op makes (batch dims a reshape cannot
     merge stay unmerged: operands are indexed by a flat batch index); `output`: (yielded
     value, destination view); `masked_keys`: skip the keys a constant mask hides from a
-    whole query tile (`constant_mask_hooks`)."""
+    whole query tile (`constant_mask_hooks`); `saved`: (the probabilities, their
+    destination view) where the kernel yields them too (a training step saves them): each
+    row tile is stored as the row-wise body leaves it, divided and rounded, and P @ V reads
+    that same tile (no deferred division, every key computed)."""
     if masked_keys:
         body = _mask_before_scale(body, views, view_of)
     matmuls = [op for op in body if op.name == "trn.matmul"]
@@ -339,10 +343,24 @@ def lower_attention(em: Emitter, body: list[ir.Operation], views: dict,
         # matmul_rows: the rows' result is the kernel's, stored as a row-wise kernel stores.
         lower_rows(em, rows_body, rows_views, view_of, (probs, out_view), produce)
         return
-    lower_rows(em, rows_body, rows_views, view_of, (probs, probs_view), produce, consume,
-               defer_division=True,
-               **(constant_mask_hooks(rows_body, rows_views, view_of, scores_leaves, probs,
-                                      sk, tk) if masked_keys else {}))
+    if saved is not None:
+        if saved[0] != probs:
+            raise CompileError("an attention kernel's second result must be its "
+                               "probabilities", first.location)
+        saved_view = saved[1]
+
+        def consume_and_store(probs_tile: Tile, view: HbmView, divisor: Tile | None) -> None:
+            b, q0, qn = locate(view)
+            store_tile(em, pick(saved_view, b).slice(0, q0, qn), probs_tile)
+            consume(probs_tile, view, divisor)
+
+        lower_rows(em, rows_body, rows_views, view_of, (probs, probs_view), produce,
+                   consume_and_store)
+    else:
+        lower_rows(em, rows_body, rows_views, view_of, (probs, probs_view), produce, consume,
+                   defer_division=True,
+                   **(constant_mask_hooks(rows_body, rows_views, view_of, scores_leaves,
+                                          probs, sk, tk) if masked_keys else {}))
     if rows_tiles:
         raise CompileError("an attention kernel left query blocks of some heads unstored",
                            first.location)

@@ -95,6 +95,9 @@ class Fuse(Pass):
     elementwise: bool = True
     rows: bool = True
     attention: bool = True
+    # An attention kernel forms also where its probabilities are a result too (a training
+    # step saves them for the backward): the kernel stores them as it computes them.
+    attention_saved: bool = True
     matmul_rows: bool = True
     epilogue_producers: bool = True
     epilogue_results: bool = True
@@ -138,8 +141,9 @@ class Fuse(Pass):
                     if not self.keep_roundings:
                         elide_intermediate_roundings(kernel)
             if self.attention and self.rows and self.matmul_epilogue:
-                for triple in attention_triples(func, get_target(self.target or None)):
-                    merge_kernels(triple, "attention")
+                for triple in attention_triples(func, get_target(self.target or None),
+                                                self.attention_saved):
+                    merge_kernels(triple, "attention", also=triple[1])
             if self.matmul_rows and self.rows and self.matmul_epilogue:
                 for pair in matmul_rows_pairs(func, get_target(self.target or None)):
                     merge_kernels(pair, "matmul_rows")
@@ -1086,23 +1090,30 @@ def _grow_row_group(func: ir.Operation, seed: ir.Operation, budget_bytes: int,
     return ordered
 
 
-def attention_triples(func: ir.Operation, target) -> list[tuple]:
+def attention_triples(func: ir.Operation, target, saved: bool = True) -> list[tuple]:
     """(scores, rows, output) kernel triples that form an attention kernel: `scores` a matmul
     kernel [.., Sq, Sk] whose only reader is `rows`, a row-wise kernel over rows of Sk; the
-    rows kernel's only reader is `output`, a matmul kernel whose left operand is the rows
-    result through reshapes of its batch dims, [.., Sq, Sk] x [.., Sk, Dv]. The lowering
+    rows kernel's only kernel reader is `output`, a matmul kernel whose left operand is the
+    rows result through reshapes of its batch dims, [.., Sq, Sk] x [.., Sk, Dv]. The lowering
     takes 128 query rows of one batch at a time (Sq a multiple of 128, or one batch of at most
     128 rows), values Dv <= one moving tile, and epilogues of one operand (roundings,
-    scalings)."""
+    scalings). With `saved`, the rows result may also be read after `output` by ops that are
+    no kernel's (returned: a training step's saved probabilities); the attention kernel then
+    yields it second."""
     triples = []
-    for rows in U.body_ops(func):
+    body = U.body_ops(func)
+    position = {op: i for i, op in enumerate(body)}
+    for rows in body:
         if rows.name != "trn.kernel" or U.str_attr(rows, "kind") != "rows":
             continue
-        uses = list(rows.results[0].uses)
-        if len(uses) != 1:
+        users = [U.operation(u.owner) for u in rows.results[0].uses]
+        inside = [user for user in users if user not in position]
+        if len(inside) != 1 or (len(users) > 1 and not saved):
             continue
-        output = U.operation(U.operation(uses[0].owner).parent)
-        if output.name != "trn.kernel" or U.str_attr(output, "kind") != "matmul":
+        output = U.operation(inside[0].parent)
+        if output.name != "trn.kernel" or U.str_attr(output, "kind") != "matmul" or \
+                any(user in position and (position[user] < position[output] or
+                                          user.name == "trn.kernel") for user in users):
             continue
         scores = _scores_kernel(rows)
         if scores is not None and _attention_shapes(scores, rows, output, target):
@@ -1647,17 +1658,26 @@ def _clone_bodies(kernels, mapping: dict) -> None:
         mapping[kernel.results[0]] = mapping[body[-1].operands[0]]
 
 
-def merge_kernels(kernels: tuple, kind: str) -> ir.Operation:
-    """One kernel of `kind` computing `kernels` (in block order, each read only by the next):
-    their bodies one after another, each reading its predecessor's yielded value."""
+def merge_kernels(kernels: tuple, kind: str, also: ir.Operation | None = None) -> ir.Operation:
+    """One kernel of `kind` computing `kernels` (in block order, each read by the next):
+    their bodies one after another, each reading its predecessor's yielded value. Where
+    something outside them reads the result of `also` (one of `kernels`, read only after the
+    last), the merged kernel yields it second."""
     last = kernels[-1]
+    saved = also.results[0] if also is not None and any(
+        not any(_encloses(k, U.operation(u.owner)) for k in kernels)
+        for u in also.results[0].uses) else None
+    types = [last.results[0].type] + ([saved.type] if saved is not None else [])
     with ir.InsertionPoint(last), last.location:
-        merged = build_kernel(kind, last.results[0].type)
+        merged = build_kernel(kind, types)
     mapping: dict = {}
     with ir.InsertionPoint(merged.regions[0].blocks[0]):
         _clone_bodies(kernels, mapping)
-        build_yield(mapping[last.results[0]], loc=last.location)
+        build_yield([mapping[last.results[0]]] + ([mapping[saved]] if saved is not None
+                                                   else []), loc=last.location)
     last.results[0].replace_all_uses_with(merged.results[0])
+    if saved is not None:
+        saved.replace_all_uses_with(merged.results[1])
     for kernel in reversed(kernels):
         kernel.erase()
     return merged

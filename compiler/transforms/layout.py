@@ -100,7 +100,8 @@ def _store_token_major(kernel: ir.Operation, readers: list[tuple]) -> None:
                          [old_yield.operands[0]]).results[0]
         t = U.create("trn.transpose", [token_major], [split],
                      {"permutation": U.i64_array(TOKEN_MAJOR)}).results[0]
-        build_yield(t, loc=old_yield.location)
+        # (A second result, probabilities an attention kernel also stores, stays as it is.)
+        build_yield([t] + list(old_yield.operands)[1:], loc=old_yield.location)
     old_yield.erase()
     result.set_type(token_major)
     for reshape, transposes in readers:

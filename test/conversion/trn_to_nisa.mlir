@@ -1067,7 +1067,7 @@ func.func @mlp(%arg0: tensor<256x128xbf16>, %arg1: tensor<512x128xbf16>, %arg2: 
 
 // ERRWG: trn_to_nisa-invalid-weight-gradient.mlir:7:10: error: convert-trn-to-nisa: a weight_gradient kernel's second matmul reads the transpose of the first's result
 // ERRMLP: trn_to_nisa-invalid-mlp.mlir:5:10: error: convert-trn-to-nisa: an mlp kernel holds two matmuls
-// ERRRES: trn_to_nisa-invalid-results.mlir:3:10: error: convert-trn-to-nisa: a 'reduce' kernel has one result; only matmul, elementwise and weight_gradient kernels store a second
+// ERRRES: trn_to_nisa-invalid-results.mlir:3:10: error: convert-trn-to-nisa: a 'reduce' kernel has one result; only matmul, elementwise, weight_gradient and attention kernels store a second
 
 // -----
 
@@ -1844,4 +1844,35 @@ func.func @overlapping_slices_copied(%a: tensor<128x64xf32>, %b: tensor<128x64xf
   %c0 = "trn.insert_slice"(%e, %x) {offsets = array<i64: 0, 0>, strides = array<i64: 1, 1>} : (tensor<192x64xf32>, tensor<128x64xf32>) -> tensor<192x64xf32>
   %c1 = "trn.insert_slice"(%c0, %y) {offsets = array<i64: 64, 0>, strides = array<i64: 1, 1>} : (tensor<192x64xf32>, tensor<128x64xf32>) -> tensor<192x64xf32>
   return %c1 : tensor<192x64xf32>
+}
+
+// -----
+
+// Tests that an attention kernel that also yields its probabilities (a training step saves
+// them) stores each query block's probabilities, divided and rounded by the softmax, into
+// the second output and turns that same tile around on PE for P @ V: no deferred division.
+// CHECK-LABEL: func.func @attention_saving_probabilities
+// CHECK-SAME: %[[P:arg4]]: memref<2x128x128xbf16, "hbm">
+// CHECK: "nisa.tensor_scalar"(%[[T:.*]], %{{.*}}, %{{.*}}) {{.*}}op0 = "div"
+// CHECK-NEXT: "nisa.dma"(%[[P]], %[[T]]) {aps = [array<i64: 0, 128, 128, 1, 128>
+// CHECK: "nisa.transpose"(%{{.*}}, %[[T]])
+// CHECK: "nisa.dma"(%[[P]], %{{.*}}) {aps = [array<i64: 16384, 128, 128, 1, 128>
+func.func @attention_saving_probabilities(%arg0: tensor<2x128x32xbf16>, %arg1: tensor<2x32x128xbf16>, %arg2: tensor<2x128x32xbf16>) -> (tensor<2x128x32xbf16>, tensor<2x128x128xbf16>) {
+  %0:2 = "trn.kernel"() ({
+    %1 = "trn.matmul"(%arg0, %arg1) : (tensor<2x128x32xbf16>, tensor<2x32x128xbf16>) -> tensor<2x128x128xf32>
+    %2 = "trn.convert"(%1) : (tensor<2x128x128xf32>) -> tensor<2x128x128xbf16>
+    %3 = "trn.tensor_scalar"(%2) {op = "mul", reverse = false, scalar = 1.250000e-01 : f32} : (tensor<2x128x128xbf16>) -> tensor<2x128x128xf32>
+    %4 = "trn.reduce"(%3) {dimensions = array<i64: 2>, op = "max"} : (tensor<2x128x128xf32>) -> tensor<2x128xf32>
+    %5 = "trn.broadcast"(%4) {dimensions = array<i64: 2>} : (tensor<2x128xf32>) -> tensor<2x128x128xf32>
+    %6 = "trn.tensor_tensor"(%3, %5) {op = "sub"} : (tensor<2x128x128xf32>, tensor<2x128x128xf32>) -> tensor<2x128x128xf32>
+    %7 = "trn.activation"(%6) {bias = 0.000000e+00 : f32, func = "exp", scale = 1.000000e+00 : f32} : (tensor<2x128x128xf32>) -> tensor<2x128x128xf32>
+    %8 = "trn.reduce"(%7) {dimensions = array<i64: 2>, op = "add"} : (tensor<2x128x128xf32>) -> tensor<2x128xf32>
+    %9 = "trn.broadcast"(%8) {dimensions = array<i64: 2>} : (tensor<2x128xf32>) -> tensor<2x128x128xf32>
+    %10 = "trn.tensor_tensor"(%7, %9) {op = "div"} : (tensor<2x128x128xf32>, tensor<2x128x128xf32>) -> tensor<2x128x128xf32>
+    %11 = "trn.convert"(%10) : (tensor<2x128x128xf32>) -> tensor<2x128x128xbf16>
+    %12 = "trn.matmul"(%11, %arg2) : (tensor<2x128x128xbf16>, tensor<2x128x32xbf16>) -> tensor<2x128x32xf32>
+    %13 = "trn.convert"(%12) : (tensor<2x128x32xf32>) -> tensor<2x128x32xbf16>
+    "trn.yield"(%13, %11) : (tensor<2x128x32xbf16>, tensor<2x128x128xbf16>) -> ()
+  }) {kind = "attention"} : () -> (tensor<2x128x32xbf16>, tensor<2x128x128xbf16>)
+  return %0#0, %0#1 : tensor<2x128x32xbf16>, tensor<2x128x128xbf16>
 }

@@ -118,6 +118,39 @@ def test_matmul_rows_takes_the_softmax_gradient(tmp_path, monkeypatch):
     torch.testing.assert_close(got, x.grad, atol=1e-4, rtol=1e-4)
 
 
+def test_attention_also_stores_the_probabilities_a_training_step_saves(tmp_path, monkeypatch):
+    """trn-fuse attention-saved: in a training step's forward the probabilities saved for the
+    backward are stored by the attention kernel that multiplies them by the values, instead
+    of being stored by a matmul_rows kernel and loaded back by a matmul kernel: the same bits
+    (forward and gradients), the probabilities' bytes not read back."""
+    torch.manual_seed(0)
+    model = PackedAttention(64, 2, causal=False).to(torch.bfloat16)
+    x = torch.randn(2, 256, 64).to(torch.bfloat16).requires_grad_()
+    results = {}
+    for saved in (True, False):
+        torch._dynamo.reset()
+        dump = tmp_path / str(saved)
+        monkeypatch.setenv("TORCHNEURON_DUMP_DIR", str(dump))
+        compiled = torch.compile(model, backend="neuron",
+                                 options={"fuse_attention_saved": saved})
+        x.grad = None
+        out = compiled(x)
+        out.float().sum().backward()
+        forward_trn = next(dump.glob("*forward.trn.mlir")).read_text()
+        forward = next(g for g in backend.compiled_graphs()[-2:] if "forward" in g.name)
+        assert all(r.fully_compiled for r in backend.graph_reports()[-2:])
+        results[saved] = (out, x.grad.clone(), forward_trn, forward.last_profile)
+    (on, on_grad, on_trn, on_profile) = results[True]
+    (off, off_grad, off_trn, off_profile) = results[False]
+    assert 'kind = "attention"' in on_trn and 'kind = "attention"' not in off_trn
+    assert torch.equal(on.view(torch.int16), off.view(torch.int16))
+    assert torch.equal(on_grad.view(torch.int16), off_grad.view(torch.int16))
+    with torch.no_grad():
+        torch.testing.assert_close(on, model(x), atol=2e-2, rtol=2e-2)
+    probabilities = 2 * 2 * 256 * 256 * 2
+    assert off_profile.dma_bytes - on_profile.dma_bytes >= probabilities
+
+
 def test_short_sequences_of_many_heads_keep_separate_kernels(tmp_path, monkeypatch):
     """64 query rows per head: a 128-row tile would span two heads, so no attention kernel;
     the result is still right."""

@@ -10,6 +10,7 @@
 // RUN: neuron-opt --split-input-file --trn-fuse="bias-gradients=false" %s | FileCheck %s --check-prefix=BIAS
 // RUN: neuron-opt --split-input-file --trn-fuse="weight-gradients=false" %s | FileCheck %s --check-prefix=WG
 // RUN: neuron-opt --split-input-file --trn-fuse="epilogue-residuals=false" %s | FileCheck %s --check-prefix=NORES
+// RUN: neuron-opt --split-input-file --trn-fuse="attention-saved=false" %s | FileCheck %s --check-prefix=NOSAVED
 // RUN: not neuron-opt --trn-fuse %S/Inputs/fuse-invalid.mlir 2>&1 | FileCheck %s --check-prefix=ERR
 
 // Tests that a matmul, its bias add and activation become one kernel, and that the views
@@ -246,6 +247,40 @@ func.func @attention(%q: tensor<2x128x32xbf16>, %kt: tensor<2x32x128xbf16>, %v: 
   %o = "trn.matmul"(%pb, %v) : (tensor<2x128x128xbf16>, tensor<2x128x32xbf16>) -> tensor<2x128x32xf32>
   %ob = "trn.convert"(%o) : (tensor<2x128x32xf32>) -> tensor<2x128x32xbf16>
   return %ob : tensor<2x128x32xbf16>
+}
+
+// -----
+
+// Tests that an attention kernel forms also where its probabilities are returned (a training
+// step saves them for the backward): the kernel yields them second, after its output, and
+// the function returns both from it; with attention-saved=false the scores and softmax form
+// a matmul_rows kernel whose stored probabilities a matmul kernel reads back.
+// CHECK-LABEL: func.func @attention_saving_probabilities
+// CHECK: %[[K:.*]]:2 = "trn.kernel"() ({
+// CHECK: "trn.matmul"(%[[P:.*]], %arg2)
+// CHECK: %[[O:.*]] = "trn.convert"
+// CHECK-NEXT: "trn.yield"(%[[O]], %[[P]])
+// CHECK: }) {kind = "attention"}
+// CHECK-NEXT: return %[[K]]#0, %[[K]]#1
+// NOSAVED-LABEL: func.func @attention_saving_probabilities
+// NOSAVED: }) {kind = "matmul_rows"}
+// NOSAVED: }) {kind = "matmul"}
+// NOSAVED-NOT: kind = "attention"
+func.func @attention_saving_probabilities(%q: tensor<2x128x32xbf16>, %kt: tensor<2x32x128xbf16>, %v: tensor<2x128x32xbf16>) -> (tensor<2x128x32xbf16>, tensor<2x128x128xbf16>) {
+  %s = "trn.matmul"(%q, %kt) : (tensor<2x128x32xbf16>, tensor<2x32x128xbf16>) -> tensor<2x128x128xf32>
+  %sb = "trn.convert"(%s) : (tensor<2x128x128xf32>) -> tensor<2x128x128xbf16>
+  %x = "trn.tensor_scalar"(%sb) {op = "mul", reverse = false, scalar = 1.250000e-01 : f32} : (tensor<2x128x128xbf16>) -> tensor<2x128x128xf32>
+  %m = "trn.reduce"(%x) {op = "max", dimensions = array<i64: 2>} : (tensor<2x128x128xf32>) -> tensor<2x128xf32>
+  %mb = "trn.broadcast"(%m) {dimensions = array<i64: 2>} : (tensor<2x128xf32>) -> tensor<2x128x128xf32>
+  %d = "trn.tensor_tensor"(%x, %mb) {op = "sub"} : (tensor<2x128x128xf32>, tensor<2x128x128xf32>) -> tensor<2x128x128xf32>
+  %e = "trn.activation"(%d) {bias = 0.000000e+00 : f32, func = "exp", scale = 1.000000e+00 : f32} : (tensor<2x128x128xf32>) -> tensor<2x128x128xf32>
+  %z = "trn.reduce"(%e) {op = "add", dimensions = array<i64: 2>} : (tensor<2x128x128xf32>) -> tensor<2x128xf32>
+  %zb = "trn.broadcast"(%z) {dimensions = array<i64: 2>} : (tensor<2x128xf32>) -> tensor<2x128x128xf32>
+  %p = "trn.tensor_tensor"(%e, %zb) {op = "div"} : (tensor<2x128x128xf32>, tensor<2x128x128xf32>) -> tensor<2x128x128xf32>
+  %pb = "trn.convert"(%p) : (tensor<2x128x128xf32>) -> tensor<2x128x128xbf16>
+  %o = "trn.matmul"(%pb, %v) : (tensor<2x128x128xbf16>, tensor<2x128x32xbf16>) -> tensor<2x128x32xf32>
+  %ob = "trn.convert"(%o) : (tensor<2x128x32xf32>) -> tensor<2x128x32xbf16>
+  return %ob, %pb : tensor<2x128x32xbf16>, tensor<2x128x128xbf16>
 }
 
 // -----

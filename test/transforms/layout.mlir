@@ -159,3 +159,67 @@ func.func @attention_token_major(%arg0: tensor<1x128x128xbf16>, %arg1: tensor<38
 }
 
 // ERR: layout-invalid.mlir:3:8: error: 'trn.transpose' op result shape [4, 8] is not the input shape [4, 8] permuted by [1, 0]
+
+// -----
+
+// Tests that an attention kernel that also yields its probabilities (a training step saves
+// them) is made token-major the same way: its output becomes the token-major view and the
+// probabilities stay its second result, as they were.
+// CHECK-LABEL: func.func @attention_token_major_saving_probabilities
+// CHECK: %[[S:.*]] = "trn.reshape"(%{{.*}}) : (tensor<2x128x64xbf16>) -> tensor<1x2x128x64xbf16>
+// CHECK-NEXT: %[[T:.*]] = "trn.transpose"(%[[S]]) {permutation = array<i64: 0, 2, 1, 3>}
+// CHECK-NEXT: "trn.yield"(%[[T]], %{{.*}}) : (tensor<1x128x2x64xbf16>, tensor<1x2x128x128xbf16>) -> ()
+// CHECK-NEXT: }) {kind = "attention"} : () -> (tensor<1x128x2x64xbf16>, tensor<1x2x128x128xbf16>)
+func.func @attention_token_major_saving_probabilities(%arg0: tensor<1x128x128xbf16>, %arg1: tensor<384x128xbf16>, %arg2: tensor<384xbf16>, %arg3: tensor<128x128xbf16>, %arg4: tensor<128xbf16>) -> (tensor<128x128xbf16>, tensor<1x2x128x128xbf16>) {
+  %0 = "trn.kernel"() ({
+    %3 = "trn.reshape"(%arg0) : (tensor<1x128x128xbf16>) -> tensor<128x128xbf16>
+    %4 = "trn.transpose"(%arg1) {permutation = array<i64: 1, 0>} : (tensor<384x128xbf16>) -> tensor<128x384xbf16>
+    %5 = "trn.broadcast"(%arg2) {dimensions = array<i64: 0>} : (tensor<384xbf16>) -> tensor<128x384xbf16>
+    %6 = "trn.matmul"(%3, %4) : (tensor<128x128xbf16>, tensor<128x384xbf16>) -> tensor<128x384xf32>
+    %7 = "trn.tensor_tensor"(%5, %6) {op = "add"} : (tensor<128x384xbf16>, tensor<128x384xf32>) -> tensor<128x384xf32>
+    %8 = "trn.convert"(%7) : (tensor<128x384xf32>) -> tensor<128x384xbf16>
+    "trn.yield"(%8) : (tensor<128x384xbf16>) -> ()
+  }) {kind = "matmul"} : () -> tensor<128x384xbf16>
+  %1:2 = "trn.kernel"() ({
+    %3 = "trn.reshape"(%0) : (tensor<128x384xbf16>) -> tensor<1x128x3x2x64xbf16>
+    %4 = "trn.transpose"(%3) {permutation = array<i64: 2, 0, 3, 1, 4>} : (tensor<1x128x3x2x64xbf16>) -> tensor<3x1x2x128x64xbf16>
+    %5 = "trn.view"(%4) {indexing_map = affine_map<(d0, d1, d2, d3, d4) -> (d0, d1, d2, d3, d4)>} : (tensor<3x1x2x128x64xbf16>) -> tensor<1x1x2x128x64xbf16>
+    %6 = "trn.reshape"(%5) : (tensor<1x1x2x128x64xbf16>) -> tensor<2x128x64xbf16>
+    %7 = "trn.view"(%4) {indexing_map = affine_map<(d0, d1, d2, d3, d4) -> (d0 + 1, d1, d2, d3, d4)>} : (tensor<3x1x2x128x64xbf16>) -> tensor<1x1x2x128x64xbf16>
+    %8 = "trn.reshape"(%7) : (tensor<1x1x2x128x64xbf16>) -> tensor<1x2x128x64xbf16>
+    %9 = "trn.transpose"(%8) {permutation = array<i64: 0, 1, 3, 2>} : (tensor<1x2x128x64xbf16>) -> tensor<1x2x64x128xbf16>
+    %10 = "trn.reshape"(%9) : (tensor<1x2x64x128xbf16>) -> tensor<2x64x128xbf16>
+    %11 = "trn.matmul"(%6, %10) : (tensor<2x128x64xbf16>, tensor<2x64x128xbf16>) -> tensor<2x128x128xf32>
+    %12 = "trn.convert"(%11) : (tensor<2x128x128xf32>) -> tensor<2x128x128xbf16>
+    %13 = "trn.reshape"(%12) : (tensor<2x128x128xbf16>) -> tensor<1x2x128x128xbf16>
+    %14 = "trn.tensor_scalar"(%13) {op = "mul", reverse = false, scalar = 1.250000e-01 : f32} : (tensor<1x2x128x128xbf16>) -> tensor<1x2x128x128xf32>
+    %15 = "trn.reduce"(%14) {dimensions = array<i64: 3>, op = "max"} : (tensor<1x2x128x128xf32>) -> tensor<1x2x128xf32>
+    %16 = "trn.broadcast"(%15) {dimensions = array<i64: 3>} : (tensor<1x2x128xf32>) -> tensor<1x2x128x128xf32>
+    %17 = "trn.tensor_tensor"(%14, %16) {op = "sub"} : (tensor<1x2x128x128xf32>, tensor<1x2x128x128xf32>) -> tensor<1x2x128x128xf32>
+    %18 = "trn.activation"(%17) {bias = 0.000000e+00 : f32, func = "exp", scale = 1.000000e+00 : f32} : (tensor<1x2x128x128xf32>) -> tensor<1x2x128x128xf32>
+    %19 = "trn.reduce"(%18) {dimensions = array<i64: 3>, op = "add"} : (tensor<1x2x128x128xf32>) -> tensor<1x2x128xf32>
+    %20 = "trn.broadcast"(%19) {dimensions = array<i64: 3>} : (tensor<1x2x128xf32>) -> tensor<1x2x128x128xf32>
+    %21 = "trn.tensor_tensor"(%18, %20) {op = "div"} : (tensor<1x2x128x128xf32>, tensor<1x2x128x128xf32>) -> tensor<1x2x128x128xf32>
+    %22 = "trn.convert"(%21) : (tensor<1x2x128x128xf32>) -> tensor<1x2x128x128xbf16>
+    %23 = "trn.reshape"(%22) : (tensor<1x2x128x128xbf16>) -> tensor<2x128x128xbf16>
+    %24 = "trn.reshape"(%0) : (tensor<128x384xbf16>) -> tensor<1x128x3x2x64xbf16>
+    %25 = "trn.transpose"(%24) {permutation = array<i64: 2, 0, 3, 1, 4>} : (tensor<1x128x3x2x64xbf16>) -> tensor<3x1x2x128x64xbf16>
+    %26 = "trn.view"(%25) {indexing_map = affine_map<(d0, d1, d2, d3, d4) -> (d0 + 2, d1, d2, d3, d4)>} : (tensor<3x1x2x128x64xbf16>) -> tensor<1x1x2x128x64xbf16>
+    %27 = "trn.reshape"(%26) : (tensor<1x1x2x128x64xbf16>) -> tensor<2x128x64xbf16>
+    %28 = "trn.matmul"(%23, %27) : (tensor<2x128x128xbf16>, tensor<2x128x64xbf16>) -> tensor<2x128x64xf32>
+    %29 = "trn.convert"(%28) : (tensor<2x128x64xf32>) -> tensor<2x128x64xbf16>
+    "trn.yield"(%29, %22) : (tensor<2x128x64xbf16>, tensor<1x2x128x128xbf16>) -> ()
+  }) {kind = "attention"} : () -> (tensor<2x128x64xbf16>, tensor<1x2x128x128xbf16>)
+  %2 = "trn.kernel"() ({
+    %3 = "trn.reshape"(%1#0) : (tensor<2x128x64xbf16>) -> tensor<1x2x128x64xbf16>
+    %4 = "trn.transpose"(%3) {permutation = array<i64: 0, 2, 1, 3>} : (tensor<1x2x128x64xbf16>) -> tensor<1x128x2x64xbf16>
+    %5 = "trn.reshape"(%4) : (tensor<1x128x2x64xbf16>) -> tensor<128x128xbf16>
+    %6 = "trn.transpose"(%arg3) {permutation = array<i64: 1, 0>} : (tensor<128x128xbf16>) -> tensor<128x128xbf16>
+    %7 = "trn.broadcast"(%arg4) {dimensions = array<i64: 0>} : (tensor<128xbf16>) -> tensor<128x128xbf16>
+    %8 = "trn.matmul"(%5, %6) : (tensor<128x128xbf16>, tensor<128x128xbf16>) -> tensor<128x128xf32>
+    %9 = "trn.tensor_tensor"(%7, %8) {op = "add"} : (tensor<128x128xbf16>, tensor<128x128xf32>) -> tensor<128x128xf32>
+    %10 = "trn.convert"(%9) : (tensor<128x128xf32>) -> tensor<128x128xbf16>
+    "trn.yield"(%10) : (tensor<128x128xbf16>) -> ()
+  }) {kind = "matmul"} : () -> tensor<128x128xbf16>
+  return %2, %1#1 : tensor<128x128xbf16>, tensor<1x2x128x128xbf16>
+}
