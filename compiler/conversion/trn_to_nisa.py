@@ -538,10 +538,11 @@ def _stored_transpose(body: list[ir.Operation]) -> ir.Operation | None:
 
 
 def _kernels_into_slices(body: list[ir.Operation]) -> dict[ir.Value, ir.Operation]:
-    """Kernel results to compute straight into the slice of the insert_slice that is their
-    only reader (through reshapes), instead of into a buffer of their own that the insert
-    copies from: a concatenation of per-head gradients ([4, 12, 512, 64] pieces of a [12,
-    12, 512, 64] tensor) moved every piece twice more. Only for inserts into a chain built
+    """Kernel results (a kernel's first) to compute straight into the slice of the
+    insert_slice that is their only reader (through reshapes), instead of into a buffer of
+    their own that the insert copies from: a concatenation of per-head gradients ([4, 12,
+    512, 64] pieces of a [12, 12, 512, 64] tensor) moved every piece twice more. Only for
+    inserts into a chain built
     from a trn.empty whose intermediate values nothing else reads, writing disjoint
     contiguous-strided slices: whatever order the pieces are written in, nobody sees the
     buffer before the last, and the pieces never overlap. Maps result -> insert."""
@@ -582,7 +583,7 @@ def _kernels_into_slices(body: list[ir.Operation]) -> dict[ir.Value, ir.Operatio
                                                         U.shape(insert.operands[1]))):
                     region = region.slice(dim, start, size)
                 if producer is not None and producer.name == "trn.kernel" and \
-                        len(producer.results) == 1 and len(list(source.uses)) == 1 and \
+                        source == producer.results[0] and len(list(source.uses)) == 1 and \
                         region.reshape(tuple(U.shape(source))) is not None:
                     chosen[source] = insert
     return chosen

@@ -22,12 +22,15 @@ Groups formed:
   scores, after its epilogue) only a row-wise kernel reads, and the matmul that reads the
   row-wise result (the probabilities) as its left operand. The kernel computes scores, row
   statistics and probabilities for 128 query rows at a time on chip and multiplies them by
-  the values there: scores and probabilities never reach HBM;
+  the values there: scores and probabilities never reach HBM. Where something else reads
+  the row-wise result too (attention-saved: a training step's saved probabilities; the
+  softmax backward's gradient, which the matmuls of dQ and of dK both read), the kernel
+  also yields it, stored as it is computed;
 - matmul + rows (kind "matmul_rows"), formed after attention from the pairs left: a matmul
-  kernel whose result only a row-wise kernel over rows of its last dim reads (a training
-  step's saved softmax, whose probabilities go to HBM; its backward, whose gradient of the
-  probabilities is a matmul). The scores are computed for 128 rows at a time and the rows'
-  body runs on them on chip, reading them from PSUM: they never reach HBM;
+  kernel whose result only a row-wise kernel over rows of its last dim reads (a softmax
+  whose probabilities no matmul reads as attention's does). The scores are computed for
+  128 rows at a time and the rows' body runs on them on chip, reading them from PSUM: they
+  never reach HBM;
 - epilogue producers: an elementwise kernel over the matmul's result shape that only the
   matmul kernel's epilogue reads (GELU's derivative, multiplied into the gradient a backward
   matmul produces) is computed inside that epilogue, tile by tile, so its value never
@@ -141,9 +144,9 @@ class Fuse(Pass):
                     if not self.keep_roundings:
                         elide_intermediate_roundings(kernel)
             if self.attention and self.rows and self.matmul_epilogue:
-                for triple in attention_triples(func, get_target(self.target or None),
-                                                self.attention_saved):
-                    merge_kernels(triple, "attention", also=triple[1])
+                for scores, rows, output, at in attention_triples(
+                        func, get_target(self.target or None), self.attention_saved):
+                    merge_kernels((scores, rows, output), "attention", also=rows, at=at)
             if self.matmul_rows and self.rows and self.matmul_epilogue:
                 for pair in matmul_rows_pairs(func, get_target(self.target or None)):
                     merge_kernels(pair, "matmul_rows")
@@ -1091,34 +1094,64 @@ def _grow_row_group(func: ir.Operation, seed: ir.Operation, budget_bytes: int,
 
 
 def attention_triples(func: ir.Operation, target, saved: bool = True) -> list[tuple]:
-    """(scores, rows, output) kernel triples that form an attention kernel: `scores` a matmul
-    kernel [.., Sq, Sk] whose only reader is `rows`, a row-wise kernel over rows of Sk; the
-    rows kernel's only kernel reader is `output`, a matmul kernel whose left operand is the
-    rows result through reshapes of its batch dims, [.., Sq, Sk] x [.., Sk, Dv]. The lowering
+    """(scores, rows, output, at) kernel triples that form an attention kernel, with the op
+    before which it goes: `scores` a matmul kernel [.., Sq, Sk] whose only reader is `rows`,
+    a row-wise kernel over rows of Sk; `output` a matmul kernel whose left operand is the rows
+    result through reshapes of its batch dims, [.., Sq, Sk] x [.., Sk, Dv]. The lowering
     takes 128 query rows of one batch at a time (Sq a multiple of 128, or one batch of at most
     128 rows), values Dv <= one moving tile, and epilogues of one operand (roundings,
-    scalings). With `saved`, the rows result may also be read after `output` by ops that are
-    no kernel's (returned: a training step's saved probabilities); the attention kernel then
-    yields it second."""
+    scalings). Without `saved`, `output` is the rows result's only reader. With it, others
+    may read the rows result too (returned: a training step's saved probabilities; another
+    kernel: a softmax gradient read by the matmuls of both dQ and dK); the attention kernel
+    then yields it second. It goes where `output` was when every other reader comes after
+    that, else where `rows` was when nothing `output` reads is computed after `rows`."""
     triples = []
     body = U.body_ops(func)
     position = {op: i for i, op in enumerate(body)}
     for rows in body:
         if rows.name != "trn.kernel" or U.str_attr(rows, "kind") != "rows":
             continue
-        users = [U.operation(u.owner) for u in rows.results[0].uses]
-        inside = [user for user in users if user not in position]
-        if len(inside) != 1 or (len(users) > 1 and not saved):
-            continue
-        output = U.operation(inside[0].parent)
-        if output.name != "trn.kernel" or U.str_attr(output, "kind") != "matmul" or \
-                any(user in position and (position[user] < position[output] or
-                                          user.name == "trn.kernel") for user in users):
+        readers = []
+        for use in rows.results[0].uses:
+            top = U.operation(use.owner)
+            while top not in position:
+                top = U.operation(top.parent)
+            if top not in readers:
+                readers.append(top)
+        if len(readers) > 1 and not saved:
             continue
         scores = _scores_kernel(rows)
-        if scores is not None and _attention_shapes(scores, rows, output, target):
-            triples.append((scores, rows, output))
+        if scores is None:
+            continue
+        for output in readers:
+            if output.name != "trn.kernel" or U.str_attr(output, "kind") != "matmul" or \
+                    not _attention_shapes(scores, rows, output, target):
+                continue
+            others = [r for r in readers if r is not output]
+            if all(position[r] > position[output] for r in others):
+                triples.append((scores, rows, output, output))
+            elif _reads_nothing_after(output, rows, position):
+                triples.append((scores, rows, output, rows))
+            break
     return triples
+
+
+def _reads_nothing_after(kernel: ir.Operation, rows: ir.Operation, position: dict) -> bool:
+    """Whether every value `kernel` reads from outside, but `rows`'s result, is defined
+    before `rows` (or is an argument)."""
+    for op in kernel_body(kernel):
+        for value in op.operands:
+            producer = U.defining_op(value)
+            if producer is None or producer == rows:
+                continue
+            top = producer
+            while top is not None and top not in position and top.parent is not None:
+                top = U.operation(top.parent)
+            if top == kernel:
+                continue
+            if top not in position or position[top] > position[rows]:
+                return False
+    return True
 
 
 def _scores_kernel(rows: ir.Operation) -> ir.Operation | None:
@@ -1658,17 +1691,20 @@ def _clone_bodies(kernels, mapping: dict) -> None:
         mapping[kernel.results[0]] = mapping[body[-1].operands[0]]
 
 
-def merge_kernels(kernels: tuple, kind: str, also: ir.Operation | None = None) -> ir.Operation:
+def merge_kernels(kernels: tuple, kind: str, also: ir.Operation | None = None,
+                  at: ir.Operation | None = None) -> ir.Operation:
     """One kernel of `kind` computing `kernels` (in block order, each read by the next):
     their bodies one after another, each reading its predecessor's yielded value. Where
     something outside them reads the result of `also` (one of `kernels`, read only after the
-    last), the merged kernel yields it second."""
+    merged kernel), the merged kernel yields it second. It goes before `at` (default: the
+    last of `kernels`), which the caller has checked every value it reads is defined before."""
     last = kernels[-1]
+    at = at if at is not None else last
     saved = also.results[0] if also is not None and any(
         not any(_encloses(k, U.operation(u.owner)) for k in kernels)
         for u in also.results[0].uses) else None
     types = [last.results[0].type] + ([saved.type] if saved is not None else [])
-    with ir.InsertionPoint(last), last.location:
+    with ir.InsertionPoint(at), last.location:
         merged = build_kernel(kind, types)
     mapping: dict = {}
     with ir.InsertionPoint(merged.regions[0].blocks[0]):

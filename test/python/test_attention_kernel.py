@@ -100,22 +100,33 @@ def test_matmul_rows_keeps_the_scores_on_chip(dtype, tmp_path, monkeypatch):
     assert off_profile.dma_bytes - on_profile.dma_bytes >= 2 * scores
 
 
-def test_matmul_rows_takes_the_softmax_gradient(tmp_path, monkeypatch):
+def test_softmax_gradient_stays_on_chip_up_to_dq(tmp_path, monkeypatch):
     """In a training step, the gradient of the probabilities (a matmul of the output's
-    gradient by the values) and the softmax backward over its rows form one kernel too."""
+    gradient by the values) and the softmax backward over its rows form one kernel with the
+    matmul of that gradient by K (dQ): an attention kernel, which also stores the gradient
+    for dK's matmul. With attention-saved off, the first two form a matmul_rows kernel; the
+    gradients are the same bits either way, and eager's."""
     torch.manual_seed(0)
     model = PackedAttention(64, 2, causal=False)
     x = torch.randn(2, 128, 64, requires_grad=True)
-    monkeypatch.setenv("TORCHNEURON_DUMP_DIR", str(tmp_path))
-    compiled = torch.compile(model, backend="neuron")
-    compiled(x).sum().backward()
-    got = x.grad.clone()
+    grads, kinds = {}, {}
+    for saved in (True, False):
+        torch._dynamo.reset()
+        dump = tmp_path / str(saved)
+        monkeypatch.setenv("TORCHNEURON_DUMP_DIR", str(dump))
+        compiled = torch.compile(model, backend="neuron",
+                                 options={"fuse_attention_saved": saved})
+        x.grad = None
+        compiled(x).sum().backward()
+        grads[saved] = x.grad.clone()
+        backward = next(dump.glob("*backward.trn.mlir")).read_text()
+        kinds[saved] = ('kind = "attention"' in backward, 'kind = "matmul_rows"' in backward)
+        assert all(r.fully_compiled for r in backend.graph_reports()[-2:])
+    assert kinds == {True: (True, False), False: (False, True)}
+    assert torch.equal(grads[True], grads[False])
     x.grad = None
     model(x).sum().backward()
-    backward = next(tmp_path.glob("*backward.trn.mlir")).read_text()
-    assert 'kind = "matmul_rows"' in backward
-    assert all(r.fully_compiled for r in backend.graph_reports()[-2:])
-    torch.testing.assert_close(got, x.grad, atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(grads[True], x.grad, atol=1e-4, rtol=1e-4)
 
 
 def test_attention_also_stores_the_probabilities_a_training_step_saves(tmp_path, monkeypatch):

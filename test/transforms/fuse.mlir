@@ -285,6 +285,45 @@ func.func @attention_saving_probabilities(%q: tensor<2x128x32xbf16>, %kt: tensor
 
 // -----
 
+// Tests that an attention kernel forms where another kernel reads the rows result too, and
+// before it (a softmax gradient read by the matmuls of both dQ and dK): the attention kernel
+// goes where the rows kernel was, since nothing its values' matmul reads is computed after
+// that, and yields the rows result second for the other kernel to read; with
+// attention-saved=false, a matmul_rows kernel and two matmul kernels.
+// CHECK-LABEL: func.func @attention_rows_read_by_two_matmuls
+// CHECK: %[[K:.*]]:2 = "trn.kernel"() ({
+// CHECK: "trn.matmul"(%[[P:.*]], %arg2)
+// CHECK: "trn.yield"(%{{.*}}, %[[P]])
+// CHECK: }) {kind = "attention"}
+// CHECK-NEXT: %[[G:.*]] = "trn.kernel"() ({
+// CHECK-NEXT: "trn.matmul"(%arg3, %[[K]]#1)
+// CHECK: return %[[G]], %[[K]]#0
+// NOSAVED-LABEL: func.func @attention_rows_read_by_two_matmuls
+// NOSAVED: }) {kind = "matmul_rows"}
+// NOSAVED: }) {kind = "matmul"}
+// NOSAVED: }) {kind = "matmul"}
+// NOSAVED-NOT: kind = "attention"
+func.func @attention_rows_read_by_two_matmuls(%q: tensor<2x128x32xbf16>, %kt: tensor<2x32x128xbf16>, %v: tensor<2x128x32xbf16>, %qt: tensor<2x32x128xbf16>) -> (tensor<2x32x128xbf16>, tensor<2x128x32xbf16>) {
+  %s = "trn.matmul"(%q, %kt) : (tensor<2x128x32xbf16>, tensor<2x32x128xbf16>) -> tensor<2x128x128xf32>
+  %sb = "trn.convert"(%s) : (tensor<2x128x128xf32>) -> tensor<2x128x128xbf16>
+  %x = "trn.tensor_scalar"(%sb) {op = "mul", reverse = false, scalar = 1.250000e-01 : f32} : (tensor<2x128x128xbf16>) -> tensor<2x128x128xf32>
+  %m = "trn.reduce"(%x) {op = "max", dimensions = array<i64: 2>} : (tensor<2x128x128xf32>) -> tensor<2x128xf32>
+  %mb = "trn.broadcast"(%m) {dimensions = array<i64: 2>} : (tensor<2x128xf32>) -> tensor<2x128x128xf32>
+  %d = "trn.tensor_tensor"(%x, %mb) {op = "sub"} : (tensor<2x128x128xf32>, tensor<2x128x128xf32>) -> tensor<2x128x128xf32>
+  %e = "trn.activation"(%d) {bias = 0.000000e+00 : f32, func = "exp", scale = 1.000000e+00 : f32} : (tensor<2x128x128xf32>) -> tensor<2x128x128xf32>
+  %z = "trn.reduce"(%e) {op = "add", dimensions = array<i64: 2>} : (tensor<2x128x128xf32>) -> tensor<2x128xf32>
+  %zb = "trn.broadcast"(%z) {dimensions = array<i64: 2>} : (tensor<2x128xf32>) -> tensor<2x128x128xf32>
+  %p = "trn.tensor_tensor"(%e, %zb) {op = "div"} : (tensor<2x128x128xf32>, tensor<2x128x128xf32>) -> tensor<2x128x128xf32>
+  %pb = "trn.convert"(%p) : (tensor<2x128x128xf32>) -> tensor<2x128x128xbf16>
+  %g = "trn.matmul"(%qt, %pb) : (tensor<2x32x128xbf16>, tensor<2x128x128xbf16>) -> tensor<2x32x128xf32>
+  %gb = "trn.convert"(%g) : (tensor<2x32x128xf32>) -> tensor<2x32x128xbf16>
+  %o = "trn.matmul"(%pb, %v) : (tensor<2x128x128xbf16>, tensor<2x128x32xbf16>) -> tensor<2x128x32xf32>
+  %ob = "trn.convert"(%o) : (tensor<2x128x32xf32>) -> tensor<2x128x32xbf16>
+  return %gb, %ob : tensor<2x32x128xbf16>, tensor<2x128x32xbf16>
+}
+
+// -----
+
 // Tests that a reshape between a matmul and a unary elementwise op sinks below the op, so the
 // op joins the matmul's epilogue (Linear -> view -> GELU), while a reshape whose unary chain
 // is reduced stays where it is (the rows keep the reduction's shape); and that a convert of a
