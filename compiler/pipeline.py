@@ -46,6 +46,9 @@ class CompileOptions:
     # trn-fuse attention-saved: an attention kernel also where its probabilities are saved (a
     # training step's forward), storing them as it computes them
     fuse_attention_saved: bool = True
+    # trn-fuse attention-contractions: a matmul contracting the rows an attention kernel stores
+    # over their row dim (a softmax backward's dK^T = Q^T @ dS) computed inside it
+    fuse_attention_contractions: bool = True
     fuse_matmul_rows: bool = True     # trn-fuse matmul-rows: a matmul's result rows-reduced on chip
     # trn-fuse epilogue-producers: an elementwise kernel only a matmul's epilogue reads is
     # computed in that epilogue
@@ -125,6 +128,7 @@ def stages(options: CompileOptions) -> list[Stage]:
             f"rows={str(options.fuse_rows).lower()} "
             f"attention={str(options.fuse_attention).lower()} "
             f"attention-saved={str(options.fuse_attention_saved).lower()} "
+            f"attention-contractions={str(options.fuse_attention_contractions).lower()} "
             f"matmul-rows={str(options.fuse_matmul_rows).lower()} "
             f"epilogue-producers={str(options.fuse_epilogue_producers).lower()} "
             f"epilogue-results={str(options.fuse_epilogue_results).lower()} "

@@ -28,6 +28,12 @@ row-wise kernel stores it. Where the row body's first op reads the scores, still
 makes an fp32 value only later ops read, that value overwrites them there (rows.py
 `_psum_in_place`), so those ops too read an operand from PSUM.
 
+An attention kernel may yield a second result: its probabilities (a training step saves
+them; each row tile is stored divided and rounded, as P @ V reads it), or the product of a
+third matmul contracting them over their rows (a softmax backward's dK^T = Q^T @ dS, the
+rows being dS), accumulated in PSUM over the query blocks of a batch index and stored after
+the last.
+
 A kernel that trn-layout made token-major yields transpose(reshape(O)) ([B, S, H, Dv]): O is
 written through the inverse of those views, and when heads are staged together each query
 block's outputs of all heads gather in one SBUF tile, stored as whole token rows once the
@@ -71,11 +77,15 @@ def lower_attention(em: Emitter, body: list[ir.Operation], views: dict,
     if masked_keys:
         body = _mask_before_scale(body, views, view_of)
     matmuls = [op for op in body if op.name == "trn.matmul"]
-    if len(matmuls) not in (1, 2):
-        raise CompileError("an attention kernel holds two matmuls (a matmul_rows kernel one)",
+    if len(matmuls) not in (1, 2, 3) or (len(matmuls) == 3 and saved is None):
+        raise CompileError("an attention kernel holds two matmuls, or three where it yields "
+                           "the third's result second (a matmul_rows kernel one)",
                            body[-1].location)
     first = matmuls[0]
-    second = matmuls[1] if len(matmuls) == 2 else None
+    second = matmuls[1] if len(matmuls) >= 2 else None
+    # A third contracts the rows over their row dim (trn-fuse row_contractions: dK^T =
+    # Q^T @ dS), accumulated over the query blocks.
+    third = matmuls[2] if len(matmuls) == 3 else None
     position = {op: i for i, op in enumerate(body)}
     end = position[second] if second is not None else len(body)
 
@@ -119,8 +129,8 @@ def lower_attention(em: Emitter, body: list[ir.Operation], views: dict,
         out_view = out_view.transpose(
             U.inverse_permutation(U.array_attr(token_major[1], "permutation")))
         yielded = token_major[0].operands[0]
-    chain2 = [op for op in body[position[second] + 1:] if op not in token_major] \
-        if second is not None else []
+    chain2 = [op for op in _computing(body[position[second] + 1:], yielded)
+              if op not in token_major] if second is not None else []
 
     # Views of the operands (Q, K^T, V, epilogue operands): everything outside the row part.
     views = dict(views)
@@ -343,7 +353,19 @@ def lower_attention(em: Emitter, body: list[ir.Operation], views: dict,
         # matmul_rows: the rows' result is the kernel's, stored as a row-wise kernel stores.
         lower_rows(em, rows_body, rows_views, view_of, (probs, out_view), produce)
         return
-    if saved is not None:
+    if third is not None:
+        contract = _row_contraction(em, third, _computing(body[position[third] + 1:],
+                                                          saved[0]),
+                                    views, saved, probs, sq, pick, locate)
+
+        def consume_and_contract(probs_tile: Tile, view: HbmView,
+                                 divisor: Tile | None) -> None:
+            consume(probs_tile, view, divisor)
+            contract(probs_tile, view)
+
+        lower_rows(em, rows_body, rows_views, view_of, (probs, probs_view), produce,
+                   consume_and_contract)
+    elif saved is not None:
         if saved[0] != probs:
             raise CompileError("an attention kernel's second result must be its "
                                "probabilities", first.location)
@@ -364,6 +386,54 @@ def lower_attention(em: Emitter, body: list[ir.Operation], views: dict,
     if rows_tiles:
         raise CompileError("an attention kernel left query blocks of some heads unstored",
                            first.location)
+
+
+def _computing(ops: list[ir.Operation], value: ir.Value) -> list[ir.Operation]:
+    """The ops of `ops` (in order) that `value` depends on."""
+    needed, chosen = {value}, []
+    for op in reversed(ops):
+        if any(r in needed for r in op.results):
+            chosen.append(op)
+            needed.update(op.operands)
+    return chosen[::-1]
+
+
+def _row_contraction(em: Emitter, matmul: ir.Operation, chain: list[ir.Operation],
+                     views: dict, saved: tuple[ir.Value, HbmView], probs: ir.Value, sq: int,
+                     pick: Callable, locate: Callable) -> Callable[[Tile, HbmView], None]:
+    """The step that accumulates C = A @ R ([.., D, Sq] x [.., Sq, Sk], R the rows result) one
+    row tile of R at a time: R's tile [rows, Sk] is the moving operand as it is (its rows
+    are the contraction), A^T's rows [rows, D] the stationary one, into a PSUM tile [D, Sk]
+    per batch index that the last row tile's step runs `chain` (the epilogue) on and
+    stores to `saved`'s view. The row tiles come in order within a batch index, so C sums
+    its row tiles in the order a matmul kernel's K-tiles would."""
+    value, out_view = saved
+    a_view = views.get(matmul.operands[0])
+    if a_view is None or U.defining_op(matmul.operands[1]) is None:
+        raise CompileError("an attention kernel's third matmul reads an operand from HBM "
+                           "and the rows result", matmul.location)
+    d, sk = U.shape(matmul.results[0])[-2:]
+    etype = matmul_element_type(a_view.element_type, U.element_type(probs))
+    epilogue = Epilogue(em, chain, views, matmul.results[0], {value})
+    accumulators: dict[int, Tile] = {}
+    staged: dict[int, _Staged] = {}
+
+    def contract(probs_tile: Tile, view: HbmView) -> None:
+        b, q0, qn = locate(view)
+        if b not in accumulators:
+            for old in staged.values():
+                old.release()
+            staged.clear()
+            staged[b] = _Staged(em, pick(a_view, b).transpose([1, 0]), etype)
+            accumulators[b] = em.alloc("psum", d, sk, ir.F32Type.get())
+        acc = accumulators[b]
+        em.matmul(acc, staged[b].tile(q0, qn, 0, d), probs_tile, accumulate=q0 > 0)
+        if q0 + qn == sq:
+            results = epilogue.run(acc, (0, d), lambda v, b=b: pick(v, b))
+            store_tile(em, pick(out_view, b), results[value])
+            del accumulators[b]
+
+    return contract
 
 
 def _widening(op: ir.Operation) -> bool:

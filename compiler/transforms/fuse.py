@@ -25,7 +25,9 @@ Groups formed:
   the values there: scores and probabilities never reach HBM. Where something else reads
   the row-wise result too (attention-saved: a training step's saved probabilities; the
   softmax backward's gradient, which the matmuls of dQ and of dK both read), the kernel
-  also yields it, stored as it is computed;
+  also yields it, stored as it is computed; a matmul contracting it over its rows (dK^T =
+  Q^T @ dS, attention-contractions) then joins the kernel, which accumulates that product
+  over its query blocks and yields it instead;
 - matmul + rows (kind "matmul_rows"), formed after attention from the pairs left: a matmul
   kernel whose result only a row-wise kernel over rows of its last dim reads (a softmax
   whose probabilities no matmul reads as attention's does). The scores are computed for
@@ -101,6 +103,9 @@ class Fuse(Pass):
     # An attention kernel forms also where its probabilities are a result too (a training
     # step saves them for the backward): the kernel stores them as it computes them.
     attention_saved: bool = True
+    # A matmul contracting the rows an attention kernel stores over their row dim (a softmax
+    # backward's dK^T = Q^T @ dS) is computed inside it, accumulated over the query blocks.
+    attention_contractions: bool = True
     matmul_rows: bool = True
     epilogue_producers: bool = True
     epilogue_results: bool = True
@@ -147,6 +152,10 @@ class Fuse(Pass):
                 for scores, rows, output, at in attention_triples(
                         func, get_target(self.target or None), self.attention_saved):
                     merge_kernels((scores, rows, output), "attention", also=rows, at=at)
+                if self.attention_saved and self.attention_contractions:
+                    for kernel, contraction in row_contractions(
+                            func, get_target(self.target or None)):
+                        absorb_row_contraction(kernel, contraction)
             if self.matmul_rows and self.rows and self.matmul_epilogue:
                 for pair in matmul_rows_pairs(func, get_target(self.target or None)):
                     merge_kernels(pair, "matmul_rows")
@@ -1152,6 +1161,99 @@ def _reads_nothing_after(kernel: ir.Operation, rows: ir.Operation, position: dic
             if top not in position or position[top] > position[rows]:
                 return False
     return True
+
+
+def row_contractions(func: ir.Operation, target) -> list[tuple]:
+    """(attention kernel, matmul kernel) pairs: the attention kernel yields its rows result
+    [.., Sq, Sk] second (stored), and its only other reader is the matmul kernel, as the
+    right operand of C = A @ R [.., D, Sq] x [.., Sq, Sk] (through reshapes of its batch
+    dims), with D at most a PE tile of columns, Sk at most one moving tile, an epilogue of
+    one operand and nothing it reads computed after the attention kernel: a softmax
+    backward's dK^T = Q^T @ dS. The attention kernel then accumulates C over its query blocks
+    on chip, and the rows need not be stored."""
+    pairs = []
+    body = U.body_ops(func)
+    position = {op: i for i, op in enumerate(body)}
+    for kernel in body:
+        if kernel.name != "trn.kernel" or U.str_attr(kernel, "kind") != "attention" or \
+                len(kernel.results) != 2:
+            continue
+        inner = kernel_body(kernel)
+        matmuls = [op for op in inner if op.name == "trn.matmul"]
+        rows = inner[-1].operands[1]
+        if len(matmuls) != 2 or _through_reshapes(matmuls[1].operands[0], kernel) != rows:
+            continue
+        users = list(kernel.results[1].uses)
+        readers = {U.operation(u.owner) for u in users}
+        tops = set()
+        for reader in readers:
+            top = reader
+            while top not in position:
+                top = U.operation(top.parent)
+            tops.add(top)
+        if len(tops) != 1:
+            continue
+        (extra,) = tops
+        if extra.name != "trn.kernel" or U.str_attr(extra, "kind") != "matmul":
+            continue
+        e_body = kernel_body(extra)
+        e_mm = [op for op in e_body if op.name == "trn.matmul"]
+        if len(e_mm) != 1 or not _unary_epilogue(e_body, e_mm[0]) or \
+                _through_reshapes(e_mm[0].operands[1], extra) != kernel.results[1] or \
+                any(v == kernel.results[1] for op in e_body if op is not e_mm[0]
+                    and op.name != "trn.reshape" for v in op.operands):
+            continue
+        scores_shape = U.shape(matmuls[0].results[0])
+        a_shape, c_shape = U.shape(e_mm[0].operands[0]), U.shape(e_mm[0].results[0])
+        if a_shape[:-2] != scores_shape[:-2] or c_shape[:-2] != scores_shape[:-2] or \
+                a_shape[-1] != scores_shape[-2] or c_shape[-1] != scores_shape[-1] or \
+                c_shape[-2] > target.pe_cols or c_shape[-1] > target.matmul_max_moving:
+            continue
+        if _reads_nothing_after(extra, kernel, position):
+            pairs.append((kernel, extra))
+    return pairs
+
+
+def _through_reshapes(value: ir.Value, kernel: ir.Operation) -> ir.Value:
+    """`value` followed back through the reshapes inside `kernel` that make it."""
+    producer = U.defining_op(value)
+    while producer is not None and producer.name == "trn.reshape" and \
+            U.operation(producer.parent) == kernel:
+        value = producer.operands[0]
+        producer = U.defining_op(value)
+    return value
+
+
+def absorb_row_contraction(kernel: ir.Operation, extra: ir.Operation) -> ir.Operation:
+    """The attention `kernel` with the matmul kernel `extra` (see row_contractions) computed
+    inside it: it yields its output and `extra`'s result, not its rows."""
+    types = [kernel.results[0].type, extra.results[0].type]
+    with ir.InsertionPoint(kernel), kernel.location:
+        merged = build_kernel("attention", types)
+    for name in ("orientation",):
+        if name in kernel.attributes:
+            merged.attributes[name] = kernel.attributes[name]
+    mapping: dict = {}
+    with ir.InsertionPoint(merged.regions[0].blocks[0]):
+        inner = kernel_body(kernel)
+        for op in inner[:-1]:
+            clone = U.clone_with_operands(op, [mapping.get(v, v) for v in op.operands])
+            for old, new in zip(op.results, clone.results):
+                mapping[old] = new
+        for result, value in zip(kernel.results, inner[-1].operands):
+            mapping[result] = mapping.get(value, value)
+        e_body = kernel_body(extra)
+        for op in e_body[:-1]:
+            clone = U.clone_with_operands(op, [mapping.get(v, v) for v in op.operands])
+            for old, new in zip(op.results, clone.results):
+                mapping[old] = new
+        build_yield([mapping[inner[-1].operands[0]], mapping[e_body[-1].operands[0]]],
+                    loc=extra.location)
+    kernel.results[0].replace_all_uses_with(merged.results[0])
+    extra.results[0].replace_all_uses_with(merged.results[1])
+    extra.erase()
+    kernel.erase()
+    return merged
 
 
 def _scores_kernel(rows: ir.Operation) -> ir.Operation | None:

@@ -1876,3 +1876,38 @@ func.func @attention_saving_probabilities(%arg0: tensor<2x128x32xbf16>, %arg1: t
   }) {kind = "attention"} : () -> (tensor<2x128x32xbf16>, tensor<2x128x128xbf16>)
   return %0#0, %0#1 : tensor<2x128x32xbf16>, tensor<2x128x128xbf16>
 }
+
+// -----
+
+// Tests that an attention kernel whose third matmul contracts its rows over their row dim
+// (dK^T = Q^T @ dS: trn-fuse's row contractions) accumulates that product over the query
+// blocks of each batch index in one PSUM tile [32, 128] -- the first block's matmul starts
+// it, the second's accumulates -- and stores it once per batch index, after the last block;
+// the rows themselves are never stored.
+// CHECK-LABEL: func.func @attention_with_row_contraction
+// CHECK: "nisa.matmul"(%[[ACC:.*]], %{{.*}}, %{{.*}}) {accumulate = false, aps = [array<i64: 0, 128, 32, 1, 128>
+// CHECK-NOT: "nisa.dma"(%arg4
+// CHECK: "nisa.matmul"(%[[ACC]], %{{.*}}, %{{.*}}) {accumulate = true, aps = [array<i64: 0, 128, 32, 1, 128>
+// CHECK: "nisa.dma"(%arg4, %{{.*}}) {aps = [array<i64: 0, 128, 32, 1, 128>
+// CHECK: "nisa.dma"(%arg4, %{{.*}}) {aps = [array<i64: 4096, 128, 32, 1, 128>
+func.func @attention_with_row_contraction(%arg0: tensor<2x256x32xbf16>, %arg1: tensor<2x32x128xbf16>, %arg2: tensor<2x128x32xbf16>, %arg3: tensor<2x32x256xbf16>) -> (tensor<2x32x128xbf16>, tensor<2x256x32xbf16>) {
+  %0:2 = "trn.kernel"() ({
+    %1 = "trn.matmul"(%arg0, %arg1) : (tensor<2x256x32xbf16>, tensor<2x32x128xbf16>) -> tensor<2x256x128xf32>
+    %2 = "trn.convert"(%1) : (tensor<2x256x128xf32>) -> tensor<2x256x128xbf16>
+    %3 = "trn.tensor_scalar"(%2) {op = "mul", reverse = false, scalar = 1.250000e-01 : f32} : (tensor<2x256x128xbf16>) -> tensor<2x256x128xf32>
+    %4 = "trn.reduce"(%3) {dimensions = array<i64: 2>, op = "max"} : (tensor<2x256x128xf32>) -> tensor<2x256xf32>
+    %5 = "trn.broadcast"(%4) {dimensions = array<i64: 2>} : (tensor<2x256xf32>) -> tensor<2x256x128xf32>
+    %6 = "trn.tensor_tensor"(%3, %5) {op = "sub"} : (tensor<2x256x128xf32>, tensor<2x256x128xf32>) -> tensor<2x256x128xf32>
+    %7 = "trn.activation"(%6) {bias = 0.000000e+00 : f32, func = "exp", scale = 1.000000e+00 : f32} : (tensor<2x256x128xf32>) -> tensor<2x256x128xf32>
+    %8 = "trn.reduce"(%7) {dimensions = array<i64: 2>, op = "add"} : (tensor<2x256x128xf32>) -> tensor<2x256xf32>
+    %9 = "trn.broadcast"(%8) {dimensions = array<i64: 2>} : (tensor<2x256xf32>) -> tensor<2x256x128xf32>
+    %10 = "trn.tensor_tensor"(%7, %9) {op = "div"} : (tensor<2x256x128xf32>, tensor<2x256x128xf32>) -> tensor<2x256x128xf32>
+    %11 = "trn.convert"(%10) : (tensor<2x256x128xf32>) -> tensor<2x256x128xbf16>
+    %12 = "trn.matmul"(%11, %arg2) : (tensor<2x256x128xbf16>, tensor<2x128x32xbf16>) -> tensor<2x256x32xf32>
+    %13 = "trn.convert"(%12) : (tensor<2x256x32xf32>) -> tensor<2x256x32xbf16>
+    %14 = "trn.matmul"(%arg3, %11) : (tensor<2x32x256xbf16>, tensor<2x256x128xbf16>) -> tensor<2x32x128xf32>
+    %15 = "trn.convert"(%14) : (tensor<2x32x128xf32>) -> tensor<2x32x128xbf16>
+    "trn.yield"(%13, %15) : (tensor<2x256x32xbf16>, tensor<2x32x128xbf16>) -> ()
+  }) {kind = "attention"} : () -> (tensor<2x256x32xbf16>, tensor<2x32x128xbf16>)
+  return %0#1, %0#0 : tensor<2x32x128xbf16>, tensor<2x256x32xbf16>
+}

@@ -100,33 +100,40 @@ def test_matmul_rows_keeps_the_scores_on_chip(dtype, tmp_path, monkeypatch):
     assert off_profile.dma_bytes - on_profile.dma_bytes >= 2 * scores
 
 
-def test_softmax_gradient_stays_on_chip_up_to_dq(tmp_path, monkeypatch):
+def test_softmax_gradient_stays_on_chip(tmp_path, monkeypatch):
     """In a training step, the gradient of the probabilities (a matmul of the output's
-    gradient by the values) and the softmax backward over its rows form one kernel with the
-    matmul of that gradient by K (dQ): an attention kernel, which also stores the gradient
-    for dK's matmul. With attention-saved off, the first two form a matmul_rows kernel; the
-    gradients are the same bits either way, and eager's."""
+    gradient by the values), the softmax backward over its rows, the matmul of that gradient
+    by K (dQ) and the one contracting it with Q over the queries (dK^T) form one attention
+    kernel: the softmax gradient never reaches HBM. With attention-contractions off the
+    kernel stores the gradient for dK's own matmul kernel; with attention-saved off, the
+    first two form a matmul_rows kernel. Gradients are eager's in every case."""
     torch.manual_seed(0)
     model = PackedAttention(64, 2, causal=False)
-    x = torch.randn(2, 128, 64, requires_grad=True)
-    grads, kinds = {}, {}
-    for saved in (True, False):
+    x = torch.randn(2, 256, 64, requires_grad=True)
+    configs = {"contract": {}, "store": {"fuse_attention_contractions": False},
+               "rows": {"fuse_attention_saved": False}}
+    grads, kinds, dma = {}, {}, {}
+    for name, options in configs.items():
         torch._dynamo.reset()
-        dump = tmp_path / str(saved)
+        dump = tmp_path / name
         monkeypatch.setenv("TORCHNEURON_DUMP_DIR", str(dump))
-        compiled = torch.compile(model, backend="neuron",
-                                 options={"fuse_attention_saved": saved})
+        compiled = torch.compile(model, backend="neuron", options=options)
         x.grad = None
         compiled(x).sum().backward()
-        grads[saved] = x.grad.clone()
+        grads[name] = x.grad.clone()
         backward = next(dump.glob("*backward.trn.mlir")).read_text()
-        kinds[saved] = ('kind = "attention"' in backward, 'kind = "matmul_rows"' in backward)
+        kinds[name] = (backward.count('kind = "attention"'),
+                       backward.count('kind = "matmul_rows"'))
+        graph = next(g for g in backend.compiled_graphs()[-2:] if "backward" in g.name)
+        dma[name] = graph.last_profile.dma_bytes
         assert all(r.fully_compiled for r in backend.graph_reports()[-2:])
-    assert kinds == {True: (True, False), False: (False, True)}
-    assert torch.equal(grads[True], grads[False])
+    assert kinds == {"contract": (1, 0), "store": (1, 0), "rows": (0, 1)}
+    gradient = 2 * 2 * 256 * 256 * 4          # the softmax gradient, fp32 here
+    assert dma["store"] - dma["contract"] >= 2 * gradient
     x.grad = None
     model(x).sum().backward()
-    torch.testing.assert_close(grads[True], x.grad, atol=1e-4, rtol=1e-4)
+    for name in configs:
+        torch.testing.assert_close(grads[name], x.grad, atol=1e-4, rtol=1e-4)
 
 
 def test_attention_also_stores_the_probabilities_a_training_step_saves(tmp_path, monkeypatch):

@@ -11,6 +11,7 @@
 // RUN: neuron-opt --split-input-file --trn-fuse="weight-gradients=false" %s | FileCheck %s --check-prefix=WG
 // RUN: neuron-opt --split-input-file --trn-fuse="epilogue-residuals=false" %s | FileCheck %s --check-prefix=NORES
 // RUN: neuron-opt --split-input-file --trn-fuse="attention-saved=false" %s | FileCheck %s --check-prefix=NOSAVED
+// RUN: neuron-opt --split-input-file --trn-fuse="attention-contractions=false" %s | FileCheck %s --check-prefix=NOCONTRACT
 // RUN: not neuron-opt --trn-fuse %S/Inputs/fuse-invalid.mlir 2>&1 | FileCheck %s --check-prefix=ERR
 
 // Tests that a matmul, its bias add and activation become one kernel, and that the views
@@ -288,16 +289,27 @@ func.func @attention_saving_probabilities(%q: tensor<2x128x32xbf16>, %kt: tensor
 // Tests that an attention kernel forms where another kernel reads the rows result too, and
 // before it (a softmax gradient read by the matmuls of both dQ and dK): the attention kernel
 // goes where the rows kernel was, since nothing its values' matmul reads is computed after
-// that, and yields the rows result second for the other kernel to read; with
-// attention-saved=false, a matmul_rows kernel and two matmul kernels.
+// that. The other reader contracts the rows over their row dim (dK^T = Q^T @ dS), so it
+// joins the kernel, which yields its result second instead of the rows; with
+// attention-contractions=false the kernel yields the rows for the other matmul kernel to
+// read; with attention-saved=false, a matmul_rows kernel and two matmul kernels.
 // CHECK-LABEL: func.func @attention_rows_read_by_two_matmuls
 // CHECK: %[[K:.*]]:2 = "trn.kernel"() ({
 // CHECK: "trn.matmul"(%[[P:.*]], %arg2)
-// CHECK: "trn.yield"(%{{.*}}, %[[P]])
+// CHECK: %[[O:.*]] = "trn.convert"
+// CHECK-NEXT: "trn.matmul"(%arg3, %[[P]])
+// CHECK-NEXT: %[[G:.*]] = "trn.convert"
+// CHECK-NEXT: "trn.yield"(%[[O]], %[[G]])
 // CHECK: }) {kind = "attention"}
-// CHECK-NEXT: %[[G:.*]] = "trn.kernel"() ({
-// CHECK-NEXT: "trn.matmul"(%arg3, %[[K]]#1)
-// CHECK: return %[[G]], %[[K]]#0
+// CHECK-NEXT: return %[[K]]#1, %[[K]]#0
+// NOCONTRACT-LABEL: func.func @attention_rows_read_by_two_matmuls
+// NOCONTRACT: %[[K:.*]]:2 = "trn.kernel"() ({
+// NOCONTRACT: "trn.matmul"(%[[P:.*]], %arg2)
+// NOCONTRACT: "trn.yield"(%{{.*}}, %[[P]])
+// NOCONTRACT: }) {kind = "attention"}
+// NOCONTRACT-NEXT: %[[G:.*]] = "trn.kernel"() ({
+// NOCONTRACT-NEXT: "trn.matmul"(%arg3, %[[K]]#1)
+// NOCONTRACT: return %[[G]], %[[K]]#0
 // NOSAVED-LABEL: func.func @attention_rows_read_by_two_matmuls
 // NOSAVED: }) {kind = "matmul_rows"}
 // NOSAVED: }) {kind = "matmul"}
