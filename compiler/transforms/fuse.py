@@ -1122,9 +1122,7 @@ def attention_triples(func: ir.Operation, target, saved: bool = True) -> list[tu
             continue
         readers = []
         for use in rows.results[0].uses:
-            top = U.operation(use.owner)
-            while top not in position:
-                top = U.operation(top.parent)
+            top = _top_level(U.operation(use.owner), position)
             if top not in readers:
                 readers.append(top)
         if len(readers) > 1 and not saved:
@@ -1153,14 +1151,19 @@ def _reads_nothing_after(kernel: ir.Operation, rows: ir.Operation, position: dic
             producer = U.defining_op(value)
             if producer is None or producer == rows:
                 continue
-            top = producer
-            while top is not None and top not in position and top.parent is not None:
-                top = U.operation(top.parent)
+            top = _top_level(producer, position)
             if top == kernel:
                 continue
-            if top not in position or position[top] > position[rows]:
+            if top is None or position[top] > position[rows]:
                 return False
     return True
+
+
+def _top_level(op: ir.Operation, position: dict) -> ir.Operation | None:
+    """The op of the function body (a key of `position`) that is `op` or holds it."""
+    while op is not None and op not in position:
+        op = U.operation(op.parent) if op.parent is not None else None
+    return op
 
 
 def row_contractions(func: ir.Operation, target) -> list[tuple]:
@@ -1183,14 +1186,7 @@ def row_contractions(func: ir.Operation, target) -> list[tuple]:
         rows = inner[-1].operands[1]
         if len(matmuls) != 2 or _through_reshapes(matmuls[1].operands[0], kernel) != rows:
             continue
-        users = list(kernel.results[1].uses)
-        readers = {U.operation(u.owner) for u in users}
-        tops = set()
-        for reader in readers:
-            top = reader
-            while top not in position:
-                top = U.operation(top.parent)
-            tops.add(top)
+        tops = {_top_level(U.operation(u.owner), position) for u in kernel.results[1].uses}
         if len(tops) != 1:
             continue
         (extra,) = tops
@@ -1235,19 +1231,8 @@ def absorb_row_contraction(kernel: ir.Operation, extra: ir.Operation) -> ir.Oper
             merged.attributes[name] = kernel.attributes[name]
     mapping: dict = {}
     with ir.InsertionPoint(merged.regions[0].blocks[0]):
-        inner = kernel_body(kernel)
-        for op in inner[:-1]:
-            clone = U.clone_with_operands(op, [mapping.get(v, v) for v in op.operands])
-            for old, new in zip(op.results, clone.results):
-                mapping[old] = new
-        for result, value in zip(kernel.results, inner[-1].operands):
-            mapping[result] = mapping.get(value, value)
-        e_body = kernel_body(extra)
-        for op in e_body[:-1]:
-            clone = U.clone_with_operands(op, [mapping.get(v, v) for v in op.operands])
-            for old, new in zip(op.results, clone.results):
-                mapping[old] = new
-        build_yield([mapping[inner[-1].operands[0]], mapping[e_body[-1].operands[0]]],
+        _clone_bodies((kernel, extra), mapping)
+        build_yield([mapping[kernel.results[0]], mapping[extra.results[0]]],
                     loc=extra.location)
     kernel.results[0].replace_all_uses_with(merged.results[0])
     extra.results[0].replace_all_uses_with(merged.results[1])
@@ -1782,15 +1767,16 @@ def _attention_shapes(scores: ir.Operation, rows: ir.Operation, output: ir.Opera
 
 
 def _clone_bodies(kernels, mapping: dict) -> None:
-    """Clone the bodies of single-result `kernels`, one after another, at the insertion point;
-    `mapping` takes every old value (each kernel's result included) to its clone."""
+    """Clone the bodies of `kernels`, one after another, at the insertion point; `mapping`
+    takes every old value (each kernel's results included) to its clone."""
     for kernel in kernels:
         body = kernel_body(kernel)
         for op in body[:-1]:
             clone = U.clone_with_operands(op, [mapping.get(v, v) for v in op.operands])
             for old, new in zip(op.results, clone.results):
                 mapping[old] = new
-        mapping[kernel.results[0]] = mapping[body[-1].operands[0]]
+        for result, value in zip(kernel.results, body[-1].operands):
+            mapping[result] = mapping.get(value, value)
 
 
 def merge_kernels(kernels: tuple, kind: str, also: ir.Operation | None = None,
