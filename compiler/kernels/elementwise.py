@@ -362,7 +362,7 @@ def _regrouped_copy_plan(dims: tuple[int, ...], strides: list[tuple[int, ...]], 
     # transpose, which load_leaf turns around on PE.)
     if k < 2 or any(st <= 0 for s in strides for st in s) or src[-1] != 1 or dst[-1] != 1:
         return None
-    group_dim = k
+    group_dim = k        # the pseudo-dim of the group (see _grouped_dims)
     base = _layout_dma_bytes(dims, strides, [itemsize] * 2, k - 2, [k - 1], target)
     permuted = _permuted_layout(dims, strides, [itemsize] * 2, free_tile, target)
     if permuted is not None:
@@ -384,9 +384,7 @@ def _regrouped_copy_plan(dims: tuple[int, ...], strides: list[tuple[int, ...]], 
             # costs per element of a partition.)
             if rows % tp or (group > 1 and rows < target.num_partitions):
                 continue
-            size = {**{i: dims[i] for i in range(k)}, group_dim: group}
-            src_of = {**{i: src[i] for i in range(k)}, group_dim: src[part]}
-            dst_of = {**{i: dst[i] for i in range(k)}, group_dim: dst[part]}
+            size, src_of, dst_of = _grouped_dims(dims, strides, part, group)
             for r in range(len(others) + 1):
                 for free in itertools.combinations(others, r):
                     axis = list(free) + ([group_dim] if group > 1 else [])
@@ -412,6 +410,18 @@ def _regrouped_copy_plan(dims: tuple[int, ...], strides: list[tuple[int, ...]], 
     return best[1]
 
 
+def _grouped_dims(dims: tuple[int, ...], strides: list[tuple[int, ...]], part: int,
+                  group: int) -> tuple[dict, dict, dict]:
+    """Size, source stride and destination stride of each dim of a regrouped copy, with the
+    group (the consecutive elements of dim `part` a partition takes) as pseudo-dim
+    len(dims)."""
+    k = len(dims)
+    size = {**dict(enumerate(dims)), k: group}
+    src_of = {**dict(enumerate(strides[0])), k: strides[0][part]}
+    dst_of = {**dict(enumerate(strides[1])), k: strides[1][part]}
+    return size, src_of, dst_of
+
+
 def _lower_regrouped_copy(em: Emitter, src: HbmView, dst: HbmView, dims: tuple[int, ...],
                           strides: list[tuple[int, ...]], free_tile: int) -> bool:
     """Copy `src` to `dst` (the same element type; merged to `dims` with `strides`) by the
@@ -425,9 +435,7 @@ def _lower_regrouped_copy(em: Emitter, src: HbmView, dst: HbmView, dims: tuple[i
     if plan is None:
         return False
     k, part, group, tp = len(dims), plan.part, plan.group, plan.partitions
-    size = {**{i: dims[i] for i in range(k)}, k: group}
-    src_of = {**{i: strides[0][i] for i in range(k)}, k: strides[0][part]}
-    dst_of = {**{i: strides[1][i] for i in range(k)}, k: strides[1][part]}
+    size, src_of, dst_of = _grouped_dims(dims, strides, part, group)
     # Element strides of the loaded tile's free axis (row-major in load order).
     in_tile, stride = {}, 1
     for d in reversed(plan.load_order):
