@@ -638,12 +638,19 @@ def _per_row_op(em: Emitter, dst: Tile, row: Tile, alu: str, per_row: Tile,
     (negated for a subtraction: x + (-m) is x - m exactly) or its scale (the product alone,
     with no bias added), so the rows' arithmetic is shared by the two engines. (The
     negation is a [P, 1] DVE op of MIN_II cycles: worth it only for rows several times
-    longer.)"""
+    longer.) A division, which ACT cannot take, goes to POOL instead where every operand is
+    in SBUF and POOL would finish it sooner (with `pool_sharing`): a softmax whose
+    probabilities are saved divides whole rows, as its attention kernel's DVE already takes
+    the scores' scaled max."""
     act = (alu in ("add", "mul") or (alu == "sub" and not reverse and
                                       dst.free >= 4 * em.target.min_ii)) and \
         em.sooner_engine({"dve": dst.free, "act": dst.free}) == "act"
     if not act:
-        em.tensor_scalar(dst, row, alu, per_row, reverse0=reverse)
+        pool = alu == "div" and em.pool_sharing and dst.buffer != row.buffer and \
+            all(t.memory == "sbuf" for t in (dst, row, per_row)) and \
+            em.sooner_engine({"dve": dst.free, "pool": dst.free}) == "pool"
+        em.tensor_scalar(dst, row, alu, per_row, reverse0=reverse,
+                         engine="pool" if pool else "dve")
     elif alu == "mul":
         em.activation(dst, row, "identity", scale=per_row)
     elif alu == "add":

@@ -1851,12 +1851,16 @@ func.func @overlapping_slices_copied(%a: tensor<128x64xf32>, %b: tensor<128x64xf
 // Tests that an attention kernel that also yields its probabilities (a training step saves
 // them) stores each query block's probabilities, divided and rounded by the softmax, into
 // the second output and turns that same tile around on PE for P @ V: no deferred division.
+// The division of whole rows goes to POOL, which would finish it before DVE (busy with the
+// scores' scaled max); without POOL sharing, to DVE.
 // CHECK-LABEL: func.func @attention_saving_probabilities
 // CHECK-SAME: %[[P:arg4]]: memref<2x128x128xbf16, "hbm">
-// CHECK: "nisa.tensor_scalar"(%[[T:.*]], %{{.*}}, %{{.*}}) {{.*}}op0 = "div"
+// CHECK: "nisa.tensor_scalar"(%[[T:.*]], %{{.*}}, %{{.*}}) {{.*}}engine = "pool"{{.*}}op0 = "div"
 // CHECK-NEXT: "nisa.dma"(%[[P]], %[[T]]) {aps = [array<i64: 0, 128, 128, 1, 128>
 // CHECK: "nisa.transpose"(%{{.*}}, %[[T]])
 // CHECK: "nisa.dma"(%[[P]], %{{.*}}) {aps = [array<i64: 16384, 128, 128, 1, 128>
+// NOPOOL-LABEL: func.func @attention_saving_probabilities
+// NOPOOL: "nisa.tensor_scalar"{{.*}}engine = "dve"{{.*}}op0 = "div"
 func.func @attention_saving_probabilities(%arg0: tensor<2x128x32xbf16>, %arg1: tensor<2x32x128xbf16>, %arg2: tensor<2x128x32xbf16>) -> (tensor<2x128x32xbf16>, tensor<2x128x128xbf16>) {
   %0:2 = "trn.kernel"() ({
     %1 = "trn.matmul"(%arg0, %arg1) : (tensor<2x128x32xbf16>, tensor<2x32x128xbf16>) -> tensor<2x128x128xf32>
