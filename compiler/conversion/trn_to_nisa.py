@@ -236,12 +236,7 @@ class _FunctionLowering:
 
     def _slice_of(self, insert: ir.Operation) -> HbmView:
         """The view of the slice `insert` writes, in its result's buffer."""
-        region = self._buffer(insert.results[0])
-        for dim, (start, stride, size) in enumerate(zip(
-                U.array_attr(insert, "offsets"), U.array_attr(insert, "strides"),
-                U.shape(insert.operands[1]))):
-            region = region.slice(dim, start, size, stride)
-        return region
+        return _inserted_slice(self._buffer(insert.results[0]), insert)
 
     def _lower_op(self, op: ir.Operation) -> None:
         if op.name == "arith.constant":
@@ -314,7 +309,7 @@ class _FunctionLowering:
     def _lower_row_wise(self, kind: str, body: list[ir.Operation], out: HbmView,
                         saved: tuple[ir.Value, HbmView] | None = None) -> None:
         """A rows, attention or matmul_rows kernel (`saved`: an attention kernel's second
-        result, its probabilities, and their view). A row-wise kernel's SBUF tiles (rows,
+        result -- its probabilities, or its row contraction's product -- and its view). A row-wise kernel's SBUF tiles (rows,
         matmul_rows) get a reuse_group of their own, so that trn-plan-memory reuses the
         kernel's own bytes first: a footprint of a few tiles, clear of the kernels that run
         beside it."""
@@ -537,15 +532,24 @@ def _stored_transpose(body: list[ir.Operation]) -> ir.Operation | None:
         and source.name not in VIEW_OPS + SOURCE_OPS else None
 
 
+def _inserted_slice(whole: HbmView, insert: ir.Operation) -> HbmView:
+    """The part of `whole` (a view of the insert's result) that `insert` writes."""
+    for dim, (start, stride, size) in enumerate(zip(
+            U.array_attr(insert, "offsets"), U.array_attr(insert, "strides"),
+            U.shape(insert.operands[1]))):
+        whole = whole.slice(dim, start, size, stride)
+    return whole
+
+
 def _kernels_into_slices(body: list[ir.Operation]) -> dict[ir.Value, ir.Operation]:
     """Kernel results (a kernel's first) to compute straight into the slice of the
     insert_slice that is their only reader (through reshapes), instead of into a buffer of
     their own that the insert copies from: a concatenation of per-head gradients ([4, 12,
     512, 64] pieces of a [12, 12, 512, 64] tensor) moved every piece twice more. Only for
-    inserts into a chain built
-    from a trn.empty whose intermediate values nothing else reads, writing disjoint
-    contiguous-strided slices: whatever order the pieces are written in, nobody sees the
-    buffer before the last, and the pieces never overlap. Maps result -> insert."""
+    inserts into a chain built from a trn.empty whose intermediate values nothing else
+    reads, writing disjoint contiguous-strided slices: whatever order the pieces are written
+    in, nobody sees the buffer before the last, and the pieces never overlap. Maps result
+    -> insert."""
     chosen: dict[ir.Value, ir.Operation] = {}
     for last in body:
         if last.name != "trn.insert_slice" or any(
@@ -555,7 +559,7 @@ def _kernels_into_slices(body: list[ir.Operation]) -> dict[ir.Value, ir.Operatio
         chain, value = [], last.results[0]
         op = last
         while op is not None and op.name == "trn.insert_slice":
-            if value is not last.results[0] and len(list(value.uses)) != 1:
+            if chain and len(list(value.uses)) != 1:
                 break
             chain.append(op)
             value = op.operands[0]
@@ -578,10 +582,8 @@ def _kernels_into_slices(body: list[ir.Operation]) -> dict[ir.Value, ir.Operatio
                         len(list(source.uses)) == 1:
                     source = producer.operands[0]
                     producer = U.defining_op(source)
-                region = HbmView.abstract(tuple(U.shape(last.results[0])))
-                for dim, (start, size) in enumerate(zip(U.array_attr(insert, "offsets"),
-                                                        U.shape(insert.operands[1]))):
-                    region = region.slice(dim, start, size)
+                region = _inserted_slice(HbmView.abstract(tuple(U.shape(last.results[0]))),
+                                         insert)
                 if producer is not None and producer.name == "trn.kernel" and \
                         source == producer.results[0] and len(list(source.uses)) == 1 and \
                         region.reshape(tuple(U.shape(source))) is not None:
