@@ -71,6 +71,9 @@ class CompileOptions:
     # trn-layout attention-token-major: attention outputs stored as [B, S, H, Dv] where the
     # output projection reads them so
     attention_token_major: bool = True
+    # trn-layout concat-reader-order: a concatenation its readers split and transpose alike
+    # (a QKV gradient read as token rows) built in that order
+    concat_reader_order: bool = True
     kernel_order: bool = True         # trn-order: kernels on the longest chain of work first
     # convert-trn-to-nisa masked-keys: an attention kernel computes only the keys a constant
     # mask lets some row of each query tile see, and adds a 0/-inf mask before the scaling
@@ -138,7 +141,8 @@ def stages(options: CompileOptions) -> list[Stage]:
             f"mlp={str(options.fuse_mlp).lower()} "
             f"target={target}}}")
     layout = (f"trn-layout{{attention-token-major="
-              f"{str(options.attention_token_major).lower()}}}," if options.layout_assignment
+              f"{str(options.attention_token_major).lower()} concat-reader-order="
+              f"{str(options.concat_reader_order).lower()}}}," if options.layout_assignment
               else "")
     order = f"trn-order{{target={target}}}," if options.kernel_order else ""
     db = f" tuning-db={options.tuning_db_path}" if options.tuning_db_path else ""

@@ -379,15 +379,22 @@ class _FunctionLowering:
         compute = []
         yielded = body[-1].operands[0]
         stored_view = _stored_transpose(body) if not extra else None
+        stored_views = [stored_view]
         if stored_view is not None:
             # The kernel stores its result transposed (trn-layout): the computed value is
-            # written through the inverse permutation of the result's buffer.
+            # written through the inverse permutation of the result's buffer (and, where a
+            # reshape splits its batch dim first, as [B, H, S, D], through that view).
             yielded = stored_view.operands[0]
             out = out.transpose(U.inverse_permutation(U.array_attr(stored_view,
                                                                    "permutation")))
+            split = U.defining_op(yielded)
+            if split.name == "trn.reshape":
+                stored_views.append(split)
+                yielded = split.operands[0]
+                out = out.reshape(tuple(U.shape(yielded))) or out
         unmerged: dict = {}
         for op in body[:-1]:
-            if stored_view is not None and op == stored_view:
+            if stored_view is not None and op in stored_views:
                 continue
             if op.name in SOURCE_OPS:
                 views[op.results[0]] = source_view(op)
@@ -443,11 +450,16 @@ class _FunctionLowering:
         elif matmuls:
             chain = [op for op in compute if op != matmuls[0]]
             outputs = [(yielded, out)] + extra
-            if unmerged:
-                outputs = self._split_batch(matmuls[0], chain, views, unmerged, outputs)
+            rank = len(U.shape(matmuls[0].results[0]))
+            copies = []
+            if unmerged or any(view.rank > rank for _, view in outputs):
+                outputs, copies = self._split_batch(matmuls[0], chain, views, unmerged,
+                                                    outputs)
             lower_matmul(self.em, matmuls[0], chain, views, outputs,
                          U.str_attr(kernel, "orientation"),
                          column_sums[1] if column_sums is not None else None)
+            for whole, out in copies:
+                self._copy(whole, out)
         elif reduces:
             reduce = reduces[0]
             after = compute[compute.index(reduce) + 1:]
@@ -463,19 +475,23 @@ class _FunctionLowering:
 
 
     def _split_batch(self, matmul: ir.Operation, chain: list[ir.Operation], views: dict,
-                     unmerged: dict, outputs: list) -> list:
+                     unmerged: dict, outputs: list) -> tuple[list, list]:
         """Give every view of a batched matmul kernel the batch dims of its unmerged operands
-        (e.g. [4, 12] instead of [48]); where some view cannot take them, copy the unmerged
-        operands to contiguous buffers instead (`views` is updated; returns `outputs`, the
-        (value, view) pairs the kernel stores, with their views split likewise)."""
+        or outputs (e.g. [4, 12] instead of [48]: heads split out of a projection, or a
+        result stored token-major); where some view cannot take them, copy the unmerged
+        operands to contiguous buffers, and compute such outputs into buffers of their own
+        copied to them after (`views` is updated; returns `outputs`, the (value, view) pairs
+        the kernel stores, with their views split likewise, and the (buffer, output) copies
+        to make after it)."""
         rank = len(U.shape(matmul.results[0]))
-        batch = max((tuple(views[v].shape[:-2]) for v in matmul.operands
-                     if views[v].rank > rank), key=len)
+        batch = max((tuple(w.shape[:-2]) for w in [views[v] for v in matmul.operands] +
+                     [out for _, out in outputs] if w.rank > rank), key=len)
         leaves = [v for op in [matmul] + chain for v in op.operands
                   if v in views and views[v].rank == rank]
 
         def split(view: HbmView) -> HbmView | None:
-            return view if view.rank != rank else view.reshape(batch + tuple(view.shape[-2:]))
+            return view if tuple(view.shape[:-2]) == batch else \
+                view.reshape(batch + tuple(view.shape[-2:]))
 
         new = {v: split(views[v]) for v in leaves}
         new_outputs = [(value, split(out)) for value, out in outputs]
@@ -483,11 +499,18 @@ class _FunctionLowering:
         if unmerged_ok and all(out is not None for _, out in new_outputs) and \
                 all(w is not None for w in new.values()):
             views.update(new)
-            return new_outputs
+            return new_outputs, []
         for value, op in unmerged.items():
             source = views[value]
             views[value] = self._view(op, source.reshape(U.shape(op.operands[0])) or source)
-        return outputs
+        merged, copies = [], []
+        for value, out in outputs:
+            if out.rank > rank:
+                whole = HbmView.of(self.em.alloc_hbm(U.shape(value), out.element_type))
+                copies.append((whole.reshape(out.shape), out))
+                out = whole
+            merged.append((value, out))
+        return merged, copies
 
 
 def _column_sums(matmuls: list, reduces: list, compute: list, views: dict,
@@ -557,6 +580,8 @@ def _stored_transpose(body: list[ir.Operation]) -> ir.Operation | None:
         return None
     source = U.defining_op(producer.operands[0])
     inside = set(body)
+    if source is not None and source in inside and source.name == "trn.reshape":
+        source = U.defining_op(source.operands[0])      # a batch dim split first
     return producer if source is not None and source in inside \
         and source.name not in VIEW_OPS + SOURCE_OPS else None
 

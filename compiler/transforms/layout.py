@@ -22,6 +22,17 @@ reads it) is stored in that order instead: the kernel yields the transposed view
 each query block of all heads as whole token rows (compiler/kernels/attention.py), and the
 readers take the result as it is. Stored head by head, every token row of O is a 128-byte run
 (Dv = 64 in bf16) that the projection reads back one run per partition row.
+
+Concatenations in their reader's order (option `concat-reader-order`): a concatenation of
+equal slices along dim 0, built by insert_slices into a trn.empty, that every reader splits
+(reshape [n * c, ...] -> [n, c, ...]) and transposes the same way is built in that transposed
+order instead: each slice is transposed as the reader would see it and inserted at its index
+of the split dim. A training step's QKV gradient is one (dQ, dK and dV as [B, H, S, D],
+concatenated and read as [B, S, 3, H, D] rows by the weight gradient): built head by head, its
+reader regathered it token by token (a copy in runs of 128 to 512 B, stored and loaded
+again); built in the reader's order, the weight gradient loads whole rows, and the attention
+outputs inserted into it are themselves read token-major (above), so their kernels write
+straight into it.
 """
 
 from __future__ import annotations
@@ -43,12 +54,17 @@ class LayoutPass(Pass):
     SUMMARY = ("Store matmul results transposed where their consumers contract over them, "
                "attention outputs token-major where their readers want them so")
     attention_token_major: bool = True
+    concat_reader_order: bool = True
 
     def run(self, module: ir.Operation) -> None:
         for func in U.functions(module):
-            for op in U.body_ops(func):
-                if op.name != "trn.kernel":
-                    continue
+            if self.concat_reader_order:
+                # (Chains are disjoint: rebuilding one erases none of the others' ends.)
+                for last in [op for op in U.body_ops(func) if _ends_chain(op)]:
+                    _build_in_reader_order(last)
+            # (Kernels first: the rules below erase view ops of the function's body, the
+            # readers of the kernels they rewrite.)
+            for op in [op for op in U.body_ops(func) if op.name == "trn.kernel"]:
                 if _wants_transposed_result(op):
                     _transpose_result(op)
                 elif self.attention_token_major:
@@ -65,7 +81,16 @@ def _token_major_readers(kernel: ir.Operation) -> list[tuple] | None:
     """For an attention kernel whose result O[B*H, S, Dv] (or [B, H, S, Dv]) is read only
     through reshape to [B, H, S, Dv] then transpose TOKEN_MAJOR: the (reshape, transposes)
     pairs, all of one type; otherwise None."""
-    if U.str_attr(kernel, "kind") != "attention":
+    kind = U.str_attr(kernel, "kind")
+    if kind == "matmul":
+        # A batched product (dV = P^T @ dO per head) written through the inverse view as
+        # convert-trn-to-nisa writes a transposed result; one result, computed in the kernel.
+        body = kernel_body(kernel)
+        yielded = body[-1].operands[0]
+        if len(kernel.results) != 1 or U.defining_op(yielded) not in body[:-1] or \
+                U.defining_op(yielded).name in ("trn.transpose", "trn.reshape"):
+            return None
+    elif kind != "attention":
         return None
     result = kernel.results[0]
     readers, shapes = [], set()
@@ -159,3 +184,110 @@ def _transpose_result(kernel: ir.Operation) -> None:
             logical = U.create("trn.transpose", [U.tensor_type(shape, U.element_type(result))],
                                [result], {"permutation": U.i64_array(perm)}).results[0]
         user.operands[index] = logical
+
+
+def _ends_chain(op: ir.Operation) -> bool:
+    """An insert_slice whose result no other insert_slice writes into."""
+    return op.name == "trn.insert_slice" and not any(
+        U.operation(u.owner).name == "trn.insert_slice" and u.operand_number == 0
+        for u in op.results[0].uses)
+
+
+def _concatenation(last: ir.Operation) -> tuple[ir.Operation, list[ir.Operation], int] | None:
+    """For the last insert_slice of a chain building a concatenation along dim 0 from a
+    trn.empty (each slice c rows, the slices covering it exactly once, each intermediate
+    result read only by the next insert): (the empty, the inserts in order, c); else None."""
+    inserts, op = [], last
+    while op is not None and op.name == "trn.insert_slice":
+        inserts.append(op)
+        dest = op.operands[0]
+        op = U.defining_op(dest)
+        if op is not None and len(list(dest.uses)) != 1:
+            return None
+    inserts.reverse()
+    if op is None or op.name != "trn.empty":
+        return None
+    shape = U.shape(inserts[0].results[0])
+    c = U.shape(inserts[0].operands[1])[0]
+    starts = []
+    for insert in inserts:
+        offsets, strides = U.array_attr(insert, "offsets"), U.array_attr(insert, "strides")
+        source_shape = U.shape(insert.operands[1])
+        if any(s != 1 for s in strides) or any(offsets[1:]) or \
+                source_shape != [c] + shape[1:] or offsets[0] % c:
+            return None
+        starts.append(offsets[0])
+    if c == 0 or sorted(starts) != list(range(0, shape[0], c)):
+        return None
+    return op, inserts, c
+
+
+def _split_and_transposed(value: ir.Value, c: int) -> tuple[list, list[int]] | None:
+    """When every reader of `value` reshapes it to [n, c, rest...] and every reader of those
+    reshapes transposes the result by one permutation: (the (reshape, transposes) pairs, the
+    permutation); else None."""
+    shape = U.shape(value)
+    split = [shape[0] // c, c] + shape[1:]
+    readers, perms = [], set()
+    for use in value.uses:
+        reshape = U.operation(use.owner)
+        if reshape.name != "trn.reshape" or U.shape(reshape.results[0]) != split:
+            return None
+        transposes = [U.operation(u.owner) for u in reshape.results[0].uses]
+        if not transposes or any(t.name != "trn.transpose" for t in transposes):
+            return None
+        perms.update(tuple(U.array_attr(t, "permutation")) for t in transposes)
+        readers.append((reshape, transposes))
+    if not readers or len(perms) != 1:
+        return None
+    return readers, list(perms.pop())
+
+
+def _build_in_reader_order(last: ir.Operation) -> None:
+    """Rebuild the concatenation `last` ends (see the module docstring) in its readers'
+    transposed order, where it is one whose readers all split and transpose it alike."""
+    found = _concatenation(last)
+    if found is None:
+        return
+    empty, inserts, c = found
+    read = _split_and_transposed(last.results[0], c)
+    if read is None:
+        return
+    readers, perm = read
+    if perm[0] == 0:
+        return                      # the slices stay whole blocks: nothing to gain
+    split_shape = U.shape(readers[0][0].results[0])
+    etype = U.element_type(last.results[0])
+    new_shape = [split_shape[p] for p in perm]
+    slot = perm.index(0)            # where the slice index goes
+    # A slice [c, rest...] as the readers see it: its dims in the permutation's order
+    # (without the slice index), then a unit dim at `slot`.
+    inner = [p - 1 for p in perm if p != 0]
+    with ir.InsertionPoint(inserts[0]), inserts[0].location:
+        whole = U.create("trn.empty", [U.tensor_type(new_shape, etype)], []).results[0]
+    for insert in inserts:
+        source = insert.operands[1]
+        index = U.array_attr(insert, "offsets")[0] // c
+        with ir.InsertionPoint(insert), insert.location:
+            if inner != list(range(len(inner))):
+                shape = U.shape(source)
+                source = U.create("trn.transpose", [U.tensor_type([shape[p] for p in inner],
+                                                                  etype)],
+                                  [source], {"permutation": U.i64_array(inner)}).results[0]
+            unit = list(new_shape)
+            unit[slot] = 1
+            source = U.create("trn.reshape", [U.tensor_type(unit, etype)], [source]).results[0]
+            offsets = [0] * len(new_shape)
+            offsets[slot] = index
+            whole = U.create("trn.insert_slice", [U.tensor_type(new_shape, etype)],
+                             [whole, source],
+                             {"offsets": U.i64_array(offsets),
+                              "strides": U.i64_array([1] * len(new_shape))}).results[0]
+    for reshape, transposes in readers:
+        for t in transposes:
+            t.results[0].replace_all_uses_with(whole)
+            t.erase()
+        reshape.erase()
+    for insert in reversed(inserts):
+        insert.erase()
+    empty.erase()

@@ -1,6 +1,7 @@
 // RUN: neuron-opt --split-input-file --trn-layout %s | FileCheck %s
 // RUN: neuron-opt --split-input-file --trn-layout --convert-trn-to-nisa %s | FileCheck %s --check-prefix=ISA
 // RUN: neuron-opt --split-input-file --trn-layout="attention-token-major=false" %s | FileCheck %s --check-prefix=NOTM
+// RUN: neuron-opt --split-input-file --trn-layout="concat-reader-order=false" %s | FileCheck %s --check-prefix=NOCAT
 // RUN: not neuron-opt --trn-layout %S/Inputs/layout-invalid.mlir 2>&1 | FileCheck %s --check-prefix=ERR
 
 // Tests that a matmul result read only as the left operand of another matmul is stored
@@ -222,4 +223,61 @@ func.func @attention_token_major_saving_probabilities(%arg0: tensor<1x128x128xbf
     "trn.yield"(%10) : (tensor<128x128xbf16>) -> ()
   }) {kind = "matmul"} : () -> tensor<128x128xbf16>
   return %2, %1#1 : tensor<128x128xbf16>, tensor<1x2x128x128xbf16>
+}
+
+// -----
+
+// Tests that a concatenation along dim 0 that its reader splits and transposes ([3 * B, H, S,
+// D] read as [B, S, 3, H, D] rows, as a QKV weight gradient reads dQ, dK and dV) is built in
+// that order: a new trn.empty of the transposed shape, each slice transposed as the reader
+// sees it and inserted at its index of the split dim, and the reader taking the result as it
+// is. The batched product inserted first is then itself read token-major, so its kernel
+// yields that view (trn-layout attention-token-major, for a batched matmul kernel) and
+// convert-trn-to-nisa computes it straight into its slice of the concatenation, whole token
+// rows of which the reader loads (384 elements).
+// CHECK-LABEL: func.func @concat_reader_order
+// CHECK: %[[C:.*]] = "trn.convert"(%{{.*}}) : (tensor<2x128x64xf32>) -> tensor<2x128x64xbf16>
+// CHECK-NEXT: %[[S:.*]] = "trn.reshape"(%[[C]]) : (tensor<2x128x64xbf16>) -> tensor<1x2x128x64xbf16>
+// CHECK-NEXT: %[[T:.*]] = "trn.transpose"(%[[S]]) {permutation = array<i64: 0, 2, 1, 3>}
+// CHECK-NEXT: "trn.yield"(%[[T]])
+// CHECK-NEXT: }) {kind = "matmul", orientation = "mn"} : () -> tensor<1x128x2x64xbf16>
+// CHECK: %[[E:.*]] = "trn.empty"() : () -> tensor<1x128x3x2x64xbf16>
+// CHECK: %[[I0:.*]] = "trn.insert_slice"(%[[E]], %{{.*}}) {offsets = array<i64: 0, 0, 0, 0, 0>
+// CHECK: "trn.transpose"(%arg2) {permutation = array<i64: 0, 2, 1, 3>}
+// CHECK: %[[I1:.*]] = "trn.insert_slice"(%[[I0]], %{{.*}}) {offsets = array<i64: 0, 0, 1, 0, 0>
+// CHECK: %[[I2:.*]] = "trn.insert_slice"(%[[I1]], %{{.*}}) {offsets = array<i64: 0, 0, 2, 0, 0>
+// CHECK: "trn.kernel"() ({
+// CHECK-NEXT: "trn.reshape"(%[[I2]]) : (tensor<1x128x3x2x64xbf16>) -> tensor<128x384xbf16>
+// CHECK-NOT: "trn.empty"
+// ISA-LABEL: func.func @concat_reader_order
+// ISA: %[[CAT:.*]] = "nisa.alloc"() {{.*}} : () -> memref<1x128x3x2x64xbf16, "hbm">
+// ISA-NOT: "nisa.alloc"() {memory = "hbm"} : () -> memref<2x128x64xbf16
+// ISA: "nisa.dma"(%[[CAT]], %{{.*}}) {aps = [array<i64: 0, 384, 128, 1, 64>
+// ISA: "nisa.dma"(%[[CAT]], %{{.*}}) {aps = [array<i64: 64, 384, 128, 1, 64>
+// ISA: "nisa.dma"(%{{.*}}, %[[CAT]]) {aps = [array<i64: 0, 384, 43, 1, 384>
+// NOCAT-LABEL: func.func @concat_reader_order
+// NOCAT: "trn.empty"() : () -> tensor<3x2x128x64xbf16>
+// NOCAT: "trn.reshape"(%{{.*}}) : (tensor<3x2x128x64xbf16>) -> tensor<3x1x2x128x64xbf16>
+func.func @concat_reader_order(%p: tensor<2x128x128xbf16>, %v: tensor<2x128x64xbf16>, %k: tensor<1x2x128x64xbf16>, %kt: tensor<1x2x64x128xbf16>, %x: tensor<128x128xbf16>) -> tensor<384x128xbf16> {
+  %0 = "trn.kernel"() ({
+    %m = "trn.matmul"(%p, %v) : (tensor<2x128x128xbf16>, tensor<2x128x64xbf16>) -> tensor<2x128x64xf32>
+    %c = "trn.convert"(%m) : (tensor<2x128x64xf32>) -> tensor<2x128x64xbf16>
+    "trn.yield"(%c) : (tensor<2x128x64xbf16>) -> ()
+  }) {kind = "matmul", orientation = "mn"} : () -> tensor<2x128x64xbf16>
+  %1 = "trn.reshape"(%0) : (tensor<2x128x64xbf16>) -> tensor<1x2x128x64xbf16>
+  %2 = "trn.transpose"(%kt) {permutation = array<i64: 0, 1, 3, 2>} : (tensor<1x2x64x128xbf16>) -> tensor<1x2x128x64xbf16>
+  %e = "trn.empty"() : () -> tensor<3x2x128x64xbf16>
+  %c0 = "trn.insert_slice"(%e, %1) {offsets = array<i64: 0, 0, 0, 0>, strides = array<i64: 1, 1, 1, 1>} : (tensor<3x2x128x64xbf16>, tensor<1x2x128x64xbf16>) -> tensor<3x2x128x64xbf16>
+  %c1 = "trn.insert_slice"(%c0, %k) {offsets = array<i64: 1, 0, 0, 0>, strides = array<i64: 1, 1, 1, 1>} : (tensor<3x2x128x64xbf16>, tensor<1x2x128x64xbf16>) -> tensor<3x2x128x64xbf16>
+  %c2 = "trn.insert_slice"(%c1, %2) {offsets = array<i64: 2, 0, 0, 0>, strides = array<i64: 1, 1, 1, 1>} : (tensor<3x2x128x64xbf16>, tensor<1x2x128x64xbf16>) -> tensor<3x2x128x64xbf16>
+  %3 = "trn.kernel"() ({
+    %r = "trn.reshape"(%c2) : (tensor<3x2x128x64xbf16>) -> tensor<3x1x2x128x64xbf16>
+    %t = "trn.transpose"(%r) {permutation = array<i64: 1, 3, 0, 2, 4>} : (tensor<3x1x2x128x64xbf16>) -> tensor<1x128x3x2x64xbf16>
+    %rows = "trn.reshape"(%t) : (tensor<1x128x3x2x64xbf16>) -> tensor<128x384xbf16>
+    %g = "trn.transpose"(%rows) {permutation = array<i64: 1, 0>} : (tensor<128x384xbf16>) -> tensor<384x128xbf16>
+    %m = "trn.matmul"(%g, %x) : (tensor<384x128xbf16>, tensor<128x128xbf16>) -> tensor<384x128xf32>
+    %c = "trn.convert"(%m) : (tensor<384x128xf32>) -> tensor<384x128xbf16>
+    "trn.yield"(%c) : (tensor<384x128xbf16>) -> ()
+  }) {kind = "matmul", orientation = "mn"} : () -> tensor<384x128xbf16>
+  return %3 : tensor<384x128xbf16>
 }
