@@ -54,19 +54,10 @@ class Schedule(Pass):
             schedule_function(func, self.reorder, self.justify)
 
 
-@dataclasses.dataclass
-class _Access:
-    box: tuple[int, int, int, int]   # partitions [p0, p1), bytes [b0, b1)
-    index: int
-
-
-def _overlaps(a, b) -> bool:
-    return a[0] < b[1] and b[0] < a[1] and a[2] < b[3] and b[2] < a[3]
-
-
-def _covers(outer, inner) -> bool:
-    return outer[0] <= inner[0] and inner[1] <= outer[1] and outer[2] <= inner[2] \
-        and inner[3] <= outer[3]
+# An access of a buffer: (p0, p1, b0, b1, index): it touches partitions [p0, p1) and bytes
+# [b0, b1) (its box: the first four), and is instruction `index`'s. (A plain tuple, its tests
+# inlined: dependency analysis makes one per operand and tests it against every candidate.)
+_Access = tuple
 
 
 # _ByteIndex granules: level k buckets bytes in blocks of 2 ** (GRANULE_BITS + LEVEL_BITS * k).
@@ -86,8 +77,8 @@ class _ByteIndex:
     finest of several granularities (1 KiB, 16 KiB, 256 KiB, ...) where that is at most
     MAX_SPAN buckets; a query looks, at every level in use, in the buckets its own range
     spans. Two byte ranges that overlap share a byte, so an overlapping access is always
-    among the candidates; the exact test (`_overlaps`, partitions included) then decides, so
-    the result is the same as scanning every access."""
+    among the candidates; the exact test (the boxes overlap, partitions included) then
+    decides, so the result is the same as scanning every access."""
 
     def __init__(self):
         self.linear: list[_Access] | None = []     # None once bucketed
@@ -111,7 +102,7 @@ class _ByteIndex:
     def _file(self, access: _Access) -> None:
         level = 0
         while True:
-            first, last = self._span(access.box, level)
+            first, last = self._span(access, level)
             if last - first < MAX_SPAN:
                 break
             level += 1
@@ -119,7 +110,11 @@ class _ByteIndex:
             self.levels.append({})
         buckets = self.levels[level]
         for b in range(first, last + 1):
-            buckets.setdefault(b, []).append(access)
+            bucket = buckets.get(b)
+            if bucket is None:
+                buckets[b] = [access]
+            else:
+                bucket.append(access)
 
     def _buckets(self, box, levels):
         for level in levels:
@@ -139,30 +134,34 @@ class _ByteIndex:
 
     def overlapping(self, box, needs: set[int]) -> None:
         """Add to `needs` the index of every access overlapping `box`."""
+        p0, p1, b0, b1 = box
         if self.linear is not None:
-            for access in self.linear:
-                if _overlaps(access.box, box):
-                    needs.add(access.index)
+            for a in self.linear:
+                if a[0] < p1 and p0 < a[1] and a[2] < b1 and b0 < a[3]:
+                    needs.add(a[4])
             return
         for _, _, bucket in self._buckets(box, range(len(self.levels))):
-            for access in bucket:
-                if _overlaps(access.box, box):
-                    needs.add(access.index)
+            for a in bucket:
+                if a[0] < p1 and p0 < a[1] and a[2] < b1 and b0 < a[3]:
+                    needs.add(a[4])
 
     def drop_covered(self, box, keep: _Access | None = None) -> None:
         """Forget the accesses (but `keep`) that `box` covers: a later access that conflicts
         with one of them conflicts with the covering one, which comes after it."""
+        p0, p1, b0, b1 = box
         if self.linear is not None:
             if self.linear:
-                self.linear = [a for a in self.linear if a is keep or not _covers(box, a.box)]
+                self.linear = [a for a in self.linear if a is keep or not (
+                    p0 <= a[0] and a[1] <= p1 and b0 <= a[2] and a[3] <= b1)]
             return
-        width = box[3] - box[2]
+        width = b1 - b0
         # An access filed at level k spans more than MAX_SPAN buckets of level k - 1, so it
         # is wider than (MAX_SPAN - 1) of them; a box no wider covers none of them.
         levels = [k for k in range(len(self.levels))
                   if k == 0 or width > (MAX_SPAN - 1) << (GRANULE_BITS + LEVEL_BITS * (k - 1))]
         for buckets, b, bucket in self._buckets(box, levels):
-            kept = [a for a in bucket if a is keep or not _covers(box, a.box)]
+            kept = [a for a in bucket if a is keep or not (
+                p0 <= a[0] and a[1] <= p1 and b0 <= a[2] and a[3] <= b1)]
             if len(kept) != len(bucket):
                 if kept:
                     buckets[b] = kept
@@ -280,7 +279,7 @@ def box_dependencies(records: list[list[tuple]], address_range) -> list[list[int
             # Every access of the buffer waits for the inherited frontier, directly or
             # through an earlier access of the buffer it conflicts with.
             needs.update(conflicts if conflicts else state.inherited)
-            access = _Access(box, index)
+            access = (*box, index)
             (state.writes if write else state.reads).add(access)
             state.frontier.add(index)
             touched.append(state)
@@ -312,7 +311,13 @@ def schedule_function(func: ir.Operation, reorder: bool = True, justify: bool = 
                    for i, d in zip(order, decoded)]
     else:
         streams = [stream_of(d.op) for d in decoded]
-    instructions = [d.op for d in decoded]
+    _synchronise(func, [d.op for d in decoded], streams, preds, target)
+
+
+def _synchronise(func: ir.Operation, instructions: list[ir.Operation], streams: list[str],
+                 preds: list[list[int]], target) -> None:
+    """Give the instructions (in their final order, on `streams`) the semaphore signals and
+    waits their dependencies `preds` need."""
     # Per instruction, the latest instruction of each other stream it waits for.
     deps: list[dict[str, int]] = []
     for index, needs in enumerate(preds):
@@ -453,7 +458,8 @@ def list_schedule(decoded: list[_Decoded], preds: list[list[int]], target,
             succs[p].append(i)
     rank = [0.0] * n
     for i in range(n - 1, -1, -1):      # successors come later in program order
-        rank[i] = costs[i] + max((rank[s] for s in succs[i]), default=0.0)
+        after = succs[i]
+        rank[i] = costs[i] + (max([rank[s] for s in after]) if after else 0.0)
     engines = [d.engine for d in decoded]
     pred_sets = [set(ps) for ps in preds]
     best = _forward_pass(engines, costs, pred_sets, succs, rank, target)
@@ -489,11 +495,18 @@ class _ReadyQueues:
         self.engines = engines
         self.waiting_on = list(waiting_on)
         self.ready_at = [0.0] * len(engines)      # when each instruction's inputs are done
-        self.pending: dict[str, list[tuple[float, int]]] = {}
-        self.available: dict[str, list[tuple[float, int]]] = {}
+        # Per engine, in first-use order: its (pending, available) heaps, the first of
+        # (ready time, instruction), the second of (-priority, instruction).
+        self.queues: dict[str, tuple[list, list]] = {}
         for i, count in enumerate(waiting_on):
             if count == 0:
-                heapq.heappush(self.pending.setdefault(engines[i], []), (0.0, i))
+                self._pend(engines[i], (0.0, i))
+
+    def _pend(self, engine: str, entry: tuple[float, int]) -> None:
+        queues = self.queues.get(engine)
+        if queues is None:
+            queues = self.queues[engine] = ([], [])
+        heapq.heappush(queues[0], entry)
 
     def placed(self, waiting: list[int], done: float) -> None:
         """An instruction is placed, done at `done` for each of the instructions `waiting`
@@ -502,24 +515,23 @@ class _ReadyQueues:
         for s in waiting:
             if done > ready_at[s]:
                 ready_at[s] = done
-            waiting_on[s] -= 1
-            if waiting_on[s] == 0:
-                heapq.heappush(self.pending.setdefault(self.engines[s], []), (ready_at[s], s))
+            left = waiting_on[s] - 1
+            waiting_on[s] = left
+            if not left:
+                self._pend(self.engines[s], (ready_at[s], s))
 
     def soonest(self, engine_free: dict[str, float], dma_free: float) -> tuple[float, str]:
         """(start, engine): the engine that can start an instruction soonest, given when each
         engine is free (`engine_free`, the DMA queues: `dma_free`) and when its instructions
         are or become ready (what is available became ready by an earlier start). Engines
         are tried in first-use order, not a set's: ties between them must not depend on the
-        process's string hash seed, or one graph compiles differently from run to run. (An
-        engine gets an `available` entry only after its `pending` one.)"""
+        process's string hash seed, or one graph compiles differently from run to run."""
         best_start, best_engine = None, None
-        available = self.available
-        for engine, heap in self.pending.items():
-            if available.get(engine):
+        for engine, (pending, available) in self.queues.items():
+            if available:
                 ready = 0.0
-            elif heap:
-                ready = heap[0][0]
+            elif pending:
+                ready = pending[0][0]
             else:
                 continue
             free = dma_free if engine == "dma" else engine_free.get(engine, 0.0)
@@ -530,12 +542,11 @@ class _ReadyQueues:
 
     def take(self, engine: str, start: float, priority: list[float]) -> int:
         """The highest-priority instruction ready by `start` (ties in program order)."""
-        heap = self.pending.setdefault(engine, [])
-        ranked = self.available.setdefault(engine, [])
-        while heap and heap[0][0] <= start:
-            _, i = heapq.heappop(heap)
-            heapq.heappush(ranked, (-priority[i], i))
-        return heapq.heappop(ranked)[1]
+        pending, available = self.queues[engine]
+        while pending and pending[0][0] <= start:
+            i = heapq.heappop(pending)[1]
+            heapq.heappush(available, (-priority[i], i))
+        return heapq.heappop(available)[1]
 
 
 _CHAINED_OVERHEAD_ENGINES = ("act", "dve", "pool")
@@ -548,25 +559,18 @@ def _forward_pass(engines: list[str], costs: list[float], preds: list[set[int]],
     n = len(engines)
     finish = [0.0] * n
     ready = _ReadyQueues(engines, [len(p) for p in preds])
-    ready_at = ready.ready_at
+    soonest, take, placed, ready_at = ready.soonest, ready.take, ready.placed, ready.ready_at
     engine_free: dict[str, float] = {}
-    queues = target.dma_queues
-    issue = [0.0] * queues
-    transfer_end = [0.0] * queues
+    queues = range(target.dma_queues)
+    issue = [0.0] * len(queues)
+    transfer_end = [0.0] * len(queues)
     latency = target.dma_latency_ns
     order: list[int] = []
     chosen_queue: dict[int, int] = {}
-    # When some queue could next start a transfer (its previous one ends within the latency)
+    # Per queue, when it could next start a transfer (its previous one ends within the
+    # latency), and the soonest of those.
+    could_start = [0.0] * len(queues)
     queue_free = 0.0
-
-    def dma_plan(ready: float, duration: float) -> tuple[float, float, int]:
-        best = None
-        for q in range(queues):
-            start_issue = max(ready, issue[q])
-            end = max(start_issue + latency, transfer_end[q]) + duration
-            if best is None or end < best[1]:
-                best = (start_issue, end, q)
-        return best
 
     # The fixed overhead of a dependent back-to-back pair (TARGET.md), which the simulator
     # charges an ACT, DVE or POOL instruction that reads what the one before it on its engine
@@ -576,25 +580,43 @@ def _forward_pass(engines: list[str], costs: list[float], preds: list[set[int]],
     overhead_ns = {e: target.fixed_overhead_cycles / target.engine_ghz(e)
                    for e in _CHAINED_OVERHEAD_ENGINES}
     last_placed: dict[str, int] = {}
-    while len(order) < n:
-        start, engine = ready.soonest(engine_free, queue_free)
-        i = ready.take(engine, start, priority)
+    # (`a if a > b else b` is max(b, a) exactly, without the call: this loop runs three
+    # times per instruction and compile time is the budget.)
+    for _ in range(n):
+        start, engine = soonest(engine_free, queue_free)
+        i = take(engine, start, priority)
+        duration = costs[i]
         if engine == "dma":
-            start, end, q = dma_plan(ready_at[i], costs[i])
-            issue[q] = start
+            # The queue where the transfer would end first (the first such queue on a tie).
+            ready_i = ready_at[i]
+            end = q = start_issue = None
+            for p in queues:
+                s = issue[p]
+                if not s > ready_i:
+                    s = ready_i
+                e = s + latency
+                t = transfer_end[p]
+                e = (t if t > e else e) + duration
+                if end is None or e < end:
+                    end, q, start_issue = e, p, s
+            issue[q] = start_issue
             transfer_end[q] = end
             chosen_queue[i] = q
-            queue_free = min(max(issue[p], transfer_end[p] - latency) for p in range(queues))
+            t = end - latency
+            could_start[q] = t if t > start_issue else start_issue
+            queue_free = min(could_start)
         else:
-            end = max(start, ready_at[i]) + costs[i]
-            if engine in overhead_ns:
+            r = ready_at[i]
+            end = (r if r > start else start) + duration
+            overhead = overhead_ns.get(engine)
+            if overhead is not None:
                 if last_placed.get(engine, -1) in preds[i]:
-                    end += overhead_ns[engine]
+                    end += overhead
                 last_placed[engine] = i
             engine_free[engine] = end
         finish[i] = end
         order.append(i)
-        ready.placed(succs[i], end)
+        placed(succs[i], end)
     return _ListSchedule(order, chosen_queue, finish, max(finish, default=0.0))
 
 
@@ -609,25 +631,26 @@ def _backward_pass(engines: list[str], costs: list[float], preds: list[list[int]
     latency = target.dma_latency_ns
     reverse_end = [0.0] * n
     ready = _ReadyQueues(engines, [len(s) for s in succs])
-    ready_at = ready.ready_at
+    soonest, take, placed, ready_at = ready.soonest, ready.take, ready.placed, ready.ready_at
     engine_free: dict[str, float] = {}
     queue_free = [0.0] * target.dma_queues
     first_free = 0.0             # min(queue_free), changed only by a DMA
     for _ in range(n):
-        start, engine = ready.soonest(engine_free, first_free)
-        i = ready.take(engine, start, finish)
+        start, engine = soonest(engine_free, first_free)
+        i = take(engine, start, finish)
+        r = ready_at[i]
         if engine == "dma":
             q = queue_free.index(first_free)
-            end = max(first_free, ready_at[i]) + costs[i]
+            end = (r if r > first_free else first_free) + costs[i]
             queue_free[q] = end
             first_free = min(queue_free)
             done = end + latency
         else:
-            end = max(start, ready_at[i]) + costs[i]
+            end = (r if r > start else start) + costs[i]
             engine_free[engine] = end
             done = end
         reverse_end[i] = end
-        ready.placed(preds[i], done)
+        placed(preds[i], done)
     return reverse_end
 
 
