@@ -317,22 +317,21 @@ def schedule_function(func: ir.Operation, reorder: bool = True, justify: bool = 
 def _synchronise(func: ir.Operation, instructions: list[ir.Operation], streams: list[str],
                  preds: list[list[int]], target) -> None:
     """Give the instructions (in their final order, on `streams`) the semaphore signals and
-    waits their dependencies `preds` need."""
+    waits their dependencies `preds` (each in increasing order) need."""
     # Per instruction, the latest instruction of each other stream it waits for.
     deps: list[dict[str, int]] = []
-    for index, needs in enumerate(preds):
+    for own, needs in zip(streams, preds):
         latest: dict[str, int] = {}
-        for i in needs:
+        for i in needs:          # (increasing: the last one of a stream is its latest)
             s = streams[i]
-            if s != streams[index] and latest.get(s, -1) < i:
+            if s != own:
                 latest[s] = i
         deps.append(latest)
 
     # Which instructions are depended upon, and their ordinal in their stream's semaphore.
     signalled = set()
     for needs in deps:
-        for s, i in needs.items():
-            signalled.add(i)
+        signalled.update(needs.values())
     names = stream_names(max([target.dma_queues] + [int(x[1:]) + 1 for x in streams
                                                     if x.startswith("q")]))
     sem_of = {name: k for k, name in enumerate(names)}
@@ -343,27 +342,48 @@ def _synchronise(func: ir.Operation, instructions: list[ir.Operation], streams: 
         counts[s] = counts.get(s, 0) + 1
         ordinal[index] = counts[s]
 
-    # What each stream already knows has completed (a vector clock): its own waits and,
-    # transitively, what the producers it waited for knew when they signalled. A wait implied
-    # by that knowledge, or by another wait of the same instruction, is dropped.
-    known: dict[str, dict[str, int]] = {}
-    snapshot: dict[int, dict[str, int]] = {}
+    # The attributes set, built once per value: building one through the bindings costs
+    # more than the rest of an instruction's synchronisation.
+    signal_attrs = {name: U.i64(k) for k, name in enumerate(names)}
+    waits_attrs: dict[tuple[int, ...], ir.Attribute] = {}
+
+    def waits_attr(waits: list[int]) -> ir.Attribute:
+        key = tuple(waits)
+        found = waits_attrs.get(key)
+        if found is None:
+            found = waits_attrs[key] = U.i64_array(waits)
+        return found
+
+    # What each stream already knows has completed (a vector clock, per semaphore the count
+    # reached): its own waits and, transitively, what the producers it waited for knew when
+    # they signalled (`snapshot`). A wait implied by that knowledge, or by another wait of the
+    # same instruction, is dropped.
+    known: dict[str, list[int]] = {}
+    snapshot: dict[int, list[int]] = {}
     for index, (op, needs) in enumerate(zip(instructions, deps)):
         stream = streams[index]
-        mine = known.setdefault(stream, {})
-        candidates = {s: ordinal[i] for s, i in needs.items() if mine.get(s, 0) < ordinal[i]}
-        implied = {s for s, v in candidates.items()
-                   if any(snapshot[needs[o]].get(s, 0) >= v for o in candidates if o != s)}
+        mine = known.get(stream)
+        if mine is None:
+            mine = [0] * len(names)
         waits = []
-        for s in sorted(set(candidates) - implied):
-            waits += [sem_of[s], candidates[s]]
-            for t, v in snapshot[needs[s]].items():
-                if mine.get(t, 0) < v:
-                    mine[t] = v
+        if needs:
+            # (stream, semaphore, value to wait for, what its producer knew)
+            candidates = [(s, sem_of[s], ordinal[i], snapshot[i]) for s, i in needs.items()
+                          if mine[sem_of[s]] < ordinal[i]]
+            if len(candidates) > 1:     # (a single candidate has no other wait to imply it)
+                candidates = [c for c in candidates
+                              if not any(other[3][c[1]] >= c[2]
+                                         for other in candidates if other is not c)]
+                candidates.sort()       # by stream name (unique)
+            for _, sem, value, knew in candidates:
+                waits += [sem, value]
+                mine = [a if a >= b else b for a, b in zip(mine, knew)]
+        known[stream] = mine
         if index in signalled:
-            snapshot[index] = {**mine, stream: ordinal[index]}
-        if index in signalled:
-            op.attributes["signal"] = U.i64(sem_of[stream])
+            own = mine.copy()
+            own[sem_of[stream]] = ordinal[index]
+            snapshot[index] = own
+            op.attributes["signal"] = signal_attrs[stream]
         while len(waits) > 2 * MAX_WAITS:
             extra, waits = waits[:2 * MAX_WAITS], waits[2 * MAX_WAITS:]
             with ir.InsertionPoint(op), op.location:
@@ -373,7 +393,7 @@ def _synchronise(func: ir.Operation, instructions: list[ir.Operation], streams: 
                     attrs["queue"] = op.attributes["queue"]
                 U.create("nisa.nop", [], [], attrs)
         if waits:
-            op.attributes["waits"] = U.i64_array(waits)
+            op.attributes["waits"] = waits_attr(waits)
     func.attributes["nisa.num_semaphores"] = U.i64(len(names))
 
 
