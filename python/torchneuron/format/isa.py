@@ -451,11 +451,19 @@ def encode(instructions: list[Instruction]) -> bytes:
     arr["nwaits"] = [len(ins.waits) for ins in instructions]
     arr["wait_sem"] = wait_sem
     arr["wait_value"] = wait_value
-    operands = arr["operands"]
-    for j in range(NUM_OPERANDS):
-        slot = operands[:, j]
-        for name, column in _operand_columns([ins.operands[j] for ins in instructions]).items():
-            slot[name] = column
+    # Operands: each distinct one filled into a table once (a writer hands equal operands to
+    # many instructions as one object, and a field at a time costs per value), then gathered
+    # into every slot that holds it.
+    flat = [op for ins in instructions for op in ins.operands]
+    if len(flat) != n * NUM_OPERANDS:
+        raise IsaError(f"an instruction has {NUM_OPERANDS} operand slots")
+    first = {id(op): op for op in flat}        # (flat keeps every object, and so its id, alive)
+    row = {key: k for k, key in enumerate(first)}
+    table = np.zeros(len(first), dtype=OPERAND_DTYPE)
+    for name, column in _operand_columns(list(first.values())).items():
+        table[name] = column
+    arr["operands"] = table[np.array([row[id(op)] for op in flat], dtype=np.intp)
+                            .reshape(n, NUM_OPERANDS)]
     return arr.tobytes()
 
 
