@@ -12,7 +12,7 @@ from torch_mlir import ir
 import torchneuron
 from torchneuron.compiler import ir_utils as U
 from torchneuron.compiler.errors import CompileError
-from torchneuron.compiler.transforms.schedule import stream_names, stream_of
+from torchneuron.compiler.transforms.schedule import stream_names
 from torchneuron.dialects.common import access_patterns, memo, memref_info
 from torchneuron.dialects.nisa import INSTRUCTION_OPS, instruction_roles, memory_of
 from torchneuron.format import isa
@@ -40,14 +40,17 @@ def function_to_neff(func: ir.Operation, metadata: dict | None = None) -> Neff:
     num_inputs = U.int_attr(func, "nisa.num_inputs")
     block = U.entry_block(func)
     tensors: list[TensorDecl] = []
-    tensor_of: dict = {}
+    # Per buffer, where it is and its type: an on-chip tile's address, or -1 - the id of a
+    # tensor (HBM), apart from addresses. (Looked up per operand: the type comes with it.)
+    place_of: dict[ir.Value, tuple[int, ir.Type]] = {}
 
     def declare(value: ir.Value, kind: str, label: str, **extra) -> None:
-        mtype = ir.MemRefType(value.type)
+        value_type = value.type
+        mtype = ir.MemRefType(value_type)
         decl = TensorDecl(len(tensors), label, dtype_of(mtype.element_type),
                           tuple(mtype.shape), kind, **extra)
         tensors.append(decl)
-        tensor_of[value] = decl.id
+        place_of[value] = (-1 - decl.id, value_type)
 
     args = list(block.arguments)
     for i, arg in enumerate(args[:num_inputs]):
@@ -55,16 +58,16 @@ def function_to_neff(func: ir.Operation, metadata: dict | None = None) -> Neff:
     for i, arg in enumerate(args[num_inputs:]):
         declare(arg, "output", f"output{i}")
 
-    base: dict = {}
     locations = ["unknown"]
     location_index: dict[str, int] = {}
     index_of_location: dict[ir.Attribute, int] = {}
     per_stream: dict[str, list[isa.Instruction]] = {}
     for op in U.body_ops(func):
-        if op.name == "nisa.hbm_constant":
+        op_name = op.name
+        if op_name == "nisa.hbm_constant":
             declare(op.results[0], "constant", f"const{len(tensors)}",
                     data=_constant_bytes(op))
-        elif op.name == "nisa.alloc":
+        elif op_name == "nisa.alloc":
             memory = U.str_attr(op, "memory")
             if "address" not in op.attributes:
                 raise CompileError("buffer has no address (run trn-plan-memory first)",
@@ -73,8 +76,9 @@ def function_to_neff(func: ir.Operation, metadata: dict | None = None) -> Neff:
                 declare(op.results[0], "scratch", f"scratch{len(tensors)}",
                         scratch_offset=U.int_attr(op, "address"))
             else:
-                base[op.results[0]] = U.int_attr(op, "address")
-        elif op.name in INSTRUCTION_OPS:
+                result = op.results[0]
+                place_of[result] = (U.int_attr(op, "address"), result.type)
+        elif op_name in INSTRUCTION_OPS:
             # Locations are uniqued attributes: each distinct one is printed once.
             location = op.location
             loc_index = index_of_location.get(location.attr)
@@ -84,9 +88,14 @@ def function_to_neff(func: ir.Operation, metadata: dict | None = None) -> Neff:
                     location_index[loc] = len(locations)
                     locations.append(loc)
                 loc_index = index_of_location[location.attr] = location_index[loc]
-            ins = _instruction(op, tensor_of, base)
+            ins = _instruction(op, place_of)
             ins.loc = loc_index
-            per_stream.setdefault(stream_of(op), []).append(ins)
+            # (the stream as stream_of(op) names it, from what _instruction read)
+            stream = f"q{ins.queue}" if ins.engine == isa.Engine.DMA else _STREAMS[ins.engine]
+            instructions = per_stream.get(stream)
+            if instructions is None:
+                instructions = per_stream[stream] = []
+            instructions.append(ins)
 
     num_semaphores = U.int_attr(func, "nisa.num_semaphores") \
         if "nisa.num_semaphores" in func.attributes else 0
@@ -190,24 +199,32 @@ _SLOTS = {
 }
 
 
-def _instruction(op: ir.Operation, tensor_of: dict, base: dict) -> isa.Instruction:
+_ENGINES = {engine.label: engine for engine in isa.Engine}
+_STREAMS = {engine: engine.label for engine in isa.Engine if engine != isa.Engine.DMA}
+
+
+def _instruction(op: ir.Operation, place_of: dict) -> isa.Instruction:
+    # (Each read through the bindings costs about a microsecond, and a program has tens of
+    # thousands of instructions: the attribute map is fetched once, enums are looked up in
+    # dicts, and a `waits` attribute is decoded once per distinct value.)
     name = op.name
-    engine_label = U.str_attr(op, "engine")
-    engine = isa.Engine.parse(engine_label)
+    attributes = op.attributes
+    engine_label = ir.StringAttr(attributes["engine"]).value
+    engine = _ENGINES.get(engine_label) or isa.Engine.parse(engine_label)
     ins = isa.Instruction(opcode=_OPCODES[name], engine=engine)
     if engine == isa.Engine.DMA:
-        ins.queue = U.int_attr(op, "queue")
+        ins.queue = ir.IntegerAttr(attributes["queue"]).value
+    operands = ins.operands
     for role, buffer, ap in zip(instruction_roles(op), op.operands, access_patterns(op)):
-        ins.operands[_SLOTS[role]] = _operand(buffer, ap, tensor_of, base, op)
-    if "waits" in op.attributes:
-        w = U.array_attr(op, "waits")
-        ins.waits = [(w[i], w[i + 1]) for i in range(0, len(w), 2)]
-    if "signal" in op.attributes:
-        ins.signal = U.int_attr(op, "signal")
+        operands[_SLOTS[role]] = _operand(buffer, ap, place_of, op)
+    if "waits" in attributes:
+        ins.waits = _waits(attributes["waits"])
+    if "signal" in attributes:
+        ins.signal = ir.IntegerAttr(attributes["signal"]).value
     if name == "nisa.dma_indirect":
         ins.flags |= isa.FLAG_INDIRECT
     elif name == "nisa.matmul":
-        if ir.BoolAttr(op.attributes["accumulate"]).value:
+        if ir.BoolAttr(attributes["accumulate"]).value:
             ins.flags |= isa.FLAG_ACCUMULATE
     elif name == "nisa.activation":
         ins.func = isa.ActFunc.parse(U.str_attr(op, "func"))
@@ -240,18 +257,28 @@ def _instruction(op: ir.Operation, tensor_of: dict, base: dict) -> isa.Instructi
     return ins
 
 
-def _operand(buffer: ir.Value, ap: tuple[int, ...], tensor_of: dict, base: dict,
+def _waits(attribute: ir.Attribute) -> list[tuple[int, int]]:
+    """A `waits` attribute as (semaphore, value) pairs (remembered per attribute within a
+    memref_info_cache block: a program has few distinct ones)."""
+    table = memo("neff.waits")
+    found = table.get(attribute) if table is not None else None
+    if found is None:
+        w = list(ir.DenseI64ArrayAttr(attribute))
+        found = tuple((w[i], w[i + 1]) for i in range(0, len(w), 2))
+        if table is not None:
+            table[attribute] = found
+    return list(found)
+
+
+def _operand(buffer: ir.Value, ap: tuple[int, ...], place_of: dict,
              op: ir.Operation) -> isa.Operand:
     """The encoded operand; equal ones are one object (the writer does not change them)."""
-    place = base.get(buffer)
-    if place is None:
-        place = tensor_of.get(buffer)
-        if place is None:
-            what = "HBM operand is not a program tensor" if memory_of(buffer) == "hbm" else \
-                "on-chip operand has no address (run trn-plan-memory first)"
-            raise CompileError(what, op.location)
-        place = -1 - place          # a tensor id, apart from on-chip addresses
-    buffer_type = buffer.type
+    placed = place_of.get(buffer)
+    if placed is None:
+        what = "HBM operand is not a program tensor" if memory_of(buffer) == "hbm" else \
+            "on-chip operand has no address (run trn-plan-memory first)"
+        raise CompileError(what, op.location)
+    place, buffer_type = placed
     table = memo("neff.operands")
     key = (buffer_type, ap, place)
     if table is not None:
