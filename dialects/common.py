@@ -36,15 +36,16 @@ def require(cond: bool, message: str) -> None:
         raise VerifyError(message)
 
 
-def attr(op, name: str) -> ir.Attribute:
+def attr(op, name: str, attributes=None) -> ir.Attribute:
+    """`op`'s attribute `name`; `attributes`: op.attributes, where the caller holds it."""
     try:
-        return op.attributes[name]
+        return (op.attributes if attributes is None else attributes)[name]
     except KeyError:
         raise VerifyError(f"requires attribute '{name}'") from None
 
 
-def i64_array(op, name: str) -> list[int]:
-    a = attr(op, name)
+def i64_array(op, name: str, attributes=None) -> list[int]:
+    a = attr(op, name, attributes)
     if not isinstance(a, ir.DenseI64ArrayAttr):
         try:
             a = ir.DenseI64ArrayAttr(a)
@@ -53,8 +54,8 @@ def i64_array(op, name: str) -> list[int]:
     return list(a)
 
 
-def string(op, name: str) -> str:
-    a = attr(op, name)
+def string(op, name: str, attributes=None) -> str:
+    a = attr(op, name, attributes)
     try:
         return ir.StringAttr(a).value
     except (ValueError, TypeError):
@@ -69,8 +70,8 @@ def float_value(op, name: str) -> float:
         raise VerifyError(f"attribute '{name}' must be a float") from None
 
 
-def int_value(op, name: str) -> int:
-    a = attr(op, name)
+def int_value(op, name: str, attributes=None) -> int:
+    a = attr(op, name, attributes)
     try:
         return ir.IntegerAttr(a).value
     except (ValueError, TypeError):

@@ -18,7 +18,6 @@ Every instruction names its `engine` (pe, act, dve, pool, sp, dma); DMAs also na
 
 
 import math
-from collections.abc import Sequence
 from typing import Optional
 
 from torch_mlir import ir
@@ -44,14 +43,19 @@ class Nisa(ext.Dialect, name="nisa"):
 
 def memory_of(value: ir.Value) -> str:
     """The memory a buffer lives in ('hbm', 'sbuf' or 'psum')."""
+    return memory_of_type(value.type)
+
+
+def memory_of_type(buffer_type: ir.Type) -> str:
+    """The memory a buffer of the type lives in ('hbm', 'sbuf' or 'psum')."""
     try:
-        name = memref_info(value.type).memory
+        name = memref_info(buffer_type).memory
     except ValueError:
-        raise VerifyError(f"buffer must be a memref, got {value.type}") from None
+        raise VerifyError(f"buffer must be a memref, got {buffer_type}") from None
     if name is None:
-        raise VerifyError(f"buffer type {value.type} has no memory space")
+        raise VerifyError(f"buffer type {buffer_type} has no memory space")
     if name not in MEMORIES:
-        raise VerifyError(f"unknown memory space {name!r} in {value.type}")
+        raise VerifyError(f"unknown memory space {name!r} in {buffer_type}")
     return name
 
 
@@ -139,7 +143,10 @@ def instruction_roles(op) -> list[str]:
 
 def _check_instruction(op) -> None:
     roles, engines, memories = _SPECS[op.name]
-    engine = string(op, "engine")
+    # (The attribute map is fetched once: each read through the bindings costs about a
+    # microsecond, and every instruction of a program is verified at the end of a stage.)
+    attributes = op.attributes
+    engine = string(op, "engine", attributes)
     if engine not in engines:      # (the message is built only for a failing op)
         raise VerifyError(f"cannot run on engine '{engine}'; allowed: {', '.join(engines)}")
     # What the operands and their access patterns must satisfy depends on the op's name,
@@ -147,12 +154,11 @@ def _check_instruction(op) -> None:
     # within a compilation (dialects/common.memo), for each instruction outside one.
     table = memo("nisa.operands")
     if table is not None:
-        attributes = op.attributes
         key = (op.name, engine,
                attributes["operandSegmentSizes"] if "operandSegmentSizes" in attributes
                else None,
                attributes["aps"] if "aps" in attributes else None,
-               tuple(v.type for v in op.operands))
+               tuple([v.type for v in op.operands]))
         found = table.get(key)
         if found is None:
             try:
@@ -166,13 +172,25 @@ def _check_instruction(op) -> None:
     else:
         _check_operands(op, engine, memories)
     if engine == "dma":
-        int_value(op, "queue")
-    if "waits" in op.attributes:
-        waits = i64_array(op, "waits")
-        require(len(waits) % 2 == 0 and all(w >= 0 for w in waits),
-                "attribute 'waits' must hold (semaphore, value) pairs")
-    if "signal" in op.attributes:
-        require(int_value(op, "signal") >= 0, "attribute 'signal' must be a semaphore index")
+        int_value(op, "queue", attributes)
+    if "waits" in attributes:
+        _check_waits(op, attributes)
+    if "signal" in attributes:
+        require(int_value(op, "signal", attributes) >= 0,
+                "attribute 'signal' must be a semaphore index")
+
+
+def _check_waits(op, attributes) -> None:
+    """`waits` holds (semaphore, value) pairs (checked once per distinct attribute within a
+    compilation: a program has few)."""
+    table = memo("nisa.waits")
+    if table is not None and attributes["waits"] in table:
+        return
+    waits = i64_array(op, "waits", attributes)
+    require(len(waits) % 2 == 0 and all(w >= 0 for w in waits),
+            "attribute 'waits' must hold (semaphore, value) pairs")
+    if table is not None:
+        table[attributes["waits"]] = True
 
 
 def _check_operands(op, engine: str, memories: dict) -> None:
@@ -203,19 +221,21 @@ def _instruction_verifier(extra=None):
 
 
 def _check_alloc(op) -> None:
-    memory = string(op, "memory")
+    attributes = op.attributes      # (fetched once, as for instructions)
+    memory = string(op, "memory", attributes)
     require(memory in MEMORIES, f"unknown memory '{memory}'")
-    result = op.results[0]
+    result_type = op.results[0].type
     # (Messages are built only for a failing op: printing a type takes microseconds.)
-    if memory_of(result) != memory:
-        raise VerifyError(f"result type {result.type} is not in memory '{memory}'")
-    shape = memref_info(result.type).shape
+    if memory_of_type(result_type) != memory:
+        raise VerifyError(f"result type {result_type} is not in memory '{memory}'")
+    shape = memref_info(result_type).shape
     if memory != "hbm" and len(shape) != 2:
         raise VerifyError(f"on-chip tiles are 2-D [partitions, free], got {list(shape)}")
-    if "address" in op.attributes:
-        require(int_value(op, "address") >= 0, "address must be non-negative")
-    if "reuse_group" in op.attributes:
-        require(int_value(op, "reuse_group") >= 0, "reuse_group must be non-negative")
+    if "address" in attributes:
+        require(int_value(op, "address", attributes) >= 0, "address must be non-negative")
+    if "reuse_group" in attributes:
+        require(int_value(op, "reuse_group", attributes) >= 0,
+                "reuse_group must be non-negative")
 
 
 class AllocOp(Nisa.Operation, name="alloc"):
