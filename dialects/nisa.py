@@ -64,32 +64,44 @@ def check_access_pattern(ap: list[int], buffer: ir.Value, role: str,
     """An access pattern must address elements of its buffer only (see module docstring).
     With `dynamic_rows` (the HBM side of an indirect DMA) the partition axis steps over rows
     an index chooses at run time: only one row's pattern is checked here."""
-    memory = memory_of(buffer)
-    shape = memref_info(buffer.type).shape
-    require(len(ap) >= 3 and len(ap) % 2 == 1,
-            f"{role} access pattern {ap} must be [offset, pstride, partitions, (stride, size)...]")
+    _check_pattern(ap, buffer.type, role, dynamic_rows)
+
+
+def _check_pattern(ap: list[int], buffer_type: ir.Type, role: str, dynamic_rows: bool) -> None:
+    """check_access_pattern on a buffer of the type. (Each message is built only when its
+    check fails: formatting the pattern costs more than checking it.)"""
+    memory = memory_of_type(buffer_type)
+    shape = memref_info(buffer_type).shape
+    if not (len(ap) >= 3 and len(ap) % 2 == 1):
+        raise VerifyError(f"{role} access pattern {ap} must be [offset, pstride, partitions, "
+                          "(stride, size)...]")
     offset, dims = ap[0], [(ap[i], ap[i + 1]) for i in range(1, len(ap), 2)]
-    require(len(dims) - 1 <= MAX_FREE_DIMS,
-            f"{role} access pattern has {len(dims) - 1} free dims (at most {MAX_FREE_DIMS})")
-    require(all(size >= 1 for _, size in dims), f"{role} access pattern {ap} has an empty dim")
+    if len(dims) - 1 > MAX_FREE_DIMS:
+        raise VerifyError(f"{role} access pattern has {len(dims) - 1} free dims (at most "
+                          f"{MAX_FREE_DIMS})")
+    if not all(size >= 1 for _, size in dims):
+        raise VerifyError(f"{role} access pattern {ap} has an empty dim")
     reach = dims[1:] if dynamic_rows else dims
     first = offset + sum(min(0, stride * (size - 1)) for stride, size in reach)
     last = offset + sum(max(0, stride * (size - 1)) for stride, size in reach)
     numel = math.prod(shape)
-    require(0 <= first and last < numel,
-            f"{role} access pattern {ap} reaches elements {first}..{last} of a "
-            f"{numel}-element buffer")
+    if not (0 <= first and last < numel):
+        raise VerifyError(f"{role} access pattern {ap} reaches elements {first}..{last} of a "
+                          f"{numel}-element buffer")
     if memory != "hbm":
-        require(all(stride >= 0 for stride, _ in dims),
-                f"{role} on-chip access pattern {ap} has a negative stride")
-        require(len(shape) == 2,
-                f"{role} on-chip buffer must be 2-D [partitions, free], got {list(shape)}")
+        if not all(stride >= 0 for stride, _ in dims):
+            raise VerifyError(f"{role} on-chip access pattern {ap} has a negative stride")
+        if len(shape) != 2:
+            raise VerifyError(f"{role} on-chip buffer must be 2-D [partitions, free], got "
+                              f"{list(shape)}")
         row = shape[1]
         pstride, partitions = dims[0]
-        require(pstride == row or partitions == 1,
-                f"{role} partition stride {pstride} must be one tile row ({row} elements)")
+        if not (pstride == row or partitions == 1):
+            raise VerifyError(f"{role} partition stride {pstride} must be one tile row ({row} "
+                              "elements)")
         free_last = offset % row + sum(stride * (size - 1) for stride, size in dims[1:])
-        require(free_last < row, f"{role} free pattern of {ap} runs past the end of a partition")
+        if not free_last < row:
+            raise VerifyError(f"{role} free pattern of {ap} runs past the end of a partition")
 
 
 # Instruction specs: roles (operand names in order; '?' marks optional), engines allowed, and
@@ -200,16 +212,32 @@ def _check_operands(op, engine: str, memories: dict) -> None:
         aps = access_patterns(op)
     except (ValueError, TypeError):
         raise VerifyError("attribute 'aps' must be an array of array<i64: ...>") from None
-    require(len(aps) == len(present),
-            f"has {len(present)} buffer operands but {len(aps)} access patterns")
+    if len(aps) != len(present):
+        raise VerifyError(f"has {len(present)} buffer operands but {len(aps)} access patterns")
+    # One pattern on one buffer type recurs across instructions of different keys: each is
+    # checked once per compilation (the outcome, a message or "", remembered).
+    patterns = memo("nisa.patterns")
     for role, value, ap in zip(present, op.operands, aps):
-        memory = memory_of(value)
+        value_type = value.type
+        memory = memory_of_type(value_type)
         allowed = memories.get(role, MEMORIES if engine == "dma" else
                                _POOL_MEMORIES if engine == "pool" else _ONCHIP)
-        require(memory in allowed,
-                f"{role} is in {memory}; {engine} may use {role} only in {', '.join(allowed)}")
-        check_access_pattern(list(ap), value, role,
-                             dynamic_rows=op.name == "nisa.dma_indirect" and memory == "hbm")
+        if memory not in allowed:
+            raise VerifyError(f"{role} is in {memory}; {engine} may use {role} only in "
+                              f"{', '.join(allowed)}")
+        dynamic_rows = op.name == "nisa.dma_indirect" and memory == "hbm"
+        key = (role, value_type, ap, dynamic_rows)
+        found = patterns.get(key) if patterns is not None else None
+        if found is None:
+            try:
+                _check_pattern(list(ap), value_type, role, dynamic_rows)
+                found = ""
+            except VerifyError as exc:
+                found = str(exc)
+            if patterns is not None:
+                patterns[key] = found
+        if found:
+            raise VerifyError(found)
 
 
 def _instruction_verifier(extra=None):
