@@ -14,7 +14,9 @@ from torchneuron.compiler import ir_utils as U
 from torchneuron.compiler.errors import CompileError
 from torchneuron.compiler.transforms.schedule import stream_names
 from torchneuron.dialects.common import access_patterns, memo, memref_info
-from torchneuron.dialects.nisa import INSTRUCTION_OPS, instruction_roles, memory_of
+from torchneuron.dialects.nisa import (
+    INSTRUCTION_OPS, instruction_roles, memory_of, memory_of_type,
+)
 from torchneuron.format import isa
 from torchneuron.format.container import Neff, Stream, TensorDecl, write_neff
 
@@ -337,23 +339,48 @@ class InstructionCost:
 
 def cost_view(op: ir.Operation) -> InstructionCost:
     """An instruction op as the cost model sees it (see torchneuron/cost_model.py)."""
+    return instruction_cost(op.name, cost_alu_attribute(op), instruction_roles(op),
+                            [v.type for v in op.operands], access_patterns(op))
+
+
+def instruction_cost(name: str, alu: ir.Attribute | None, roles: list[str],
+                     types: list[ir.Type], aps: tuple[tuple[int, ...], ...]) -> InstructionCost:
+    """cost_view from what a pass has already read of the op: its name, ALU attribute
+    (cost_alu_attribute), operand roles, buffer types and access patterns."""
     ops: list = [None] * isa.NUM_OPERANDS
-    for role, buffer, ap in zip(instruction_roles(op), op.operands, access_patterns(op)):
-        info = memref_info(buffer.type)
-        dtype = dtype_of(info.element)
-        itemsize = dtype.itemsize
-        memory = isa.Memory.parse(memory_of(buffer))
-        sizes = tuple(ap[4::2])
-        free_size = 1
-        for n in sizes:
-            free_size *= n
-        pstride = ap[1] * itemsize if memory == isa.Memory.HBM else info.shape[1] * itemsize
-        ops[_SLOTS[role]] = OperandCost(memory, dtype, dtype.numpy(), (ap[2], *sizes),
-                                        (pstride, *(s * itemsize for s in ap[3::2])), free_size)
-    alu = cost_alu_attribute(op)
-    return InstructionCost(_OPCODES[op.name],
+    for role, buffer_type, ap in zip(roles, types, aps):
+        ops[_SLOTS[role]] = _operand_cost(buffer_type, ap)
+    return InstructionCost(_OPCODES[name],
                            isa.AluOp.parse(ir.StringAttr(alu).value if alu else "bypass"),
                            tuple(ops))
+
+
+_MEMORIES = {memory.label: memory for memory in isa.Memory}
+
+
+def _operand_cost(buffer_type: ir.Type, ap: tuple[int, ...]) -> OperandCost:
+    """An operand as the cost model sees it: depends on the buffer type and pattern alone,
+    so remembered per pair within a memref_info_cache block (a frozen dataclass takes
+    microseconds to build, and a pattern recurs over many instructions)."""
+    table = memo("neff.operand_costs")
+    key = (buffer_type, ap)
+    found = table.get(key) if table is not None else None
+    if found is not None:
+        return found
+    info = memref_info(buffer_type)
+    dtype = dtype_of(info.element)
+    itemsize = dtype.itemsize
+    memory = _MEMORIES[memory_of_type(buffer_type)]
+    sizes = tuple(ap[4::2])
+    free_size = 1
+    for n in sizes:
+        free_size *= n
+    pstride = ap[1] * itemsize if memory == isa.Memory.HBM else info.shape[1] * itemsize
+    found = OperandCost(memory, dtype, dtype.numpy(), (ap[2], *sizes),
+                        (pstride, *(s * itemsize for s in ap[3::2])), free_size)
+    if table is not None:
+        table[key] = found
+    return found
 
 
 def cost_alu_attribute(op: ir.Operation):

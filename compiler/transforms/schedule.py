@@ -678,17 +678,19 @@ def _cost(decoded: _Decoded, target, cost_model, known: dict) -> float:
     """Estimated ns an instruction occupies its engine (a DMA: its transfer time). `known`
     remembers the answer per what the cost model reads (cost_view): the op's name, engine,
     ALU op, access patterns and buffer types."""
-    from torchneuron.compiler.codegen.neff_writer import cost_alu_attribute, cost_view
+    from torchneuron.compiler.codegen.neff_writer import cost_alu_attribute, instruction_cost
 
     op, engine = decoded.op, decoded.engine
-    key = (op.name, engine, cost_alu_attribute(op), decoded.aps, decoded.types)
+    name, alu = op.name, cost_alu_attribute(op)
+    key = (name, engine, alu, decoded.aps, decoded.types)
     found = known.get(key)
     if found is not None:
         return found
-    ins = cost_view(op)
+    # (cost_view(op), from what is decoded already)
+    ins = instruction_cost(name, alu, decoded.roles, decoded.types, decoded.aps)
     if engine == "dma":
         found = cost_model.dma_transfer_ns(ins.ops, target,
-                                           indirect=op.name == "nisa.dma_indirect")[0]
+                                           indirect=name == "nisa.dma_indirect")[0]
     else:
         found = cost_model.compute_cycles(ins, target) / target.engine_ghz(engine)
     known[key] = found
