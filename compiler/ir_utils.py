@@ -6,6 +6,8 @@ from collections.abc import Iterator, Sequence
 
 from torch_mlir import ir
 
+from torchneuron.dialects.common import memo
+
 
 def create(name: str, result_types: Sequence[ir.Type], operands: Sequence[ir.Value] = (),
            attributes: dict[str, ir.Attribute] | None = None,
@@ -46,7 +48,16 @@ def tensor_type(shape: Sequence[int], element_type: ir.Type) -> ir.RankedTensorT
 
 
 def shape(value: ir.Value) -> list[int]:
-    return list(ir.ShapedType(value.type).shape)
+    """The static shape of a shaped value (remembered per type within a memref_info_cache
+    block: passes ask for the shapes of the same few types tens of thousands of times)."""
+    value_type = value.type
+    table = memo("ir_utils.shapes")
+    found = table.get(value_type) if table is not None else None
+    if found is None:
+        found = tuple(ir.ShapedType(value_type).shape)
+        if table is not None:
+            table[value_type] = found
+    return list(found)
 
 
 def element_type(value: ir.Value) -> ir.Type:

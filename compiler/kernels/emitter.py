@@ -9,6 +9,7 @@ from torch_mlir import ir
 
 from torchneuron.compiler import ir_utils as U
 from torchneuron.compiler.kernels.views import HbmView
+from torchneuron.dialects.common import memref_info
 from torchneuron.cost_model import strided_runs
 from torchneuron.target import Target
 
@@ -24,7 +25,7 @@ class Tile:
 
     @property
     def row(self) -> int:
-        return ir.MemRefType(self.buffer.type).shape[1]
+        return memref_info(self.buffer.type).shape[1]
 
     @property
     def element_type(self) -> ir.Type:
@@ -32,7 +33,7 @@ class Tile:
 
     @property
     def memory(self) -> str:
-        return ir.StringAttr(ir.MemRefType(self.buffer.type).memory_space).value
+        return memref_info(self.buffer.type).memory
 
     def ap(self, free_shape: tuple[int, ...] | None = None) -> list[int]:
         """[offset, row, partitions, 1, free] (or the free extent split as `free_shape`)."""
@@ -74,7 +75,7 @@ class TilePattern:
 
     @property
     def row(self) -> int:
-        return ir.MemRefType(self.buffer.type).shape[1]
+        return memref_info(self.buffer.type).shape[1]
 
     @property
     def element_type(self) -> ir.Type:
@@ -82,7 +83,7 @@ class TilePattern:
 
     @property
     def memory(self) -> str:
-        return ir.StringAttr(ir.MemRefType(self.buffer.type).memory_space).value
+        return memref_info(self.buffer.type).memory
 
     @property
     def free(self) -> int:
@@ -374,8 +375,11 @@ def _nbytes(buffer: ir.Value, ap: list[int]) -> int:
     elements = 1
     for size in ap[2::2]:
         elements *= size
-    return elements * U.element_bytes(ir.MemRefType(buffer.type).element_type)
+    info = memref_info(buffer.type)
+    if not info.itemsize:
+        raise ValueError(f"no storage size for element type {info.element}")
+    return elements * info.itemsize
 
 
 def _memory(buffer: ir.Value) -> str:
-    return ir.StringAttr(ir.MemRefType(buffer.type).memory_space).value
+    return memref_info(buffer.type).memory
