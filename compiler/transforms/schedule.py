@@ -3,7 +3,8 @@
 Each engine and DMA queue runs its instructions in program order, so only dependencies between
 different streams need synchronisation. Dependencies come from memory: an instruction depends
 on earlier instructions of other streams that wrote what it reads (RAW) or that read or wrote
-what it writes (WAR, WAW), judged by the bytes each access pattern touches in its buffer, and,
+what it writes (WAR, WAW), judged by the box each access pattern touches in its buffer (on
+chip: partitions x bytes; in HBM: rows x bytes of a row length chosen per buffer), and,
 where trn-plan-memory reused memory, on every access to the buffer that lived there before
 (through that buffer's last accesses: an edge implied by others is not added).
 
@@ -182,20 +183,53 @@ class _BufferState:
         self.inherited: set[int] = set()
 
 
-def _box(buffer_type: ir.Type, ap: tuple[int, ...]) -> tuple[int, int, int, int]:
-    """Partition and byte extent an access pattern touches within a buffer of the type."""
+def _box(buffer_type: ir.Type, ap: tuple[int, ...],
+         row: int | None = None) -> tuple[int, int, int, int]:
+    """Partition and byte extent an access pattern touches within a buffer of the type. In
+    HBM, "partitions" are rows of `row` elements (default: the last dim's): a pattern whose
+    dims each step whole rows or stay within the row it starts in touches only the rectangle
+    of those rows and columns; any other, the whole rows it spans."""
     info = memref_info(buffer_type)
     itemsize, shape = info.itemsize, info.shape
     offset, dims = ap[0], [(ap[i], ap[i + 1]) for i in range(1, len(ap), 2)]
     if info.memory == "hbm":
+        row = row or (shape[-1] if shape else 1)
+        r0, c0 = divmod(offset, row)
+        rows = sum(s // row * (n - 1) for s, n in dims if s % row == 0)
+        cols = sum(s * (n - 1) for s, n in dims if s % row)
+        if c0 + cols < row:
+            return (r0, r0 + rows + 1, c0 * itemsize, (c0 + cols + 1) * itemsize)
         extent = sum(s * (n - 1) for s, n in dims)
-        return (0, 1, offset * itemsize, (offset + extent + 1) * itemsize)
+        return (r0, (offset + extent) // row + 1, 0, row * itemsize)
     row = shape[1]
     p0 = offset // row
     partitions = dims[0][1]
     col = offset % row
     extent = sum(s * (n - 1) for s, n in dims[1:])
     return (p0, p0 + partitions, col * itemsize, (col + extent + 1) * itemsize)
+
+
+def _hbm_rows(accesses: dict) -> dict:
+    """Per HBM buffer (its type and the patterns it is accessed with), the row length of its
+    boxes: among the products of its trailing dims, the one whose boxes cover the fewest
+    bytes in all (a [B, S, 3, H, D] gradient whose heads' columns are written apart: rows
+    of 3*H*D, not D, so that the pieces of one token row do not conflict)."""
+    rows = {}
+    for buffer, (buffer_type, aps) in accesses.items():
+        shape = memref_info(buffer_type).shape
+        best = None
+        size = 1
+        for d in reversed(shape[1:]):
+            size *= d
+            area = 0
+            for ap in aps:
+                p0, p1, b0, b1 = _box(buffer_type, ap, size)
+                area += (p1 - p0) * (b1 - b0)
+            if best is None or area < best[0]:
+                best = (area, size)
+        if best is not None:
+            rows[buffer] = best[1]
+    return rows
 
 
 def _address_range(alloc: ir.Operation) -> tuple[str, int, int] | None:
@@ -238,14 +272,21 @@ def dependencies(decoded: list[_Decoded], allocs: dict) -> list[list[int]]:
     if boxes is None:
         boxes = {}
 
-    def box(buffer_type: ir.Type, ap: tuple[int, ...]) -> tuple[int, int, int, int]:
-        key = (buffer_type, ap)
+    def box(buffer_type: ir.Type, ap: tuple[int, ...], row: int | None = None
+            ) -> tuple[int, int, int, int]:
+        key = (buffer_type, ap, row)
         found = boxes.get(key)
         if found is None:
-            found = boxes[key] = _box(buffer_type, ap)
+            found = boxes[key] = _box(buffer_type, ap, row)
         return found
 
-    records = [[(buffer, role, box(t, ap)) for role, buffer, t, ap in
+    hbm: dict = {}
+    for d in decoded:
+        for buffer, t, ap in zip(d.operands, d.types, d.aps):
+            if memref_info(t).memory == "hbm":
+                hbm.setdefault(buffer, (t, set()))[1].add(ap)
+    rows = _hbm_rows(hbm)
+    records = [[(buffer, role, box(t, ap, rows.get(buffer))) for role, buffer, t, ap in
                 zip(d.roles, d.operands, d.types, d.aps)] for d in decoded]
     return box_dependencies(records, lambda buffer: _address_range(allocs[buffer])
                             if buffer in allocs else None)

@@ -139,3 +139,44 @@ def test_list_schedule_charges_a_dependent_back_to_back_pair_the_fixed_overhead(
     assert makespan(["pe", "pe"], [[], [0]]) == pytest.approx(2 * cost)
     # Between the dependent pair, an independent instruction takes the engine: no overhead.
     assert makespan(["dve", "dve", "dve"], [[], [], [0]]) == pytest.approx(3 * cost)
+
+
+def test_hbm_boxes_hold_every_element_their_pattern_touches():
+    """An HBM access's box, in rows of any length its buffer's trailing dims make, holds
+    every element the access pattern touches (boxes that do not meet mean no conflict)."""
+    import itertools
+
+    from torch_mlir import ir
+
+    from torchneuron.compiler.transforms.schedule import _box
+    from torchneuron.dialects import make_context
+
+    rng = random.Random(7)
+    with make_context():
+        for _ in range(300):
+            shape = [rng.choice([1, 2, 3, 4, 8]) for _ in range(rng.randrange(1, 5))]
+            total = 1
+            for d in shape:
+                total *= d
+            buffer_type = ir.Type.parse(f"memref<{'x'.join(map(str, shape))}xf32, \"hbm\">")
+            dims = [(rng.choice([1, 2, 3, shape[-1], total // shape[0]]), rng.randrange(1, 4))
+                    for _ in range(rng.randrange(1, 4))]
+            extent = sum(s * (n - 1) for s, n in dims)
+            if extent >= total:
+                continue
+            offset = rng.randrange(total - extent)
+            ap = (offset, *[x for d in dims for x in d])
+            touched = {offset + sum(s * i for (s, _), i in zip(dims, index))
+                       for index in itertools.product(*[range(n) for _, n in dims])}
+            rows = [None] + [total // shape[0] // k for k in (1, 2) if shape[0] > 0]
+            size = 1
+            for d in reversed(shape[1:]):
+                size *= d
+                rows.append(size)
+            for row in rows:
+                p0, p1, b0, b1 = _box(buffer_type, ap, row)
+                length = row or shape[-1]
+                for element in touched:
+                    r, c = divmod(element, length)
+                    assert p0 <= r < p1 and b0 <= c * 4 and (c + 1) * 4 <= b1, \
+                        (shape, ap, row, element, (p0, p1, b0, b1))

@@ -89,3 +89,26 @@ func.func @scalar_reduce_writes_its_reduction(%x: memref<128x1xf32, "hbm">) attr
   "nisa.dma"(%r, %x) {engine = "dma", queue = 0 : i64, aps = [array<i64: 0, 1, 128, 1, 1>, array<i64: 0, 1, 128, 1, 1>]} : (memref<128x1xf32, "sbuf">, memref<128x1xf32, "hbm">) -> ()
   return
 }
+
+// -----
+
+// Tests that stores to disjoint column blocks of the same HBM rows do not depend on each
+// other: %y's boxes are taken in rows of 3*2*64 elements (the trailing dims whose boxes cover
+// the fewest bytes), so the store of %b into y[:, 2, 0, :] (queue 3) waits only for the load
+// of %b (queue 1, semaphore 6), not for the store of %a into y[:, 0, 0, :] (queue 2); a load of
+// the whole rows (queue 4) waits for both stores (semaphores 7 and 8).
+// CHECK-LABEL: func.func @hbm_column_blocks
+// CHECK: "nisa.dma"({{.*}}queue = 2 : i64, signal = 7 : i64, waits = array<i64: 5, 1>}
+// CHECK: "nisa.dma"({{.*}}queue = 3 : i64, signal = 8 : i64, waits = array<i64: 6, 1>}
+// CHECK: "nisa.dma"({{.*}}queue = 4 : i64, waits = array<i64: 7, 1, 8, 1>}
+func.func @hbm_column_blocks(%x: memref<128x64xf32, "hbm">, %y: memref<128x3x2x64xf32, "hbm">) attributes {nisa.target = "trn2"} {
+  %a = "nisa.alloc"() {memory = "sbuf", address = 0 : i64} : () -> memref<128x64xf32, "sbuf">
+  %b = "nisa.alloc"() {memory = "sbuf", address = 256 : i64} : () -> memref<128x64xf32, "sbuf">
+  %c = "nisa.alloc"() {memory = "sbuf", address = 512 : i64} : () -> memref<128x384xf32, "sbuf">
+  "nisa.dma"(%a, %x) {engine = "dma", queue = 0 : i64, aps = [array<i64: 0, 64, 128, 1, 64>, array<i64: 0, 64, 128, 1, 64>]} : (memref<128x64xf32, "sbuf">, memref<128x64xf32, "hbm">) -> ()
+  "nisa.dma"(%b, %x) {engine = "dma", queue = 1 : i64, aps = [array<i64: 0, 64, 128, 1, 64>, array<i64: 0, 64, 128, 1, 64>]} : (memref<128x64xf32, "sbuf">, memref<128x64xf32, "hbm">) -> ()
+  "nisa.dma"(%y, %a) {engine = "dma", queue = 2 : i64, aps = [array<i64: 0, 384, 128, 1, 64>, array<i64: 0, 64, 128, 1, 64>]} : (memref<128x3x2x64xf32, "hbm">, memref<128x64xf32, "sbuf">) -> ()
+  "nisa.dma"(%y, %b) {engine = "dma", queue = 3 : i64, aps = [array<i64: 256, 384, 128, 1, 64>, array<i64: 0, 64, 128, 1, 64>]} : (memref<128x3x2x64xf32, "hbm">, memref<128x64xf32, "sbuf">) -> ()
+  "nisa.dma"(%c, %y) {engine = "dma", queue = 4 : i64, aps = [array<i64: 0, 384, 128, 1, 384>, array<i64: 0, 384, 128, 1, 384>]} : (memref<128x384xf32, "sbuf">, memref<128x3x2x64xf32, "hbm">) -> ()
+  return
+}
