@@ -75,6 +75,9 @@ class CompileOptions:
     # (a QKV gradient read as token rows) built in that order
     concat_reader_order: bool = True
     kernel_order: bool = True         # trn-order: kernels on the longest chain of work first
+    # trn-order co-run: an attention kernel and an independent PE-bound kernel run side by
+    # side, in disjoint parts of SBUF and PSUM (trn-plan-memory)
+    co_run: bool = True
     # convert-trn-to-nisa masked-keys: an attention kernel computes only the keys a constant
     # mask lets some row of each query tile see, and adds a 0/-inf mask before the scaling
     # only where it is not 0
@@ -144,7 +147,8 @@ def stages(options: CompileOptions) -> list[Stage]:
               f"{str(options.attention_token_major).lower()} concat-reader-order="
               f"{str(options.concat_reader_order).lower()}}}," if options.layout_assignment
               else "")
-    order = f"trn-order{{target={target}}}," if options.kernel_order else ""
+    order = (f"trn-order{{target={target} co-run={str(options.co_run).lower()}}},"
+             if options.kernel_order else "")
     db = f" tuning-db={options.tuning_db_path}" if options.tuning_db_path else ""
     return [
         Stage("trn", "recognise engine ops, fuse kernels, choose layouts and tiles",

@@ -264,11 +264,18 @@ def _check_alloc(op) -> None:
     if "reuse_group" in attributes:
         require(int_value(op, "reuse_group", attributes) >= 0,
                 "reuse_group must be non-negative")
+    if "co_run" in attributes:
+        require(memory != "hbm", "co_run is for on-chip tiles")
+        require(int_value(op, "co_run", attributes) >= 0, "co_run must be non-negative")
+        require("co_run_role" in attributes and
+                string(op, "co_run_role", attributes) in ("primary", "partner"),
+                "co_run needs a co_run_role of 'primary' or 'partner'")
 
 
 class AllocOp(Nisa.Operation, name="alloc"):
     """A buffer in `memory`; trn-plan-memory assigns its byte `address` (reusing first the
-    bytes of buffers with the same optional `reuse_group`, a row-wise kernel's)."""
+    bytes of buffers with the same optional `reuse_group`, a row-wise kernel's; with
+    `co_run` and `co_run_role`, inside its role's part of the memory while the pair runs)."""
     memory: ir.StringAttr
     result: ext.Result[ir.MemRefType]
     verify_invariants = verifier(_check_alloc)

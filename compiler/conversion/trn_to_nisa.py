@@ -287,7 +287,14 @@ class _FunctionLowering:
             self._slice_of(self.into_slice[result]).reshape(tuple(U.shape(result)))
         if op.name == "trn.kernel":
             also = [self._buffer(r) for r in list(op.results)[1:]]
-            self._lower_kernel(op, out, also)
+            # A kernel trn-order paired with another: its on-chip tiles say so, for
+            # trn-plan-memory's disjoint parts of SBUF and PSUM
+            if "co_run" in op.attributes:
+                self.em.co_run = (U.int_attr(op, "co_run"), U.str_attr(op, "co_run_role"))
+            try:
+                self._lower_kernel(op, out, also)
+            finally:
+                self.em.co_run = None
             for value, view in zip(list(op.results)[1:], also):
                 self.views[value] = view
         elif op.name == "trn.insert_slice":

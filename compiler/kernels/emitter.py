@@ -140,6 +140,9 @@ class Emitter:
         # Set while a row-wise kernel is lowered: its SBUF tiles get this `reuse_group`, so
         # that trn-plan-memory reuses their own bytes first (a small footprint).
         self.reuse_group: int | None = None
+        # Set while a kernel trn-order paired with another is lowered: (pair, role), put on
+        # its SBUF and PSUM tiles
+        self.co_run: tuple[int, str] | None = None
 
     def _next_queue(self, buffer: ir.Value, ap: list[int], store: bool,
                     hbm_ap: list[int] | None = None) -> int:
@@ -184,6 +187,9 @@ class Emitter:
         attributes = {"memory": U.string(memory)}
         if self.reuse_group is not None and memory == "sbuf":
             attributes["reuse_group"] = U.i64(self.reuse_group)
+        if self.co_run is not None and memory != "hbm":
+            attributes["co_run"] = U.i64(self.co_run[0])
+            attributes["co_run_role"] = U.string(self.co_run[1])
         op = U.create("nisa.alloc", [mtype], [], attributes)
         return Tile(op.results[0], partitions, free)
 

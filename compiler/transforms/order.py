@@ -12,6 +12,16 @@ largest of its users'); ties keep program order.
 A kernel's estimate is the roofline of what it does: max(matmul FLOPs / PE peak, bytes read
 from outside and written / HBM bandwidth of one core), TARGET.md's figures. Other ops
 (views, constants) cost nothing: they move up with their first user's chain.
+
+Option `co-run`: an attention kernel is bound by ACT and DVE and leaves PE mostly idle. The
+PE-bound kernel (matmul FLOPs over PE peak above its bytes over HBM bandwidth) with the most
+PE work that depends neither on it nor it on them, and whose own inputs are all computed
+before it, is moved to just before it (the first such on a tie), and the two are marked as
+a pair (`co_run` = the pair's number, `co_run_role` = "primary" / "partner"):
+trn-plan-memory gives the pair's tiles disjoint parts of SBUF and PSUM, so that the
+partner's tiles do not take the bytes the attention kernel's tiles left (nor the other
+way), which would make the later of the two wait for the earlier through memory reuse and
+run them one after the other.
 """
 
 from __future__ import annotations
@@ -34,14 +44,16 @@ class OrderKernels(Pass):
     NAME = "trn-order"
     SUMMARY = "Order a function's ops so that the kernels on its longest chain of work come first"
     target: str = ""
+    # An attention kernel and an independent PE-bound kernel are paired (module docstring)
+    co_run: bool = False
 
     def run(self, module: ir.Operation) -> None:
         target = get_target(self.target or None)
         for func in U.functions(module):
-            order_ops(func, target)
+            order_ops(func, target, self.co_run)
 
 
-def order_ops(func: ir.Operation, target) -> None:
+def order_ops(func: ir.Operation, target, co_run: bool = False) -> None:
     ops = U.body_ops(func)
     body, terminator = ops[:-1], ops[-1]
     index = {op: i for i, op in enumerate(body)}
@@ -69,6 +81,66 @@ def order_ops(func: ir.Operation, target) -> None:
                 heapq.heappush(ready, (-rank[u], u))
     for i in order:
         body[i].move_before(terminator)
+    if co_run:
+        _pair_co_runs(func, body, order, preds, users, target)
+
+
+def _closure(start: int, edges: list[set[int]]) -> set[int]:
+    seen, stack = set(), [start]
+    while stack:
+        for j in edges[stack.pop()]:
+            if j not in seen:
+                seen.add(j)
+                stack.append(j)
+    return seen
+
+
+def _pe_ns(op: ir.Operation, target) -> float:
+    flops = 0
+    for inner in kernel_body(op):
+        if inner.name == "trn.matmul":
+            flops += 2 * math.prod(U.shape(inner.results[0])) * U.shape(inner.operands[0])[-1]
+    return flops / target.pe_peak_flops_per_ns()
+
+
+def _pair_co_runs(func, body, order, preds, users, target) -> None:
+    """Move before each attention kernel its partner, mark the pair (module docstring)."""
+    position = {i: k for k, i in enumerate(order)}
+    taken: set[int] = set()
+    pairs = 0
+    for a in list(order):
+        op = body[a]
+        if op.name != "trn.kernel" or U.str_attr(op, "kind") != "attention" or a in taken:
+            continue
+        related = _closure(a, preds) | _closure(a, users) | {a}
+        best = None
+        for c in order:
+            candidate = body[c]
+            if c in related or c in taken or position[c] < position[a] or \
+                    candidate.name != "trn.kernel":
+                continue
+            pe = _pe_ns(candidate, target)
+            if pe <= 0 or pe < estimate_ns(candidate, target):
+                continue        # not PE-bound
+            later = [p for p in _closure(c, preds) if position[p] > position[a]]
+            if any(body[p].name == "trn.kernel" for p in later):
+                continue        # an input of it is computed after the attention kernel
+            if best is None or pe > best[0]:
+                best = (pe, c, later)
+        if best is None:
+            continue
+        _, c, later = best
+        taken.update((a, c))
+        for p in sorted(later, key=position.get):     # views it reads, with it
+            body[p].move_before(op)
+        body[c].move_before(op)
+        index = {o: i for i, o in enumerate(body)}
+        current = [index[o] for o in U.body_ops(func)[:-1] if o in index]
+        position = {i: k for k, i in enumerate(current)}
+        for kernel, role in ((op, "primary"), (body[c], "partner")):
+            kernel.attributes["co_run"] = U.i64(pairs)
+            kernel.attributes["co_run_role"] = U.string(role)
+        pairs += 1
 
 
 def _values_read(op: ir.Operation) -> list[ir.Value]:

@@ -21,6 +21,15 @@ LayerNorm over 2048 tokens, more than SBUF) runs it through the bytes the kernel
 in the schedule (a matmul kernel it follows) uses until its end, and its tiles wait for that
 end. Option `group-reuse=false` turns it off.
 
+The tiles of a pair of kernels trn-order set to run side by side (`co_run`, an attention
+kernel, the "primary", and an independent PE-bound kernel, the "partner") take their bytes in
+disjoint parts of SBUF and PSUM: the partner the top of each (SBUF: its peak live bytes in
+program order twice over, at most half; PSUM: the banks its peak fills, at least one, at
+most half: an attention kernel needs most banks), the primary the rest. Otherwise whichever
+of the two comes second in program order takes the bytes the first one's tiles left, each
+of its tiles waiting for one of the first's, and the two run one after the other. A tile
+that does not fit in its part takes bytes anywhere.
+
 Peak use is recorded on the function (`nisa.sbuf_bytes`, `nisa.psum_bytes`,
 `nisa.scratch_bytes`, bytes per partition for the on-chip memories).
 """
@@ -138,9 +147,11 @@ class OldestFreedArena:
         self.releases = 0
         self.peak = 0
 
-    def allocate(self, size: int, align: int, group: int | None = None) -> int | None:
+    def allocate(self, size: int, align: int, group: int | None = None,
+                 window: tuple[int, int] | None = None) -> int | None:
         """The address of `size` bytes; with `group`, bytes that group freed at least
-        `group_distance` releases ago where some run of them fits."""
+        `group_distance` releases ago where some run of them fits; with `window`, bytes in
+        [window[0], window[1]) only."""
         if self.granule % align:
             raise ValueError(f"alignment {align} does not divide the {self.granule}-byte "
                              "granule")
@@ -169,6 +180,10 @@ class OldestFreedArena:
                                      values[width - span:])
                 return values
         newest = runs(self.stamps, np.maximum)
+        if window is not None:
+            starts = np.arange(len(newest)) * step
+            lo, hi = window[0] // self.granule, window[1] // self.granule
+            newest = np.where((starts >= lo) & (starts + width <= hi), newest, self._TAKEN)
         if group is not None:
             own = (self.groups == group) & \
                 (self.stamps <= self.releases - self.group_distance)
@@ -247,6 +262,7 @@ def plan_function(func: ir.Operation, target, oldest_freed: bool = True,
         if oldest_freed else Banks(target.psum_banks, bank),
         "hbm": Arena(None),
     }
+    windows = _co_run_windows(allocs, first, last, target) if oldest_freed else {}
     starts: dict[int, list[ir.Operation]] = {}
     ends: dict[int, list[ir.Operation]] = {}
     for op in allocs:
@@ -262,8 +278,13 @@ def plan_function(func: ir.Operation, target, oldest_freed: bool = True,
             group = U.int_attr(op, "reuse_group") if group_distance is not None and \
                 "reuse_group" in op.attributes and isinstance(space, OldestFreedArena) \
                 else None
-            address = space.allocate(size, _ALIGN[memory]) if group is None else \
-                space.allocate(size, _ALIGN[memory], group)
+            window = windows.get(op.results[0])
+            address = None
+            if window is not None:
+                address = space.allocate(size, _ALIGN[memory], group, window)
+            if address is None:
+                address = space.allocate(size, _ALIGN[memory]) if group is None else \
+                    space.allocate(size, _ALIGN[memory], group)
             if address is None:
                 raise CompileError(_overflow_message(memory, size, space, target),
                                    op.location)
@@ -278,6 +299,52 @@ def plan_function(func: ir.Operation, target, oldest_freed: bool = True,
     func.attributes["nisa.sbuf_bytes"] = U.i64(memories["sbuf"].peak)
     func.attributes["nisa.psum_bytes"] = U.i64(memories["psum"].peak)
     func.attributes["nisa.scratch_bytes"] = U.i64(memories["hbm"].peak)
+
+
+def _co_run_windows(allocs: list[ir.Operation], first: dict, last: dict,
+                    target) -> dict:
+    """Per on-chip tile of a co-running pair, the [start, end) bytes it is placed in."""
+    pairs: dict[tuple[int, str, str], list[ir.Operation]] = {}
+    for op in allocs:
+        if "co_run" in op.attributes:
+            key = (U.int_attr(op, "co_run"), U.str_attr(op, "co_run_role"),
+                   U.str_attr(op, "memory"))
+            pairs.setdefault(key, []).append(op)
+    bank = target.psum_bank_bytes
+    capacity = {"sbuf": target.sbuf_partition_bytes, "psum": target.psum_banks * bank}
+    windows: dict = {}
+    for (pair, role, memory), partner in pairs.items():
+        primary = pairs.get((pair, "primary", memory))
+        if role != "partner" or not primary:
+            continue
+        peak = _peak_live(partner, first, last, memory)
+        cap = capacity[memory]
+        if memory == "psum":
+            banks = min(target.psum_banks // 2, max(1, -(-peak // bank)))
+            split = cap - banks * bank
+        else:
+            split = cap - min(cap // 2, -(-2 * peak // _ALIGN[memory]) * _ALIGN[memory])
+        if _peak_live(primary, first, last, memory) > split:
+            continue
+        for op in primary:
+            windows[op.results[0]] = (0, split)
+        for op in partner:
+            windows[op.results[0]] = (split, cap)
+    return windows
+
+
+def _peak_live(allocs: list[ir.Operation], first: dict, last: dict, memory: str) -> int:
+    """The most bytes per partition of `allocs` live at once, in program order."""
+    events = []
+    for op in allocs:
+        v = op.results[0]
+        size = -(-_bytes(v, memory) // _ALIGN[memory]) * _ALIGN[memory]
+        events += [(first[v], 0, size), (last[v], 1, -size)]
+    live = peak = 0
+    for _, _, size in sorted(events):
+        live += size
+        peak = max(peak, live)
+    return peak
 
 
 def _bytes(buffer: ir.Value, memory: str) -> int:

@@ -1924,3 +1924,22 @@ func.func @attention_with_row_contraction(%arg0: tensor<2x256x32xbf16>, %arg1: t
   }) {kind = "attention"} : () -> (tensor<2x256x32xbf16>, tensor<2x32x128xbf16>)
   return %0#1, %0#0 : tensor<2x32x128xbf16>, tensor<2x256x32xbf16>
 }
+
+// -----
+
+// Tests that a kernel trn-order paired with another marks its on-chip tiles with the pair
+// and its role, for trn-plan-memory; its HBM result buffer and the tiles of the op after it
+// are not marked.
+// CHECK-LABEL: func.func @co_run_tiles
+// CHECK: "nisa.alloc"() {memory = "hbm"}
+// CHECK-COUNT-2: "nisa.alloc"() {co_run = 3 : i64, co_run_role = "partner", memory = "sbuf"}
+// CHECK-NOT: co_run
+// CHECK: return
+func.func @co_run_tiles(%x: tensor<128x64xf32>) -> tensor<128x64xf32> {
+  %k = "trn.kernel"() ({
+    %e = "trn.activation"(%x) {func = "exp", scale = 1.0 : f32, bias = 0.0 : f32} : (tensor<128x64xf32>) -> tensor<128x64xf32>
+    "trn.yield"(%e) : (tensor<128x64xf32>) -> ()
+  }) {co_run = 3 : i64, co_run_role = "partner", kind = "elementwise"} : () -> tensor<128x64xf32>
+  %y = "trn.activation"(%k) {func = "exp", scale = 1.0 : f32, bias = 0.0 : f32} : (tensor<128x64xf32>) -> tensor<128x64xf32>
+  return %y : tensor<128x64xf32>
+}

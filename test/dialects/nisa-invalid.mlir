@@ -109,3 +109,12 @@ func.func @negative_reuse_group() {
   %a = "nisa.alloc"() {memory = "sbuf", reuse_group = -1 : i64} : () -> memref<128x64xf32, "sbuf">
   return
 }
+
+// -----
+
+// Tests that a tile of a co-running pair (trn-plan-memory's disjoint parts) names its role.
+// CHECK: nisa-invalid.mlir:[[# @LINE + 2]]:8: error: 'nisa.alloc' op co_run needs a co_run_role of 'primary' or 'partner'
+func.func @co_run_without_role() {
+  %a = "nisa.alloc"() {memory = "sbuf", co_run = 0 : i64} : () -> memref<128x64xf32, "sbuf">
+  return
+}

@@ -1,5 +1,6 @@
 // RUN: neuron-opt --split-input-file --trn-order %s | FileCheck %s
 // RUN: not neuron-opt --trn-order %S/Inputs/order-invalid.mlir 2>&1 | FileCheck %s --check-prefix=ERR
+// RUN: neuron-opt --split-input-file --trn-order="co-run=true" %s | FileCheck %s --check-prefix=PAIR
 
 // Tests that the kernel at the head of the longer chain moves first: dH (a matmul whose
 // result another matmul reads) before the independent dW2 matmul that stood before it; dW2
@@ -57,3 +58,32 @@ func.func @views_and_ties(%a: tensor<8x16xf32>, %b: tensor<128xf32>) -> (tensor<
 }
 
 // ERR: order-invalid.mlir:3:8: error: 'trn.kernel' op yields tensor<8xf32> but the kernel returns tensor<8xbf16>
+
+// -----
+
+// Tests co-run: the independent PE-bound matmul kernel moves to just before the attention
+// kernel and the two are marked as a pair; the matmul that reads the attention kernel's
+// result (more PE work, but dependent) stays after it.
+// PAIR-LABEL: func.func @co_run
+// PAIR: "trn.matmul"(%arg1, %arg2)
+// PAIR: {co_run = 0 : i64, co_run_role = "partner", kind = "matmul"}
+// PAIR: "trn.tensor_scalar"(%arg0)
+// PAIR: {co_run = 0 : i64, co_run_role = "primary", kind = "attention"}
+// PAIR: "trn.matmul"(%{{.*}}, %arg3)
+// PAIR: {kind = "matmul"}
+func.func @co_run(%q: tensor<4096x4096xf32>, %x: tensor<1024x1024xbf16>, %w: tensor<1024x1024xbf16>, %v: tensor<4096x1024xf32>) -> (tensor<4096x1024xf32>, tensor<1024x1024xbf16>) {
+  %a = "trn.kernel"() ({
+    %y = "trn.tensor_scalar"(%q) {op = "mul", reverse = false, scalar = 2.0 : f32} : (tensor<4096x4096xf32>) -> tensor<4096x4096xf32>
+    "trn.yield"(%y) : (tensor<4096x4096xf32>) -> ()
+  }) {kind = "attention"} : () -> tensor<4096x4096xf32>
+  %d = "trn.kernel"() ({
+    %m = "trn.matmul"(%a, %v) : (tensor<4096x4096xf32>, tensor<4096x1024xf32>) -> tensor<4096x1024xf32>
+    "trn.yield"(%m) : (tensor<4096x1024xf32>) -> ()
+  }) {kind = "matmul"} : () -> tensor<4096x1024xf32>
+  %mm = "trn.kernel"() ({
+    %m = "trn.matmul"(%x, %w) : (tensor<1024x1024xbf16>, tensor<1024x1024xbf16>) -> tensor<1024x1024xf32>
+    %c = "trn.convert"(%m) : (tensor<1024x1024xf32>) -> tensor<1024x1024xbf16>
+    "trn.yield"(%c) : (tensor<1024x1024xbf16>) -> ()
+  }) {kind = "matmul"} : () -> tensor<1024x1024xbf16>
+  return %d, %mm : tensor<4096x1024xf32>, tensor<1024x1024xbf16>
+}

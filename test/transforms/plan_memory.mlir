@@ -147,3 +147,27 @@ func.func @psum_oldest_freed() attributes {nisa.target = "trn2"} {
 }
 
 // ERR: plan_memory-invalid.mlir:{{[0-9]+}}:{{[0-9]+}}: error: trn-plan-memory: out of SBUF: a tile needs 240000 more bytes per partition; trn2 has 229376 per partition and live tiles already reach 0
+
+// -----
+
+// Tests that the tiles of a co-running pair take disjoint parts of SBUF and PSUM: the
+// partner's SBUF tile the top 512 bytes (its peak, 256, twice over), its PSUM tile the last
+// bank (its peak fills one), the primary's tiles the rest (from 0).
+// CHECK-LABEL: func.func @co_run_parts
+// CHECK: "nisa.alloc"() {address = 0 : i64, co_run = 0 : i64, co_run_role = "primary", memory = "sbuf"}
+// CHECK: "nisa.alloc"() {address = 228864 : i64, co_run = 0 : i64, co_run_role = "partner", memory = "sbuf"}
+// CHECK: "nisa.alloc"() {address = 0 : i64, co_run = 0 : i64, co_run_role = "primary", memory = "psum"}
+// CHECK: "nisa.alloc"() {address = 14336 : i64, co_run = 0 : i64, co_run_role = "partner", memory = "psum"}
+func.func @co_run_parts(%x: memref<128x64xf32, "hbm">) attributes {nisa.target = "trn2"} {
+  %p = "nisa.alloc"() {memory = "sbuf", co_run = 0 : i64, co_run_role = "primary"} : () -> memref<128x64xf32, "sbuf">
+  %q = "nisa.alloc"() {memory = "sbuf", co_run = 0 : i64, co_run_role = "partner"} : () -> memref<128x64xf32, "sbuf">
+  %r = "nisa.alloc"() {memory = "psum", co_run = 0 : i64, co_run_role = "primary"} : () -> memref<128x512xf32, "psum">
+  %s = "nisa.alloc"() {memory = "psum", co_run = 0 : i64, co_run_role = "partner"} : () -> memref<128x512xf32, "psum">
+  "nisa.dma"(%p, %x) {engine = "dma", queue = 0 : i64, aps = [array<i64: 0, 64, 128, 1, 64>, array<i64: 0, 64, 128, 1, 64>]} : (memref<128x64xf32, "sbuf">, memref<128x64xf32, "hbm">) -> ()
+  "nisa.dma"(%q, %x) {engine = "dma", queue = 1 : i64, aps = [array<i64: 0, 64, 128, 1, 64>, array<i64: 0, 64, 128, 1, 64>]} : (memref<128x64xf32, "sbuf">, memref<128x64xf32, "hbm">) -> ()
+  "nisa.tensor_copy"(%p, %r) {engine = "dve", aps = [array<i64: 0, 64, 128, 1, 64>, array<i64: 0, 512, 128, 1, 64>]} : (memref<128x64xf32, "sbuf">, memref<128x512xf32, "psum">) -> ()
+  "nisa.tensor_copy"(%q, %s) {engine = "dve", aps = [array<i64: 0, 64, 128, 1, 64>, array<i64: 0, 512, 128, 1, 64>]} : (memref<128x64xf32, "sbuf">, memref<128x512xf32, "psum">) -> ()
+  "nisa.dma"(%x, %p) {engine = "dma", queue = 2 : i64, aps = [array<i64: 0, 64, 128, 1, 64>, array<i64: 0, 64, 128, 1, 64>]} : (memref<128x64xf32, "hbm">, memref<128x64xf32, "sbuf">) -> ()
+  "nisa.dma"(%x, %q) {engine = "dma", queue = 3 : i64, aps = [array<i64: 0, 64, 128, 1, 64>, array<i64: 0, 64, 128, 1, 64>]} : (memref<128x64xf32, "hbm">, memref<128x64xf32, "sbuf">) -> ()
+  return
+}
