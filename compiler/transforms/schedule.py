@@ -195,12 +195,21 @@ def _box(buffer_type: ir.Type, ap: tuple[int, ...],
     if info.memory == "hbm":
         row = row or (shape[-1] if shape else 1)
         r0, c0 = divmod(offset, row)
-        rows = sum(s // row * (n - 1) for s, n in dims if s % row == 0)
-        cols = sum(s * (n - 1) for s, n in dims if s % row)
-        if c0 + cols < row:
-            return (r0, r0 + rows + 1, c0 * itemsize, (c0 + cols + 1) * itemsize)
-        extent = sum(s * (n - 1) for s, n in dims)
-        return (r0, (offset + extent) // row + 1, 0, row * itemsize)
+        # (Each dim's reach from the start, below and above it: a flipped view's stride is
+        # negative.)
+        rows_lo = rows_hi = cols_lo = cols_hi = 0
+        for s, n in dims:
+            reach = s * (n - 1)
+            if s % row == 0:
+                rows_lo, rows_hi = rows_lo + min(0, reach // row), rows_hi + max(0, reach // row)
+            else:
+                cols_lo, cols_hi = cols_lo + min(0, reach), cols_hi + max(0, reach)
+        if 0 <= c0 + cols_lo and c0 + cols_hi < row:
+            return (r0 + rows_lo, r0 + rows_hi + 1, (c0 + cols_lo) * itemsize,
+                    (c0 + cols_hi + 1) * itemsize)
+        low = offset + sum(min(0, s * (n - 1)) for s, n in dims)
+        high = offset + sum(max(0, s * (n - 1)) for s, n in dims)
+        return (low // row, high // row + 1, 0, row * itemsize)
     row = shape[1]
     p0 = offset // row
     partitions = dims[0][1]

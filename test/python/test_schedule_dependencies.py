@@ -143,7 +143,8 @@ def test_list_schedule_charges_a_dependent_back_to_back_pair_the_fixed_overhead(
 
 def test_hbm_boxes_hold_every_element_their_pattern_touches():
     """An HBM access's box, in rows of any length its buffer's trailing dims make, holds
-    every element the access pattern touches (boxes that do not meet mean no conflict)."""
+    every element the access pattern touches (boxes that do not meet mean no conflict),
+    strides of either sign included."""
     import itertools
 
     from torch_mlir import ir
@@ -159,12 +160,14 @@ def test_hbm_boxes_hold_every_element_their_pattern_touches():
             for d in shape:
                 total *= d
             buffer_type = ir.Type.parse(f"memref<{'x'.join(map(str, shape))}xf32, \"hbm\">")
-            dims = [(rng.choice([1, 2, 3, shape[-1], total // shape[0]]), rng.randrange(1, 4))
-                    for _ in range(rng.randrange(1, 4))]
-            extent = sum(s * (n - 1) for s, n in dims)
-            if extent >= total:
+            # (Strides of either sign: a flipped view reads with a negative one.)
+            dims = [(rng.choice([1, 1, -1, 2, 3, shape[-1], -shape[-1], total // shape[0]]),
+                     rng.randrange(1, 4)) for _ in range(rng.randrange(1, 4))]
+            low = sum(min(0, s * (n - 1)) for s, n in dims)
+            high = sum(max(0, s * (n - 1)) for s, n in dims)
+            if high - low >= total:
                 continue
-            offset = rng.randrange(total - extent)
+            offset = rng.randrange(-low, total - high)
             ap = (offset, *[x for d in dims for x in d])
             touched = {offset + sum(s * i for (s, _), i in zip(dims, index))
                        for index in itertools.product(*[range(n) for _, n in dims])}
