@@ -35,9 +35,12 @@ rows being dS), accumulated in PSUM over the query blocks of a batch index and s
 the last.
 
 A kernel that trn-layout made token-major yields transpose(reshape(O)) ([B, S, H, Dv]): O is
-written through the inverse of those views, and when heads are staged together each query
-block's outputs of all heads gather in one SBUF tile, stored as whole token rows once the
-last head is done (one run of H * Dv elements per row instead of H runs of Dv).
+written through the inverse of those views, each query block's outputs of all heads
+gathering in one SBUF tile, stored as whole token rows once the last head is done (one run
+of H * Dv elements per row instead of H runs of Dv). Likewise a Q whose heads lie side by
+side in its token rows is loaded in whole rows for all heads, also where K and V come per
+head (a training step's backward reads the saved ones so): each head's columns are then
+turned on PE from partition 0, where its K^T lies.
 """
 
 from __future__ import annotations
@@ -172,32 +175,56 @@ def lower_attention(em: Emitter, body: list[ir.Operation], views: dict,
     # panels cut them) and all heads' operands take at most a quarter of SBUF.
     wide = [_merge_heads(q_view, -1), _merge_heads(kt_view, -2)] + \
         ([_merge_heads(v_view, -1)] if second is not None else [])
-    heads = 1
+    quarter = em.target.sbuf_partition_bytes // 4
+    heads = 1            # heads staged together: K^T and V (and Q^T)
+    q_heads = 1          # Q^T's heads staged together
     if all(w is not None for w in wide) and \
             q_view.shape[-3] == kt_view.shape[-3] == \
             (v_view if v_view is not None else q_view).shape[-3] and \
             (tk % d == 0 or d % tk == 0) and \
-            staged_bytes(q_view.shape[-3], d, dv, sq, sk, etype1, etype2, tk) <= \
-            em.target.sbuf_partition_bytes // 4:
-        heads = q_view.shape[-3]
+            staged_bytes(q_view.shape[-3], d, dv, sq, sk, etype1, etype2, tk) <= quarter:
+        heads = q_heads = q_view.shape[-3]
         q_view, kt_view = wide[:2]
         v_view = wide[2] if second is not None else None
+    elif wide[0] is not None and q_view.shape[-3] > 1 and (tk % d == 0 or d % tk == 0) and \
+            staged_bytes(q_view.shape[-3], d, 0, sq, 0, etype1, etype2, tk) <= quarter:
+        # Only Q's heads lie side by side in its token rows (K and V saved per head, as a
+        # training step's backward reads them): Q^T alone is staged for all heads, loaded in
+        # whole token rows, and K^T and V per head.
+        q_heads = q_view.shape[-3]
+        q_view = wide[0]
     staged: dict = {}
+    staged_q: dict = {}
 
-    def operands_of(b: int) -> tuple[_Staged, _Staged, _Staged, int]:
-        """Q^T, K^T and V of flat batch index `b`, and the offset of its head in them."""
+    def release(cache: dict) -> None:
+        for old in cache.values():
+            for s in old:
+                if s is not None:
+                    s.release()
+        cache.clear()
+
+    def operands_of(b: int) -> tuple[_Staged, _Staged, _Staged, int, int]:
+        """Q^T, K^T and V of flat batch index `b`, and the offsets of its head in Q^T's rows
+        and in K^T's rows and V's columns."""
         outer, head = divmod(b, heads)
         if outer not in staged:
-            for old in staged.values():
-                for s in old:
-                    if s is not None:
-                        s.release()
-            staged.clear()
-            staged[outer] = (_Staged(em, pick(q_view, outer).transpose([1, 0]), etype1),
-                             _Staged(em, pick(kt_view, outer), etype1),
+            release(staged)
+            staged[outer] = (_Staged(em, pick(kt_view, outer), etype1),
                              _Staged(em, pick(v_view, outer), etype2)
                              if v_view is not None else None)
-        return staged[outer] + (head * (d if heads > 1 else 0),)
+            if q_heads == heads:
+                release(staged_q)
+                staged_q[outer] = (_Staged(em, pick(q_view, outer).transpose([1, 0]), etype1),)
+        q_outer, q_head = divmod(b, q_heads)
+        if q_outer not in staged_q:
+            release(staged_q)
+            q_t = _Staged(em, pick(q_view, q_outer).transpose([1, 0]), etype1)
+            # (Each head's Q^T from partition 0, where its K^T lies: the token rows of all
+            # heads are loaded once, one head's columns transposed at a time.)
+            q_t.parts_in_place = False
+            staged_q[q_outer] = (q_t,)
+        return staged_q[q_outer] + staged[outer] + (q_head * (d if q_heads > 1 else 0),
+                                                    head * (d if heads > 1 else 0))
 
     def locate(view: HbmView) -> tuple[int, int, int]:
         """(batch, first query row, rows) of a row tile's view of the scores/probabilities."""
@@ -236,7 +263,7 @@ def lower_attention(em: Emitter, body: list[ir.Operation], views: dict,
         if value not in scores_leaves:
             return None
         b, q0, qn = locate(view)
-        q_t, k_t, _, h0 = operands_of(b)
+        q_t, k_t, _, hq, h0 = operands_of(b)
         width = view.shape[-1]            # the keys computed (constant_mask_hooks)
         fused = scale is not None and width <= tf and rounding_scores
         tile = None
@@ -245,7 +272,7 @@ def lower_attention(em: Emitter, body: list[ir.Operation], views: dict,
             acc = em.alloc("psum", qn, fn, ir.F32Type.get())
             for k0, kn in k_tiles:
                 # (K^T staged in whole column tiles, shared by query tiles of any width)
-                em.matmul(acc, q_t.tile(h0 + k0, kn, q0, qn),
+                em.matmul(acc, q_t.tile(hq + k0, kn, q0, qn),
                           k_t.tile(h0 + k0, kn, f0, min(tf, sk - f0)).columns(0, fn),
                           accumulate=k0 > 0)
             if fused:
@@ -280,7 +307,7 @@ def lower_attention(em: Emitter, body: list[ir.Operation], views: dict,
 
     def consume(probs_tile: Tile, view: HbmView, divisor: Tile | None) -> None:
         b, q0, qn = locate(view)
-        _, _, v_t, h0 = operands_of(b)
+        _, _, v_t, _, h0 = operands_of(b)
         width = v_t.view.shape[1]          # every head's values, loaded as whole rows
         acc = em.alloc("psum", qn, dv, ir.F32Type.get())
         # P^T in 128-key blocks, side by side in one PSUM bank where they fit, evacuated by
@@ -306,9 +333,9 @@ def lower_attention(em: Emitter, body: list[ir.Operation], views: dict,
         # block's rows tile; the division writes there directly.
         slot = None
         if rows_out is not None:
-            outer, head = divmod(b, heads)
+            outer, head = divmod(b, out_heads)
             if (outer, q0) not in rows_tiles:
-                rows_tiles[outer, q0] = [em.alloc("sbuf", qn, heads * dv,
+                rows_tiles[outer, q0] = [em.alloc("sbuf", qn, out_heads * dv,
                                                   out_view.element_type), 0]
             slot = rows_tiles[outer, q0][0].columns(head * dv, dv)
         if divisor is not None and rounding_only:
@@ -328,16 +355,21 @@ def lower_attention(em: Emitter, body: list[ir.Operation], views: dict,
             em.copy(slot, results[yielded])
         entry = rows_tiles[outer, q0]
         entry[1] += 1
-        if entry[1] == heads:
+        if entry[1] == out_heads:
             store_tile(em, pick(rows_out, outer).slice(0, q0, qn), entry[0])
             del rows_tiles[outer, q0]
 
-    # All heads' outputs of a query block as whole token rows: where the heads are staged
-    # together and the output holds head h's values right after head h-1's in each row.
-    rows_out, rows_tiles = None, {}
-    if second is not None and heads > 1 and out_view.rank >= 3 and \
-            out_view.shape[-3] == heads:
+    # All heads' outputs of a query block as whole token rows, where the output holds head
+    # h's values right after head h-1's in each row (a token-major output): each query
+    # block's tile of all heads stays on chip until its last head's values are in.
+    # (At most a quarter of SBUF for the tiles of one batch index's query blocks: the heads
+    # of a batch index come one after another, each through all the query blocks.)
+    rows_out, rows_tiles, out_heads = None, {}, 1
+    if second is not None and out_view.rank >= 3 and out_view.shape[-3] > 1 and \
+            -(-sq // em.target.num_partitions) * out_view.shape[-3] * dv * \
+            U.element_bytes(out_view.element_type) <= quarter:
         rows_out = _merge_heads(out_view, -1)
+        out_heads = out_view.shape[-3] if rows_out is not None else 1
 
     # The scores and probabilities never get a buffer: storage-less row-major views of them
     # tell the row-wise lowering their layout, and `locate` their rows.

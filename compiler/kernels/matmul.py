@@ -58,14 +58,17 @@ class _Staged:
         # K-tiles interleaved by partition (see `interleave_k`): 1 = K-tile j is rows
         # [128 j, 128 j + 128).
         self.interleave = 1
+        # A part of a K-tile (`_part_of_k_tile`) may be read from the partition it lies at;
+        # False: every tile starts at partition 0 (its other operand's rows do).
+        self.parts_in_place = True
 
     def tile(self, k0: int, kn: int, f0: int, fn: int) -> Tile:
         key = (k0, f0, fn)
         tile = self.cache.get(key)
         if tile is None:
             if self.transposed:
-                tile = self._part_of_k_tile(k0, kn, f0, fn) or \
-                    self._transposed_tile(k0, kn, f0, fn)
+                tile = (self._part_of_k_tile(k0, kn, f0, fn) if self.parts_in_place
+                        else None) or self._transposed_tile(k0, kn, f0, fn)
             elif self.interleave > 1:
                 tile = self._part_of_group(k0, kn, f0, fn)
             else:

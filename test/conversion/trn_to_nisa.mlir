@@ -1943,3 +1943,45 @@ func.func @co_run_tiles(%x: tensor<128x64xf32>) -> tensor<128x64xf32> {
   %y = "trn.activation"(%k) {func = "exp", scale = 1.0 : f32, bias = 0.0 : f32} : (tensor<128x64xf32>) -> tensor<128x64xf32>
   return %y : tensor<128x64xf32>
 }
+
+// -----
+
+// Tests that an attention kernel whose Q lies token-major ([B, S, H, D], heads side by side in
+// each token's row) but whose K^T and V are per head (as a training step's backward reads the
+// saved ones) loads each query block's Q of all heads as whole token rows (one DMA of 128
+// elements per row, not one of 64 per head), turns each head's columns on PE from partition
+// 0, where that head's K^T lies, and stores each query block's outputs of all heads as whole
+// token rows once the last head's are in.
+// CHECK-LABEL: func.func @q_token_rows_kv_per_head
+// CHECK: "nisa.dma"(%{{.*}}, %arg0) {aps = [array<i64: 0, 128, 128, 1, 128>, array<i64: 0, 128, 128, 1, 128>]
+// CHECK-NOT: "nisa.dma"(%{{.*}}, %arg0)
+// CHECK: "nisa.transpose"({{.*}}) {aps = [array<i64: 0, 128, 64, 1, 128>, array<i64: 0, 128, 128, 1, 64>]
+// CHECK: "nisa.transpose"({{.*}}) {aps = [array<i64: 0, 128, 64, 1, 128>, array<i64: 64, 128, 128, 1, 64>]
+// CHECK: "nisa.dma"(%arg3, %{{.*}}) {aps = [array<i64: 0, 128, 128, 1, 128>, array<i64: 0, 128, 128, 1, 128>]
+// CHECK-NOT: "nisa.dma"(%arg3
+// CHECK: return
+func.func @q_token_rows_kv_per_head(%q: tensor<1x128x2x64xbf16>, %kt: tensor<2x64x128xbf16>, %v: tensor<2x128x64xbf16>) -> tensor<1x128x2x64xbf16> {
+  %0 = "trn.kernel"() ({
+    %1 = "trn.transpose"(%q) {permutation = array<i64: 0, 2, 1, 3>} : (tensor<1x128x2x64xbf16>) -> tensor<1x2x128x64xbf16>
+    %2 = "trn.reshape"(%1) : (tensor<1x2x128x64xbf16>) -> tensor<2x128x64xbf16>
+    %11 = "trn.matmul"(%2, %kt) : (tensor<2x128x64xbf16>, tensor<2x64x128xbf16>) -> tensor<2x128x128xf32>
+    %12 = "trn.convert"(%11) : (tensor<2x128x128xf32>) -> tensor<2x128x128xbf16>
+    %13 = "trn.reshape"(%12) : (tensor<2x128x128xbf16>) -> tensor<1x2x128x128xbf16>
+    %14 = "trn.tensor_scalar"(%13) {op = "mul", reverse = false, scalar = 1.250000e-01 : f32} : (tensor<1x2x128x128xbf16>) -> tensor<1x2x128x128xf32>
+    %15 = "trn.reduce"(%14) {dimensions = array<i64: 3>, op = "max"} : (tensor<1x2x128x128xf32>) -> tensor<1x2x128xf32>
+    %16 = "trn.broadcast"(%15) {dimensions = array<i64: 3>} : (tensor<1x2x128xf32>) -> tensor<1x2x128x128xf32>
+    %17 = "trn.tensor_tensor"(%14, %16) {op = "sub"} : (tensor<1x2x128x128xf32>, tensor<1x2x128x128xf32>) -> tensor<1x2x128x128xf32>
+    %18 = "trn.activation"(%17) {bias = 0.000000e+00 : f32, func = "exp", scale = 1.000000e+00 : f32} : (tensor<1x2x128x128xf32>) -> tensor<1x2x128x128xf32>
+    %19 = "trn.reduce"(%18) {dimensions = array<i64: 3>, op = "add"} : (tensor<1x2x128x128xf32>) -> tensor<1x2x128xf32>
+    %20 = "trn.broadcast"(%19) {dimensions = array<i64: 3>} : (tensor<1x2x128xf32>) -> tensor<1x2x128x128xf32>
+    %21 = "trn.tensor_tensor"(%18, %20) {op = "div"} : (tensor<1x2x128x128xf32>, tensor<1x2x128x128xf32>) -> tensor<1x2x128x128xf32>
+    %22 = "trn.convert"(%21) : (tensor<1x2x128x128xf32>) -> tensor<1x2x128x128xbf16>
+    %23 = "trn.reshape"(%22) : (tensor<1x2x128x128xbf16>) -> tensor<2x128x128xbf16>
+    %28 = "trn.matmul"(%23, %v) : (tensor<2x128x128xbf16>, tensor<2x128x64xbf16>) -> tensor<2x128x64xf32>
+    %29 = "trn.convert"(%28) : (tensor<2x128x64xf32>) -> tensor<2x128x64xbf16>
+    %30 = "trn.reshape"(%29) : (tensor<2x128x64xbf16>) -> tensor<1x2x128x64xbf16>
+    %31 = "trn.transpose"(%30) {permutation = array<i64: 0, 2, 1, 3>} : (tensor<1x2x128x64xbf16>) -> tensor<1x128x2x64xbf16>
+    "trn.yield"(%31) : (tensor<1x128x2x64xbf16>) -> ()
+  }) {kind = "attention"} : () -> tensor<1x128x2x64xbf16>
+  return %0 : tensor<1x128x2x64xbf16>
+}
