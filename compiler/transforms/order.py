@@ -95,12 +95,17 @@ def _closure(start: int, edges: list[set[int]]) -> set[int]:
     return seen
 
 
-def _pe_ns(op: ir.Operation, target) -> float:
+def _matmul_flops(op: ir.Operation) -> int:
+    """FLOPs of the matmuls in a kernel's body."""
     flops = 0
     for inner in kernel_body(op):
         if inner.name == "trn.matmul":
             flops += 2 * math.prod(U.shape(inner.results[0])) * U.shape(inner.operands[0])[-1]
-    return flops / target.pe_peak_flops_per_ns()
+    return flops
+
+
+def _pe_ns(op: ir.Operation, target) -> float:
+    return _matmul_flops(op) / target.pe_peak_flops_per_ns()
 
 
 def _pair_co_runs(func, body, order, preds, users, target) -> None:
@@ -160,10 +165,6 @@ def estimate_ns(op: ir.Operation, target) -> float:
     """Roofline time of a kernel (0 for anything else)."""
     if op.name != "trn.kernel":
         return 0.0
-    flops = 0
-    for inner in kernel_body(op):
-        if inner.name == "trn.matmul":
-            lhs = U.shape(inner.operands[0])
-            flops += 2 * math.prod(U.shape(inner.results[0])) * lhs[-1]
+    flops = _matmul_flops(op)
     moved = sum(_bytes(v) for v in set(_values_read(op))) + sum(_bytes(r) for r in op.results)
     return max(flops / target.pe_peak_flops_per_ns(), moved / target.hbm_bytes_per_ns)
