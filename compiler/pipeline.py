@@ -67,6 +67,9 @@ class CompileOptions:
     # computed inside that gradient's kernel, T kept on chip
     fuse_weight_gradients: bool = True
     fuse_mlp: bool = True             # trn-fuse mlp: Linear - activation - Linear in one kernel
+    # trn-fuse row-results: a row-wise kernel also stores the per-row values read outside it
+    # (a layer norm's saved mean and 1/std), which are not computed again from the rows
+    fuse_row_results: bool = True
     layout_assignment: bool = True    # trn-layout: matmul results stored as consumers read them
     # trn-layout attention-token-major: attention outputs stored as [B, S, H, Dv] where the
     # output projection reads them so
@@ -142,6 +145,7 @@ def stages(options: CompileOptions) -> list[Stage]:
             f"bias-gradients={str(options.fuse_bias_gradients).lower()} "
             f"weight-gradients={str(options.fuse_weight_gradients).lower()} "
             f"mlp={str(options.fuse_mlp).lower()} "
+            f"row-results={str(options.fuse_row_results).lower()} "
             f"target={target}}}")
     layout = (f"trn-layout{{attention-token-major="
               f"{str(options.attention_token_major).lower()} concat-reader-order="

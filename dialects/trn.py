@@ -11,7 +11,7 @@ Defined with `torch_mlir.dialects.ext` (lowered to IRDL); ops print in MLIR's ge
 
 
 import math
-from typing import Optional
+from collections.abc import Sequence
 
 from torch_mlir import ir
 from torch_mlir.dialects import ext
@@ -502,15 +502,17 @@ def _check_kernel(op) -> None:
 class KernelOp(Trn.Operation, name="kernel"):
     """A fused kernel: its body's trn ops, which read values defined above, are lowered
     together so intermediates stay on chip; `trn.yield` names the kernel's results: its last
-    value, and optionally one value it computes on the way that is also needed outside (a
-    matmul's biased output, saved for the backward, besides the activation of it).
+    value, and optionally values it computes on the way that are also needed outside (a
+    matmul's biased output, saved for the backward, besides the activation of it; a layer
+    norm's per-row mean and 1/std).
 
     (IRDL binds one type to all elements of a variadic operand or result, so a kernel cannot
     list inputs of different types as operands; like gpu.launch it captures them from above
-    instead. For the same reason the second result is an optional one of its own.)"""
+    instead. For the same reason the first result is one of its own, and the results after
+    it share one type.)"""
     kind: ir.StringAttr
     result: ext.Result[ir.RankedTensorType]
-    also: Optional[ext.Result[ir.RankedTensorType]]
+    also: Sequence[ext.Result[ir.RankedTensorType]]
     body: ext.Region
     verify_invariants = verifier(_check_kernel)
 
@@ -518,13 +520,14 @@ class KernelOp(Trn.Operation, name="kernel"):
 class YieldOp(Trn.Operation, name="yield", traits=[ir.IsTerminatorTrait]):
     """Terminates a trn.kernel body, naming the kernel's results."""
     value: ext.Operand[ir.RankedTensorType]
-    also: Optional[ext.Operand[ir.RankedTensorType]]
+    also: Sequence[ext.Operand[ir.RankedTensorType]]
 
 
 def build_kernel(kind: str, result_types: ir.Type | list[ir.Type],
                  loc: ir.Location | None = None) -> ir.Operation:
     """Create an empty `trn.kernel` with one empty block at the current insertion point;
-    `result_types`: its result's type, or the types of its (at most two) results."""
+    `result_types`: its result's type, or the types of its results (those after the first
+    of one type)."""
     types = result_types if isinstance(result_types, list) else [result_types]
     op = ir.Operation.create("trn.kernel", results=types,
                              attributes={"kind": ir.StringAttr.get(kind)}, regions=1, loc=loc)

@@ -343,10 +343,12 @@ class _FunctionLowering:
                           free_tile=4096)
 
     def _lower_row_wise(self, kind: str, body: list[ir.Operation], out: HbmView,
-                        saved: tuple[ir.Value, HbmView] | None = None) -> None:
+                        saved: tuple[ir.Value, HbmView] | None = None,
+                        per_row: list[tuple[ir.Value, HbmView]] = ()) -> None:
         """A rows, attention or matmul_rows kernel (`saved`: an attention kernel's second
-        result -- its probabilities, or its row contraction's product -- and its view). A row-wise kernel's SBUF tiles (rows,
-        matmul_rows) get a reuse_group of their own, so that trn-plan-memory reuses the
+        result -- its probabilities, or its row contraction's product -- and its view;
+        `per_row`: a rows kernel's further results, per-row values, and their views). A
+        row-wise kernel's SBUF tiles (rows, matmul_rows) get a reuse_group of their own, so that trn-plan-memory reuses the
         kernel's own bytes first: a footprint of a few tiles, clear of the kernels that run
         beside it."""
         if kind != "attention":
@@ -355,7 +357,7 @@ class _FunctionLowering:
         try:
             if kind == "rows":
                 lower_rows(self.em, body[:-1], self.views, self._view,
-                           (body[-1].operands[0], out))
+                           (body[-1].operands[0], out), per_row_results=per_row)
             else:
                 lower_attention(self.em, body[:-1], self.views, self._batched_view,
                                 (body[-1].operands[0], out), masked_keys=self.masked_keys,
@@ -374,12 +376,16 @@ class _FunctionLowering:
             # encoder layer's time): what earlier kernels gave each engine is largely done by
             # then, and its copies should balance its own work (kernels/emitter.py).
             self.em.discount_engine_work(ATTENTION_CARRY_OVER)
-        if also and kind not in ("matmul", "elementwise", "weight_gradient", "attention"):
+        if also and kind not in ("matmul", "elementwise", "weight_gradient", "attention",
+                                 "rows"):
             raise CompileError(f"a '{kind}' kernel has one result; only matmul, elementwise, "
-                               "weight_gradient and attention kernels store a second",
+                               "weight_gradient, attention and rows kernels store more",
                                kernel.location)
         extra = list(zip(list(body[-1].operands)[1:], also))
-        if kind in ("rows", "attention", "matmul_rows"):
+        if kind == "rows":
+            self._lower_row_wise(kind, body, out, per_row=extra)
+            return
+        if kind in ("attention", "matmul_rows"):
             self._lower_row_wise(kind, body, out, extra[0] if extra else None)
             return
         views = dict(self.views)

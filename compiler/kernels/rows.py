@@ -65,7 +65,8 @@ def lower_rows(em: Emitter, body: list[ir.Operation], views: dict,
                defer_division: bool = False,
                row_width: Callable[[dict], int] | None = None,
                mask_columns: Callable[[dict], tuple[ir.Value, int, int]] | None = None,
-               rows_see_a_key: Callable[[dict], bool] | None = None) -> None:
+               rows_see_a_key: Callable[[dict], bool] | None = None,
+               per_row_results: list[tuple[ir.Value, HbmView]] = ()) -> None:
     """`body`: the kernel's ops (without trn.yield); `views`: HbmViews of the values defined
     above the kernel; `view_of(op, source)`: the view a view op makes of an HBM view;
     `output`: (yielded value, destination view).
@@ -88,7 +89,9 @@ def lower_rows(em: Emitter, body: list[ir.Operation], views: dict,
     [c0, c1) of the tile's rows outside which it is 0: the caller has proven that adding 0
     there leaves the result as it is (a softmax's constant mask), so only those are added.
     `rows_see_a_key(leaf_views)`: the caller has proven that no row of the tile is masked
-    whole, so a safe softmax's guards for such rows (_safe_softmax) are left out there."""
+    whole, so a safe softmax's guards for such rows (_safe_softmax) are left out there.
+    `per_row_results`: further results, (per-row value, destination view) pairs, each stored as
+    computed for a tile's rows (a layer norm's mean and 1/std, saved for its backward)."""
     reduces = [op for op in body if op.name == "trn.reduce"]
     if not reduces:
         raise CompileError("a row-wise kernel needs a reduction", body[-1].location)
@@ -128,6 +131,10 @@ def lower_rows(em: Emitter, body: list[ir.Operation], views: dict,
 
     yielded, out_view = output
     yielded = per_row_alias.get(yielded, yielded)
+    for value, _ in per_row_results:
+        if is_row(per_row_alias.get(value, value)):
+            raise CompileError("a row-wise kernel's further results are per-row values",
+                               body[-1].location)
     leaves: list[ir.Value] = []
     for op in compute:
         for v in op.operands:
@@ -143,10 +150,16 @@ def lower_rows(em: Emitter, body: list[ir.Operation], views: dict,
         raise CompileError("a row-wise kernel narrows one-dimensional rows it hands over",
                            body[-1].location)
     consts = ConstantVectors(em)
-    storage, aliases = rounding_writes(compute, {yielded})
+    stored_per_row = {per_row_alias.get(value, value) for value, _ in per_row_results}
+    storage, aliases = rounding_writes(compute, {yielded} | stored_per_row)
     # A loaded row widened only for elementwise ops (a saved bf16 softmax read back in fp32)
     # is read as loaded: the engines widen their inputs exactly as they read them.
-    aliases.update(widening_aliases(compute, {yielded}))
+    aliases.update(widening_aliases(compute, {yielded} | stored_per_row))
+    # Values stored as they are, which no folding below may leave uncomputed or compute
+    # negated or scaled in their place (a stored per-row value, through the roundings that
+    # write it in place of its source, too).
+    results = {yielded, output[0]} | stored_per_row | \
+        {aliases[v] for v in stored_per_row if v in aliases}
 
 
     users = {}
@@ -160,7 +173,7 @@ def lower_rows(em: Emitter, body: list[ir.Operation], views: dict,
         if op.name == "trn.tensor_tensor" and U.str_attr(op, "op") == "sub" and \
                 op.operands[1] in broadcast_of and op.operands[0] not in broadcast_of and \
                 len(users.get(op.results[0], [])) == 1 and user.name == "trn.activation" and \
-                U.float_attr(user, "bias") == 0.0 and op.results[0] not in (yielded, output[0]):
+                U.float_attr(user, "bias") == 0.0 and op.results[0] not in results:
             biased[user] = op
     # sum(f(...)) over the row: accumulated by the activation that computes f.
     producer_of = {op.results[0]: op for op in compute}
@@ -191,7 +204,7 @@ def lower_rows(em: Emitter, body: list[ir.Operation], views: dict,
                 U.str_attr(producer, "op") == "mul" and \
                 producer.operands[0] == producer.operands[1] and readers == [op] and \
                 isinstance(U.element_type(squared), ir.FloatType) and \
-                squared not in (yielded, output[0]):
+                squared not in results:
             squares_summed[producer] = op
     folded = {op for op in biased.values()} | set(accumulated.values()) | \
         set(squares_summed.values())
@@ -204,7 +217,7 @@ def lower_rows(em: Emitter, body: list[ir.Operation], views: dict,
         y = op.results[0]
         if op.name != "trn.tensor_scalar" or U.str_attr(op, "op") != "mul" or \
                 ir.BoolAttr(op.attributes["reverse"]).value or not is_row(y) or \
-                not U.float_attr(op, "scalar") > 0.0 or y in (yielded, output[0]) or \
+                not U.float_attr(op, "scalar") > 0.0 or y in results or \
                 storage.get(y, U.element_type(y)) != ir.F32Type.get():
             continue
         names = [y] + alias_of.get(y, [])
@@ -221,14 +234,14 @@ def lower_rows(em: Emitter, body: list[ir.Operation], views: dict,
     # bias is max(x) * -c in one multiply (fl(-c v) = -fl(c v) exactly; m itself unneeded).
     scaled_subs = {sub for sub in biased.values() if sub.operands[0] in scaled_names}
     safe = _safe_softmax(compute, users, broadcast_of, per_row_alias, biased, accumulated,
-                         storage, leaf_views, {yielded, output[0]})
+                         storage, leaf_views, results)
     # (A _safe_softmax's test of the max is folded away: it reads nothing.)
     safe_tests = {cond for cond, _, _ in safe.values()}
     bias_only = set()
     for op in compute:
         m = op.results[0]
         if op.name != "trn.reduce" or op.operands[0] not in scaled_names or \
-                m in (yielded, output[0]) or storage.get(m, U.element_type(m)) != ir.F32Type.get():
+                m in results or storage.get(m, U.element_type(m)) != ir.F32Type.get():
             continue
         names = {m} | {a for a, v in per_row_alias.items() if v == m}
         spread = [b for b, v in broadcast_of.items() if v == m]
@@ -256,7 +269,7 @@ def lower_rows(em: Emitter, body: list[ir.Operation], views: dict,
             continue
         if produce is not None and x in leaves and _power_of_two_at_most_one(c):
             prescaled[x] = c
-        elif x in computed and not alias_of.get(x) and x not in (yielded, output[0]) and \
+        elif x in computed and not alias_of.get(x) and x not in results and \
                 storage.get(x, U.element_type(x)) == ir.F32Type.get():
             rescaled_in_place.add(x)
     safe_exp = {act: select for select, (_, act, _) in safe.items()}
@@ -281,7 +294,7 @@ def lower_rows(em: Emitter, body: list[ir.Operation], views: dict,
         y = op.results[0]
         readers = users.get(y, [])
         if op.name != "trn.tensor_scalar" or op in folded or len(readers) != 1 or \
-                y in (yielded, output[0]) or y in alias_of or y in broadcast_sources or \
+                y in results or y in alias_of or y in broadcast_sources or \
                 y in scaled_names or y in prescaled or y in rescaled_in_place or \
                 storage.get(y, U.element_type(y)) != ir.F32Type.get():
             continue
@@ -309,13 +322,14 @@ def lower_rows(em: Emitter, body: list[ir.Operation], views: dict,
         m = op.results[0]
         if op.name != "trn.tensor_scalar" or U.str_attr(op, "op") != "mul" or \
                 ir.BoolAttr(op.attributes["reverse"]).value or is_row(m) or \
-                m in (yielded, output[0]) or op in folded or op in chained:
+                m in results or op in folded or op in chained:
             continue
         names = {m} | set(alias_of.get(m, []))
         names |= {r for r, v in per_row_alias.items() if v in names}
         spread = [b for b, v in broadcast_of.items() if v in names]
-        if spread and not any(u.results[0] not in aliases for v in names
-                              for u in users.get(v, [])) and \
+        if spread and not names & results and \
+                not any(u.results[0] not in aliases for v in names
+                        for u in users.get(v, [])) and \
                 all(u in centring and u.operands[1] == b
                     for b in spread for u in users.get(b, [])):
             negated.add(m)
@@ -394,7 +408,7 @@ def lower_rows(em: Emitter, body: list[ir.Operation], views: dict,
                 free = width if is_row(result) else 1
                 etype = storage.get(result, U.element_type(result))
                 dst = _psum_in_place(op, etype, tiles, produced_in_psum, users, aliases,
-                                     yielded) if op.name == "trn.tensor_tensor" and \
+                                     results) if op.name == "trn.tensor_tensor" and \
                     op not in safe_div and is_row(result) else None
                 if dst is None:
                     dst = em.alloc("sbuf", pn, free, etype)
@@ -529,6 +543,14 @@ def lower_rows(em: Emitter, body: list[ir.Operation], views: dict,
             if consume is not None:
                 consume(tile, target, divisor)
             else:
+                em.store(target, 0, list(range(1, target.rank)), tile)
+            for value, view in per_row_results:
+                tile = operand(value)
+                if tile.element_type != view.element_type:
+                    cast = em.alloc("sbuf", pn, 1, view.element_type)
+                    em.copy(cast, tile)
+                    tile = cast
+                target = _tile_view(view, layout, kept_rank, index, p0, pn, row=False)
                 em.store(target, 0, list(range(1, target.rank)), tile)
 
 
@@ -678,13 +700,13 @@ def _reduce(em: Emitter, dst: Tile, src: Tile, op: str) -> None:
 
 
 def _psum_in_place(op: ir.Operation, etype: ir.Type, tiles: dict, produced: set,
-                   users: dict, aliases: dict, yielded: ir.Value) -> Tile | None:
+                   users: dict, aliases: dict, results: set) -> Tile | None:
     """The PSUM tile of a produced row leaf that `op` (a tensor_tensor) reads last, where
     its fp32 result can overwrite it there: ops reading the result then read one operand
     from PSUM, at one cycle per element instead of two for fp32 in SBUF (TARGET.md). (A
     softmax's backward: g * p of the gradient g a matmul left in PSUM, then reduced and
     taken away from, stays in PSUM.)"""
-    if etype != ir.F32Type.get() or op.results[0] == yielded or \
+    if etype != ir.F32Type.get() or op.results[0] in results or \
             op.operands[0] == op.operands[1]:
         return None
     # (With no other PSUM operand about, nothing can then read two operands from PSUM.)

@@ -113,6 +113,10 @@ class Fuse(Pass):
     bias_gradients: bool = True
     weight_gradients: bool = True
     mlp: bool = True
+    # A row-wise kernel also yields the per-row values it computes that something outside
+    # reads (a training step's layer norm saves each row's mean and 1/std for the
+    # backward), instead of their being computed again from the rows by kernels of their own.
+    row_results: bool = True
     keep_roundings: bool = False
     target: str = ""
 
@@ -129,7 +133,11 @@ class Fuse(Pass):
                 budget = get_target(self.target or None).sbuf_partition_bytes // ROW_BUDGET_SHARE
                 residuals = self.epilogue_residuals and self.matmul_epilogue
                 for group in row_groups(func, budget, residuals):
-                    kernel = outline(group, kind="rows", keep_escaping=True)
+                    space = _row_space(next(op for op in group if op.name == "trn.reduce"))
+                    per_row = (lambda op, space=space: space.is_per_row(op.results[0])) \
+                        if self.row_results else None
+                    kernel = outline(group, kind="rows", keep_escaping=True,
+                                     yield_escaping=per_row)
                     if not self.keep_roundings:
                         elide_intermediate_roundings(kernel)
                 if residuals:
@@ -756,10 +764,13 @@ def _cut_escaping(members: list[ir.Operation]) -> list[ir.Operation]:
 
 def outline(group: list[ir.Operation], kind: str | None = None,
             keep_escaping: bool = False, recompute: bool = False,
-            grouped: set = frozenset()) -> ir.Operation:
+            grouped: set = frozenset(),
+            yield_escaping: typing.Callable[[ir.Operation], bool] | None = None) -> ir.Operation:
     """Replace `group` (ops of one block, in order, whose last op's result is the only value
     used outside) by a trn.kernel computing it. With `keep_escaping`, other members may have
-    users outside too: those members (and the members they read) stay in place for them.
+    users outside too: those members (and the members they read) stay in place for them,
+    except members for which `yield_escaping` holds (those of the first one's type), which
+    the kernel yields after the last op's result, for their users outside the group.
 
     View ops feeding the group from outside are copied into the kernel (recursively), so the
     kernel reads the views' sources from above. With `recompute`, so are `recomputable` ops
@@ -787,16 +798,27 @@ def outline(group: list[ir.Operation], kind: str | None = None,
         for v in op.operands:
             pull_views(v)
     last = members[-1]
+    member_set = set(members)
+    yielded = [op for op in members[:-1] if yield_escaping is not None and yield_escaping(op)
+               and any(U.operation(u.owner) not in member_set for u in op.results[0].uses)]
+    # (A kernel's results after the first share one type: the others stay as they were.)
+    yielded = [op for op in yielded if op.results[0].type == yielded[0].results[0].type]
     with ir.InsertionPoint(last), last.location:
-        kernel = build_kernel(kind or _kind(members), last.results[0].type)
+        kernel = build_kernel(kind or _kind(members),
+                              [last.results[0].type] + [op.results[0].type for op in yielded])
     block = kernel.regions[0].blocks[0]
     mapping: dict = {}
     with ir.InsertionPoint(block):
         for op in views + members:
             clone = U.clone_with_operands(op, [mapping.get(v, v) for v in op.operands])
             mapping[op.results[0]] = clone.results[0]
-        build_yield(mapping[last.results[0]], loc=last.location)
+        build_yield([mapping[op.results[0]] for op in [last] + yielded], loc=last.location)
     last.results[0].replace_all_uses_with(kernel.results[0])
+    for result, op in zip(list(kernel.results)[1:], yielded):
+        for user, index in [(U.operation(u.owner), u.operand_number)
+                            for u in op.results[0].uses]:
+            if user not in member_set:
+                user.operands[index] = result
     kept = _escaping_closure(members[:-1], inside) if keep_escaping else set()
     for op in reversed(members):
         if op not in kept:
@@ -1118,7 +1140,8 @@ def attention_triples(func: ir.Operation, target, saved: bool = True) -> list[tu
     body = U.body_ops(func)
     position = {op: i for i, op in enumerate(body)}
     for rows in body:
-        if rows.name != "trn.kernel" or U.str_attr(rows, "kind") != "rows":
+        if rows.name != "trn.kernel" or U.str_attr(rows, "kind") != "rows" or \
+                len(rows.results) != 1:
             continue
         readers = []
         for use in rows.results[0].uses:
@@ -1273,7 +1296,8 @@ def matmul_rows_pairs(func: ir.Operation, target) -> list[tuple]:
     (Sq a multiple of 128, or one batch of at most 128 rows)."""
     pairs = []
     for rows in U.body_ops(func):
-        if rows.name != "trn.kernel" or U.str_attr(rows, "kind") != "rows":
+        if rows.name != "trn.kernel" or U.str_attr(rows, "kind") != "rows" or \
+                len(rows.results) != 1:
             continue
         scores = _scores_kernel(rows)
         if scores is None:

@@ -5,6 +5,7 @@
 // RUN: not neuron-opt --convert-trn-to-nisa %S/Inputs/trn_to_nisa-invalid.mlir 2>&1 | FileCheck %s --check-prefix=ERR
 // RUN: not neuron-opt --convert-trn-to-nisa %S/Inputs/trn_to_nisa-invalid-mlp.mlir 2>&1 | FileCheck %s --check-prefix=ERRMLP
 // RUN: not neuron-opt --convert-trn-to-nisa %S/Inputs/trn_to_nisa-invalid-results.mlir 2>&1 | FileCheck %s --check-prefix=ERRRES
+// RUN: not neuron-opt --convert-trn-to-nisa %S/Inputs/trn_to_nisa-invalid-row-results.mlir 2>&1 | FileCheck %s --check-prefix=ERRROWRES
 // RUN: not neuron-opt --convert-trn-to-nisa %S/Inputs/trn_to_nisa-invalid-weight-gradient.mlir 2>&1 | FileCheck %s --check-prefix=ERRWG
 
 // Tests the lowering of a Linear + bias + ReLU kernel computed transposed ("nm"): tensors
@@ -504,6 +505,36 @@ func.func @norm(%x: tensor<256x64xf32>, %w: tensor<64xf32>) -> tensor<256x64xf32
     "trn.yield"(%y) : (tensor<256x64xf32>) -> ()
   }) {kind = "rows"} : () -> tensor<256x64xf32>
   return %k : tensor<256x64xf32>
+}
+
+// -----
+
+// Tests that a row-wise kernel's per-row second result (a norm's mean, saved for the
+// backward) is stored from each tile's [128, 1] tile as computed: the mean made as it is
+// (not negated in place for the centring, which then subtracts it), each tile's rows stored
+// and then its means, at rows 0 and 128 of the [256, 1] result.
+// CHECK-LABEL: func.func @norm_saving_mean
+// CHECK: "nisa.tensor_scalar"(%[[M:[0-9]+]], {{.*}}imm0 = 1.562500e-02 : f32{{.*}}op0 = "mul"
+// CHECK: "nisa.tensor_scalar"({{.*}}, %[[M]]) {{.*}}op0 = "sub"
+// CHECK: "nisa.dma"(%arg2,
+// CHECK-NEXT: "nisa.dma"(%arg3, %[[M]]) {aps = [array<i64: 0, 1, 128, 1, 1>, array<i64: 0, 1, 128, 1, 1>]
+// CHECK: "nisa.tensor_scalar"(%[[M2:[0-9]+]], {{.*}}imm0 = 1.562500e-02 : f32{{.*}}op0 = "mul"
+// CHECK: "nisa.dma"(%arg2,
+// CHECK-NEXT: "nisa.dma"(%arg3, %[[M2]]) {aps = [array<i64: 128, 1, 128, 1, 1>, array<i64: 0, 1, 128, 1, 1>]
+// CHECK-NOT: "nisa.dma"
+// CHECK: return
+func.func @norm_saving_mean(%x: tensor<256x64xf32>, %w: tensor<64xf32>) -> (tensor<256x64xf32>, tensor<256x1xf32>) {
+  %k:2 = "trn.kernel"() ({
+    %wb = "trn.broadcast"(%w) {dimensions = array<i64: 0>} : (tensor<64xf32>) -> tensor<256x64xf32>
+    %sum = "trn.reduce"(%x) {op = "add", dimensions = array<i64: 1>} : (tensor<256x64xf32>) -> tensor<256xf32>
+    %mean = "trn.tensor_scalar"(%sum) {op = "mul", scalar = 0.015625 : f32, reverse = false} : (tensor<256xf32>) -> tensor<256xf32>
+    %saved = "trn.reshape"(%mean) : (tensor<256xf32>) -> tensor<256x1xf32>
+    %mb = "trn.broadcast"(%mean) {dimensions = array<i64: 1>} : (tensor<256xf32>) -> tensor<256x64xf32>
+    %c = "trn.tensor_tensor"(%x, %mb) {op = "sub"} : (tensor<256x64xf32>, tensor<256x64xf32>) -> tensor<256x64xf32>
+    %y = "trn.tensor_tensor"(%c, %wb) {op = "mul"} : (tensor<256x64xf32>, tensor<256x64xf32>) -> tensor<256x64xf32>
+    "trn.yield"(%y, %saved) : (tensor<256x64xf32>, tensor<256x1xf32>) -> ()
+  }) {kind = "rows"} : () -> (tensor<256x64xf32>, tensor<256x1xf32>)
+  return %k#0, %k#1 : tensor<256x64xf32>, tensor<256x1xf32>
 }
 
 // -----
@@ -1067,7 +1098,8 @@ func.func @mlp(%arg0: tensor<256x128xbf16>, %arg1: tensor<512x128xbf16>, %arg2: 
 
 // ERRWG: trn_to_nisa-invalid-weight-gradient.mlir:7:10: error: convert-trn-to-nisa: a weight_gradient kernel's second matmul reads the transpose of the first's result
 // ERRMLP: trn_to_nisa-invalid-mlp.mlir:5:10: error: convert-trn-to-nisa: an mlp kernel holds two matmuls
-// ERRRES: trn_to_nisa-invalid-results.mlir:3:10: error: convert-trn-to-nisa: a 'reduce' kernel has one result; only matmul, elementwise, weight_gradient and attention kernels store a second
+// ERRRES: trn_to_nisa-invalid-results.mlir:3:10: error: convert-trn-to-nisa: a 'reduce' kernel has one result; only matmul, elementwise, weight_gradient, attention and rows kernels store more
+// ERRROWRES: trn_to_nisa-invalid-row-results.mlir:{{[0-9]+}}:{{[0-9]+}}: error: convert-trn-to-nisa: a row-wise kernel's further results are per-row values
 
 // -----
 

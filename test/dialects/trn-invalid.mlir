@@ -49,12 +49,13 @@ func.func @kernel_results(%x: tensor<4xf32>) -> tensor<4xf32> {
 
 // -----
 
-// Tests that a kernel has at most two results.
-// CHECK: error: op expects at most 2 results, but got 3
-func.func @kernel_three_results(%x: tensor<4xf32>) -> tensor<4xf32> {
+// Tests that a kernel's results after the first share one type (IRDL binds one type to a
+// variadic result).
+// CHECK: error: expected 'tensor<4xf32>' but got 'tensor<2xf32>'
+func.func @kernel_three_results(%x: tensor<4xf32>, %y: tensor<2xf32>) -> tensor<4xf32> {
   %k:3 = "trn.kernel"() ({
-    "trn.yield"(%x, %x, %x) : (tensor<4xf32>, tensor<4xf32>, tensor<4xf32>) -> ()
-  }) {kind = "elementwise"} : () -> (tensor<4xf32>, tensor<4xf32>, tensor<4xf32>)
+    "trn.yield"(%x, %x, %y) : (tensor<4xf32>, tensor<4xf32>, tensor<2xf32>) -> ()
+  }) {kind = "elementwise"} : () -> (tensor<4xf32>, tensor<4xf32>, tensor<2xf32>)
   return %k#0 : tensor<4xf32>
 }
 

@@ -106,6 +106,30 @@ def test_bf16_layer_norm_backward_keeps_its_rows_on_chip(dump_dir):
                                    atol=scale * 2 ** -7)
 
 
+def test_layer_norm_forward_stores_its_saved_statistics_from_the_rows_kernel(dump_dir):
+    # A training step's layer norm saves each row's mean and 1/std for the backward: the
+    # row-wise kernel that normalises the rows stores them too, so no other kernel reads the
+    # rows again to recompute them.
+    g = torch.Generator().manual_seed(5)
+    x = torch.randn(4, 128, 256, generator=g).bfloat16()
+    w, b = torch.randn(256, generator=g).bfloat16(), torch.randn(256, generator=g).bfloat16()
+    dy = torch.randn(4, 128, 256, generator=g).bfloat16()
+    leaves = [t.clone().requires_grad_() for t in (x, w, b)]
+    _native(lambda *a: F.layer_norm(a[0], (256,), *a[1:]), *leaves, dump_dir=dump_dir) \
+        .backward(dy)
+    forward = _trn(dump_dir, "forward")
+    assert re.findall(r'kind = "(\w+)"\}', forward) == ["rows"], forward
+    assert re.search(r'= "trn.kernel"\(\) \(\{.*?\}\) \{.*?kind = "rows"\} : \(\) -> '
+                     r'\(tensor<4x128x256xbf16>, tensor<4x128x1xbf16>, tensor<4x128x1xbf16>\)',
+                     forward, re.S), forward
+    ref = [t.float().requires_grad_() for t in (x, w, b)]
+    F.layer_norm(ref[0], (256,), *ref[1:]).backward(dy.float())
+    for got, want in zip(leaves, ref):
+        scale = want.grad.abs().max().item()
+        torch.testing.assert_close(got.grad.float(), want.grad, rtol=2 ** -7,
+                                   atol=scale * 2 ** -7)
+
+
 def test_multi_head_attention_block(dump_dir):
     # Heads split out of a fused QKV projection (batch x heads spans no single stride), the
     # scaled softmax as a row-wise kernel, heads merged back.

@@ -12,6 +12,7 @@
 // RUN: neuron-opt --split-input-file --trn-fuse="epilogue-residuals=false" %s | FileCheck %s --check-prefix=NORES
 // RUN: neuron-opt --split-input-file --trn-fuse="attention-saved=false" %s | FileCheck %s --check-prefix=NOSAVED
 // RUN: neuron-opt --split-input-file --trn-fuse="attention-contractions=false" %s | FileCheck %s --check-prefix=NOCONTRACT
+// RUN: neuron-opt --split-input-file --trn-fuse="row-results=false" %s | FileCheck %s --check-prefix=NOROWRES
 // RUN: not neuron-opt --trn-fuse %S/Inputs/fuse-invalid.mlir 2>&1 | FileCheck %s --check-prefix=ERR
 
 // Tests that a matmul, its bias add and activation become one kernel, and that the views
@@ -137,23 +138,34 @@ func.func @softmax(%x: tensor<2x64x96xf32>) -> tensor<2x64x96xf32> {
 
 // -----
 
-// Tests that a member also needed outside the group (a norm's per-row mean, saved for the
-// backward pass) stays in place for that use (becoming a reduction kernel of its own) while
-// the row-wise kernel computes it again inside: a kernel has one result. The weight's
-// broadcast is copied into the kernel.
+// Tests that a per-row member also needed outside the group (a norm's mean, saved for the
+// backward pass) is the row-wise kernel's second result, read from it outside (the rows
+// are read once); row-results=false: it stays in place for that use, becoming a reduction
+// kernel of its own that reads the rows again, while the row-wise kernel computes it again
+// inside. The weight's broadcast is copied into the kernel.
 // CHECK-LABEL: func.func @norm_with_saved_mean
-// CHECK: %[[MEAN:.*]] = "trn.kernel"() ({
-// CHECK-NEXT: "trn.reduce"(%arg0)
-// CHECK-NEXT: "trn.tensor_scalar"
-// CHECK-NEXT: "trn.yield"
-// CHECK-NEXT: }) {kind = "reduce"}
-// CHECK-NEXT: %[[K:.*]] = "trn.kernel"() ({
+// CHECK-NOT: kind = "reduce"
+// CHECK: %[[K:.*]]:2 = "trn.kernel"() ({
 // CHECK-NEXT: "trn.broadcast"(%arg1) {dimensions = array<i64: 0>}
 // CHECK-NEXT: "trn.reduce"(%arg0)
-// CHECK: "trn.tensor_tensor"({{.*}}op = "mul"
-// CHECK-NEXT: "trn.yield"
+// CHECK-NEXT: %[[M:.*]] = "trn.tensor_scalar"
+// CHECK: %[[Y:.*]] = "trn.tensor_tensor"({{.*}}op = "mul"
+// CHECK-NEXT: "trn.yield"(%[[Y]], %[[M]])
 // CHECK-NEXT: }) {kind = "rows"}
-// CHECK: return %[[K]], %[[MEAN]]
+// CHECK: return %[[K]]#0, %[[K]]#1
+// NOROWRES-LABEL: func.func @norm_with_saved_mean
+// NOROWRES: %[[MEAN:.*]] = "trn.kernel"() ({
+// NOROWRES-NEXT: "trn.reduce"(%arg0)
+// NOROWRES-NEXT: "trn.tensor_scalar"
+// NOROWRES-NEXT: "trn.yield"
+// NOROWRES-NEXT: }) {kind = "reduce"}
+// NOROWRES-NEXT: %[[K:.*]] = "trn.kernel"() ({
+// NOROWRES-NEXT: "trn.broadcast"(%arg1) {dimensions = array<i64: 0>}
+// NOROWRES-NEXT: "trn.reduce"(%arg0)
+// NOROWRES: "trn.tensor_tensor"({{.*}}op = "mul"
+// NOROWRES-NEXT: "trn.yield"
+// NOROWRES-NEXT: }) {kind = "rows"}
+// NOROWRES: return %[[K]], %[[MEAN]]
 func.func @norm_with_saved_mean(%x: tensor<128x64xf32>, %w: tensor<64xf32>) -> (tensor<128x64xf32>, tensor<128xf32>) {
   %sum = "trn.reduce"(%x) {op = "add", dimensions = array<i64: 1>} : (tensor<128x64xf32>) -> tensor<128xf32>
   %mean = "trn.tensor_scalar"(%sum) {op = "mul", scalar = 0.015625 : f32, reverse = false} : (tensor<128xf32>) -> tensor<128xf32>
