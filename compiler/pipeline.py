@@ -70,6 +70,9 @@ class CompileOptions:
     # trn-fuse row-results: a row-wise kernel also stores the per-row values read outside it
     # (a layer norm's saved mean and 1/std), which are not computed again from the rows
     fuse_row_results: bool = True
+    # trn-fuse column-sums: a row-wise kernel also sums a row value over every row (a layer
+    # norm's weight and bias gradients), which is not loaded again by a reduction kernel
+    fuse_column_sums: bool = True
     layout_assignment: bool = True    # trn-layout: matmul results stored as consumers read them
     # trn-layout attention-token-major: attention outputs stored as [B, S, H, Dv] where the
     # output projection reads them so
@@ -146,6 +149,7 @@ def stages(options: CompileOptions) -> list[Stage]:
             f"weight-gradients={str(options.fuse_weight_gradients).lower()} "
             f"mlp={str(options.fuse_mlp).lower()} "
             f"row-results={str(options.fuse_row_results).lower()} "
+            f"column-sums={str(options.fuse_column_sums).lower()} "
             f"target={target}}}")
     layout = (f"trn-layout{{attention-token-major="
               f"{str(options.attention_token_major).lower()} concat-reader-order="

@@ -344,10 +344,11 @@ class _FunctionLowering:
 
     def _lower_row_wise(self, kind: str, body: list[ir.Operation], out: HbmView,
                         saved: tuple[ir.Value, HbmView] | None = None,
-                        per_row: list[tuple[ir.Value, HbmView]] = ()) -> None:
+                        further: list[tuple[ir.Value, HbmView]] = ()) -> None:
         """A rows, attention or matmul_rows kernel (`saved`: an attention kernel's second
         result -- its probabilities, or its row contraction's product -- and its view;
-        `per_row`: a rows kernel's further results, per-row values, and their views). A
+        `further`: a rows kernel's further results, per-row values or column sums, and their
+        views). A
         row-wise kernel's SBUF tiles (rows, matmul_rows) get a reuse_group of their own, so that trn-plan-memory reuses the
         kernel's own bytes first: a footprint of a few tiles, clear of the kernels that run
         beside it."""
@@ -357,7 +358,7 @@ class _FunctionLowering:
         try:
             if kind == "rows":
                 lower_rows(self.em, body[:-1], self.views, self._view,
-                           (body[-1].operands[0], out), per_row_results=per_row)
+                           (body[-1].operands[0], out), further_results=further)
             else:
                 lower_attention(self.em, body[:-1], self.views, self._batched_view,
                                 (body[-1].operands[0], out), masked_keys=self.masked_keys,
@@ -383,7 +384,7 @@ class _FunctionLowering:
                                kernel.location)
         extra = list(zip(list(body[-1].operands)[1:], also))
         if kind == "rows":
-            self._lower_row_wise(kind, body, out, per_row=extra)
+            self._lower_row_wise(kind, body, out, further=extra)
             return
         if kind in ("attention", "matmul_rows"):
             self._lower_row_wise(kind, body, out, extra[0] if extra else None)

@@ -35,7 +35,8 @@ from torchneuron.compiler.errors import CompileError, UnsupportedOpError
 from torchneuron.compiler.kernels.elementwise import load_leaf, spread_column
 from torchneuron.compiler.kernels.emitter import Emitter, Tile
 from torchneuron.compiler.kernels.tile_ops import (
-    SOURCE_OPS, VIEW_OPS, ConstantVectors, emit_elementwise, rounding_writes, widening_aliases,
+    ELEMENTWISE_OPS, SOURCE_OPS, VIEW_OPS, ConstantVectors, emit_elementwise, rounding_writes,
+    widening_aliases,
 )
 from torchneuron.compiler.kernels.views import HbmView, source_view
 from torchneuron.dialects.nisa import MAX_FREE_DIMS
@@ -66,7 +67,7 @@ def lower_rows(em: Emitter, body: list[ir.Operation], views: dict,
                row_width: Callable[[dict], int] | None = None,
                mask_columns: Callable[[dict], tuple[ir.Value, int, int]] | None = None,
                rows_see_a_key: Callable[[dict], bool] | None = None,
-               per_row_results: list[tuple[ir.Value, HbmView]] = ()) -> None:
+               further_results: list[tuple[ir.Value, HbmView]] = ()) -> None:
     """`body`: the kernel's ops (without trn.yield); `views`: HbmViews of the values defined
     above the kernel; `view_of(op, source)`: the view a view op makes of an HBM view;
     `output`: (yielded value, destination view).
@@ -90,9 +91,12 @@ def lower_rows(em: Emitter, body: list[ir.Operation], views: dict,
     there leaves the result as it is (a softmax's constant mask), so only those are added.
     `rows_see_a_key(leaf_views)`: the caller has proven that no row of the tile is masked
     whole, so a safe softmax's guards for such rows (_safe_softmax) are left out there.
-    `per_row_results`: further results, (per-row value, destination view) pairs, each stored as
-    computed for a tile's rows (a layer norm's mean and 1/std, saved for its backward)."""
-    reduces = [op for op in body if op.name == "trn.reduce"]
+    `further_results`: further results, (value, destination view) pairs: per-row values, each
+    stored as computed for a tile's rows (a layer norm's mean and 1/std, saved for its
+    backward), and column values (`_columns`), stored once every tile has gone by (a layer
+    norm's weight and bias gradients)."""
+    reduces = [op for op in body if op.name == "trn.reduce"
+               and min(U.array_attr(op, "dimensions")) > 0]
     if not reduces:
         raise CompileError("a row-wise kernel needs a reduction", body[-1].location)
     shape = tuple(U.shape(reduces[0].operands[0]))
@@ -107,12 +111,18 @@ def lower_rows(em: Emitter, body: list[ir.Operation], views: dict,
     per_row_alias: dict = {}       # reshape of a per-row value -> that value
     broadcast_of: dict = {}        # broadcast over the rows -> the per-row value
     compute: list[ir.Operation] = []
+    columns = _Columns()
     for op in body:
         result = op.results[0]
+        if columns.take(op, shape, kept_rank):
+            continue
         if op.name in SOURCE_OPS:
             leaf_views[result] = source_view(op)
         elif op.name in VIEW_OPS:
             source = op.operands[0]
+            if source in columns.values:
+                raise UnsupportedOpError(f"'{op.name}' of a row-wise kernel's column sum",
+                                         op.location)
             if source in leaf_views:
                 leaf_views[result] = view_of(op, leaf_views[source])
             elif op.name == "trn.reshape" and not is_row(source) and not is_row(result):
@@ -131,12 +141,20 @@ def lower_rows(em: Emitter, body: list[ir.Operation], views: dict,
 
     yielded, out_view = output
     yielded = per_row_alias.get(yielded, yielded)
+    if yielded in columns.values:
+        raise CompileError("a row-wise kernel's first result is over its rows, not a column sum",
+                           body[-1].location)
+    per_row_results = [(v, view) for v, view in further_results if v not in columns.values]
+    column_results = [(v, view) for v, view in further_results if v in columns.values]
     for value, _ in per_row_results:
         if is_row(per_row_alias.get(value, value)):
-            raise CompileError("a row-wise kernel's further results are per-row values",
-                               body[-1].location)
+            raise CompileError("a row-wise kernel's further results are per-row values or "
+                               "column sums", body[-1].location)
+    if columns.sums and (row_width is not None or mask_columns is not None):
+        raise CompileError("a row-wise kernel that computes part of its rows sums no columns",
+                           body[-1].location)
     leaves: list[ir.Value] = []
-    for op in compute:
+    for op in compute + columns.sums:
         for v in op.operands:
             if v in leaf_views and v not in leaves:
                 leaves.append(v)
@@ -153,13 +171,16 @@ def lower_rows(em: Emitter, body: list[ir.Operation], views: dict,
     stored_per_row = {per_row_alias.get(value, value) for value, _ in per_row_results}
     storage, aliases = rounding_writes(compute, {yielded} | stored_per_row)
     # A loaded row widened only for elementwise ops (a saved bf16 softmax read back in fp32)
-    # is read as loaded: the engines widen their inputs exactly as they read them.
-    aliases.update(widening_aliases(compute, {yielded} | stored_per_row))
-    # Values stored as they are, which no folding below may leave uncomputed or compute
-    # negated or scaled in their place (a stored per-row value, through the roundings that
-    # write it in place of its source, too).
-    results = {yielded, output[0]} | stored_per_row | \
-        {aliases[v] for v in stored_per_row if v in aliases}
+    # is read as loaded: the engines widen their inputs exactly as they read them, and so
+    # does PE summing a column (a bf16 row times bf16 ones, accumulated in fp32).
+    aliases.update(widening_aliases(compute, {yielded} | stored_per_row,
+                                    readers=set(columns.sums)))
+    # Values stored as they are, or summed over the rows, which no folding below may leave
+    # uncomputed or compute negated or scaled in their place (a stored per-row value,
+    # through the roundings that write it in place of its source, too).
+    summed = {op.operands[0] for op in columns.sums}
+    results = {yielded, output[0]} | stored_per_row | summed | \
+        {aliases[v] for v in stored_per_row | summed if v in aliases}
 
 
     users = {}
@@ -350,6 +371,7 @@ def lower_rows(em: Emitter, body: list[ir.Operation], views: dict,
     if sum(repeated_bytes[v] for v in repeated) > em.target.sbuf_partition_bytes // 16:
         repeated = set()
 
+    sums = _ColumnSums(em, columns, row_elements)
     for outer in itertools.product(*(range(math.prod(kept[d] for d in group))
                                      for group in layout.loops)):
         index = dict(zip(map(tuple, layout.loops), outer))
@@ -552,8 +574,112 @@ def lower_rows(em: Emitter, body: list[ir.Operation], views: dict,
                     tile = cast
                 target = _tile_view(view, layout, kept_rank, index, p0, pn, row=False)
                 em.store(target, 0, list(range(1, target.rank)), tile)
+            sums.add(operand, pn)
+    sums.store(column_results, consts)
 
 
+class _Columns:
+    """A row-wise kernel's column sums (trn-fuse's `column-sums`): sums over every kept dim
+    (all rows) of a row value, and the elementwise ops computing on those sums."""
+
+    def __init__(self):
+        self.sums: list[ir.Operation] = []
+        self.ops: list[ir.Operation] = []        # after the sums, over a row's shape
+        self.values: set = set()
+
+    def take(self, op: ir.Operation, shape: tuple, kept_rank: int) -> bool:
+        """Whether `op` is a column sum or computes on column sums (then it is taken)."""
+        if op.name == "trn.reduce" and min(U.array_attr(op, "dimensions")) == 0:
+            if sorted(U.array_attr(op, "dimensions")) != list(range(kept_rank)) or \
+                    tuple(U.shape(op.operands[0])) != shape or U.str_attr(op, "op") != "add" \
+                    or not isinstance(U.element_type(op.operands[0]), ir.FloatType):
+                raise CompileError("a row-wise kernel's sum over its rows is a float sum over "
+                                   "every kept dim of a row value", op.location)
+            self.sums.append(op)
+        elif any(v in self.values for v in op.operands):
+            if op.name not in ELEMENTWISE_OPS or \
+                    any(v not in self.values for v in op.operands):
+                raise CompileError(f"a row-wise kernel computes on its column sums only with "
+                                   f"elementwise ops of them alone, not '{op.name}'",
+                                   op.location)
+            self.ops.append(op)
+        else:
+            return False
+        self.values.add(op.results[0])
+        return True
+
+
+class _ColumnSums:
+    """Accumulates a row-wise kernel's column sums: each tile's rows are summed on PE, a
+    ones column [P, 1] (stationary) times the tile [P, <= 512 columns] (moving), into a
+    PSUM row that the next tile accumulates into; after the last tile the sums are moved
+    to SBUF, the ops after them run, and they are stored. The ones have the summed tile's
+    type (fp32 pairs only with fp32): a bf16 row is summed as loaded, exactly (products by
+    1, fp32 accumulation)."""
+
+    def __init__(self, em: Emitter, columns: _Columns, row_elements: int):
+        self.em, self.columns, self.row_elements = em, columns, row_elements
+        self.chunks = [(c0, min(_PSUM_ROW, row_elements - c0))
+                       for c0 in range(0, row_elements, _PSUM_ROW)]
+        f32 = ir.F32Type.get()
+        self.psum = {op: [em.alloc("psum", 1, cn, f32) for _, cn in self.chunks]
+                     for op in columns.sums}
+        self.ones: dict = {}
+        self.started = False
+
+    def add(self, operand: Callable[[ir.Value], Tile], pn: int) -> None:
+        em = self.em
+        for op in self.columns.sums:
+            tile = operand(op.operands[0])
+            etype = tile.element_type
+            if etype not in (ir.F32Type.get(), ir.BF16Type.get(), ir.F16Type.get()):
+                wide = em.alloc("sbuf", pn, tile.free, ir.F32Type.get())
+                em.copy(wide, tile)
+                tile, etype = wide, wide.element_type
+            ones = self.ones.get(str(etype))
+            if ones is None:
+                ones = self.ones[str(etype)] = em.alloc("sbuf", em.target.num_partitions, 1,
+                                                        etype)
+                em.memset(ones, 1.0)
+            # (Under the sum's location: a profile tells the sums' PE work from the rows'.)
+            with op.location:
+                for (c0, cn), acc in zip(self.chunks, self.psum[op]):
+                    em.matmul(acc, ones.rows(pn), tile.rows(pn).columns(c0, cn),
+                              accumulate=self.started)
+        self.started = True
+
+    def store(self, results: list[tuple[ir.Value, HbmView]], consts: ConstantVectors) -> None:
+        em = self.em
+
+        def in_sbuf(tile: Tile, etype: ir.Type) -> Tile:
+            if tile.memory == "sbuf" and tile.element_type == etype:
+                return tile
+            copy = em.alloc("sbuf", 1, tile.free, etype)
+            em.copy(copy, tile)
+            return copy
+        for i, (c0, cn) in enumerate(self.chunks):
+            # The ops after the sums read them in PSUM (a rounding to bf16 is then the one
+            # copy out); an op of two operands reads at most one there.
+            tiles = {op.results[0]: self.psum[op][i] for op in self.columns.sums}
+            for op in self.columns.ops:
+                operands = [tiles[v] for v in op.operands]
+                if len(operands) > 1:
+                    operands = [in_sbuf(t, t.element_type) if j else t
+                                for j, t in enumerate(operands)]
+                dst = em.alloc("sbuf", 1, cn, U.element_type(op.results[0]))
+                with op.location:
+                    emit_elementwise(em, op, operands, dst, consts)
+                tiles[op.results[0]] = dst
+            for value, view in results:
+                row = view.reshape((1, self.row_elements))
+                if row is None:
+                    raise CompileError("a row-wise kernel's column sum is stored to a "
+                                       "view it cannot write as one row",
+                                       U.defining_op(value).location)
+                em.store(row.slice(1, c0, cn), 0, [1], in_sbuf(tiles[value], view.element_type))
+
+
+_PSUM_ROW = 512        # fp32 elements of one PSUM bank row: the matmul's N limit
 _FLT_MAX = 3.4028234663852886e38            # the largest fp32
 _FLT_MIN_NORMAL = 1.1754943508222875e-38    # the smallest normal fp32
 

@@ -59,9 +59,10 @@ def rounding_writes(ops: list[ir.Operation], keep: set) -> tuple[dict, dict]:
     return storage, aliases
 
 
-def widening_aliases(ops: list[ir.Operation], keep: set) -> dict:
+def widening_aliases(ops: list[ir.Operation], keep: set, readers: set = frozenset()) -> dict:
     """Float widenings of values the kernel loads (bf16 -> fp32 of an input) that cost no
-    instruction: every user is an elementwise op of `ops`, and the engines convert their
+    instruction: every user is an elementwise op of `ops` (or one of `readers`, which the
+    caller has made read the narrow tile exactly as widened), and the engines convert their
     inputs to fp32 exactly as they read, so the users read the loaded tile itself. Returns
     {convert result: loaded value}."""
     inside = {op.results[0] for op in ops}
@@ -79,7 +80,8 @@ def widening_aliases(ops: list[ir.Operation], keep: set) -> dict:
                                               producer.name in ROOT_OPS):
             continue
         users = [U.operation(u.owner) for u in result.uses]
-        if users and all(u in members and u.name in ELEMENTWISE_OPS for u in users):
+        if users and all((u in members and u.name in ELEMENTWISE_OPS) or u in readers
+                         for u in users):
             aliases[result] = source
     return aliases
 

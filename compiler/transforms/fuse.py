@@ -6,10 +6,14 @@ Groups formed:
   combine the reduced values (broadcast back over R) with values over S: softmax, layer and
   RMS norms, their backward. A kernel keeps whole rows on chip (128 rows per tile), so the
   tensor is read once instead of once per reduction and per broadcast. A group is formed
-  only if its rows fit the SBUF budget; a member whose value is also needed outside the
-  group stays in place for that use (it is recomputed there), as the kernel has one result
-  -- except a residual sum a matmul's epilogue can compute (`epilogue-residuals`): that
-  kernel stores it, and the rows read it;
+  only if its rows fit the SBUF budget. A per-row value also needed outside the group
+  (layer norm's mean and 1/std, saved for the backward) is a further result of the kernel
+  (`row-results`), as is a sum over every row of a row value the group computes or loads,
+  with the unary ops after it (`column-sums`: layer norm's weight and bias gradients, sums
+  over tokens of dy * xhat and of dy, accumulated on PE as the tiles go by); another member
+  needed outside stays in place for that use (it is recomputed there) -- except a residual
+  sum a matmul's epilogue can compute (`epilogue-residuals`): that kernel stores it, and
+  the rows read it;
 - matmul / convolution / pooling + epilogue: the root and the chain of elementwise ops that
   consume it one after the other (bias add, activation, scaling, residual add ...), evaluated
   while the result is on chip (PSUM evacuation for PE results);
@@ -117,6 +121,10 @@ class Fuse(Pass):
     # reads (a training step's layer norm saves each row's mean and 1/std for the
     # backward), instead of their being computed again from the rows by kernels of their own.
     row_results: bool = True
+    # A sum over every row of a row value the kernel computes or loads (layer norm's weight
+    # and bias gradients) is accumulated by the row-wise kernel as it goes, and yielded,
+    # instead of a reduction kernel loading the rows again.
+    column_sums: bool = True
     keep_roundings: bool = False
     target: str = ""
 
@@ -132,12 +140,16 @@ class Fuse(Pass):
             if self.rows:
                 budget = get_target(self.target or None).sbuf_partition_bytes // ROW_BUDGET_SHARE
                 residuals = self.epilogue_residuals and self.matmul_epilogue
-                for group in row_groups(func, budget, residuals):
-                    space = _row_space(next(op for op in group if op.name == "trn.reduce"))
-                    per_row = (lambda op, space=space: space.is_per_row(op.results[0])) \
-                        if self.row_results else None
+                for group in row_groups(func, budget, residuals, self.column_sums):
+                    space = _row_space(next(op for op in group if op.name == "trn.reduce"
+                                            and _row_space(op) is not None))
+                    columns = _column_values(group, space)
+
+                    def further(op, space=space, columns=columns) -> bool:
+                        return op.results[0] in columns or \
+                            (self.row_results and space.is_per_row(op.results[0]))
                     kernel = outline(group, kind="rows", keep_escaping=True,
-                                     yield_escaping=per_row)
+                                     yield_escaping=further)
                     if not self.keep_roundings:
                         elide_intermediate_roundings(kernel)
                 if residuals:
@@ -700,7 +712,7 @@ def _feeds_reduction(op: ir.Operation) -> bool:
         users = [U.operation(u.owner) for u in op.results[0].uses]
         if any(u.name == "trn.reduce" and u.parent == op.parent for u in users):
             return True
-        if len(users) != 1 or users[0].name not in UNARY_OPS:
+        if len(users) != 1 or users[0].name not in UNARY_OPS or users[0].parent != op.parent:
             return False
         op = users[0]
 
@@ -799,8 +811,17 @@ def outline(group: list[ir.Operation], kind: str | None = None,
             pull_views(v)
     last = members[-1]
     member_set = set(members)
+    # (The kernel goes where `last` is: what reads a further result must come after it.)
+    position = {op: i for i, op in enumerate(U.body_ops(U.operation(last.parent)))} \
+        if yield_escaping is not None else {}
+
+    def read_after_last(op: ir.Operation) -> bool:
+        outside = [U.operation(u.owner) for u in op.results[0].uses
+                   if U.operation(u.owner) not in member_set]
+        return bool(outside) and all(
+            position.get(_top_level(user, position), -1) > position[last] for user in outside)
     yielded = [op for op in members[:-1] if yield_escaping is not None and yield_escaping(op)
-               and any(U.operation(u.owner) not in member_set for u in op.results[0].uses)]
+               and read_after_last(op)]
     # (A kernel's results after the first share one type: the others stay as they were.)
     yielded = [op for op in yielded if op.results[0].type == yielded[0].results[0].type]
     with ir.InsertionPoint(last), last.location:
@@ -813,6 +834,13 @@ def outline(group: list[ir.Operation], kind: str | None = None,
             clone = U.clone_with_operands(op, [mapping.get(v, v) for v in op.operands])
             mapping[op.results[0]] = clone.results[0]
         build_yield([mapping[op.results[0]] for op in [last] + yielded], loc=last.location)
+    # A member kept outside for its users there, and read by nothing else inside, is
+    # computed outside only (a column sum of a different type than the kernel's further
+    # results).
+    for op in reversed(list(block.operations)[:-1]):
+        op = op.operation if isinstance(op, ir.OpView) else op
+        if not any(list(r.uses) for r in op.results):
+            op.erase()
     last.results[0].replace_all_uses_with(kernel.results[0])
     for result, op in zip(list(kernel.results)[1:], yielded):
         for user, index in [(U.operation(u.owner), u.operand_number)
@@ -996,17 +1024,19 @@ def _row_member(op: ir.Operation, space: _RowSpace) -> bool:
     return False
 
 
-def row_groups(func: ir.Operation, budget_bytes: int, epilogue_residuals: bool = True):
+def row_groups(func: ir.Operation, budget_bytes: int, epilogue_residuals: bool = True,
+               column_sums: bool = True):
     """Yield row-wise groups one at a time (each is outlined before the next is formed, as
-    members kept for outside users may seed a later group). `epilogue_residuals`: see
-    _grow_row_group."""
+    members kept for outside users may seed a later group). `epilogue_residuals`,
+    `column_sums`: see _grow_row_group."""
     tried: set = set()
     while True:
         group = None
         for op in U.body_ops(func):
             if op.name == "trn.reduce" and op not in tried:
                 tried.add(op)
-                group = _grow_row_group(func, op, budget_bytes, epilogue_residuals)
+                group = _grow_row_group(func, op, budget_bytes, epilogue_residuals,
+                                        column_sums)
                 if group is not None:
                     break
         if group is None:
@@ -1015,7 +1045,8 @@ def row_groups(func: ir.Operation, budget_bytes: int, epilogue_residuals: bool =
 
 
 def _grow_row_group(func: ir.Operation, seed: ir.Operation, budget_bytes: int,
-                    epilogue_residuals: bool = True) -> list[ir.Operation] | None:
+                    epilogue_residuals: bool = True,
+                    column_sums: bool = True) -> list[ir.Operation] | None:
     space = _row_space(seed)
     if space is None:
         return None
@@ -1121,7 +1152,68 @@ def _grow_row_group(func: ir.Operation, seed: ir.Operation, budget_bytes: int,
         return None
     while ordered[-1].name in VIEW_OPS:     # a kernel's result is computed, not a view
         ordered.pop()
-    return ordered
+    if not column_sums:
+        return ordered
+    # With `column_sums`: a sum over every row (all of K) of a row value the group computes
+    # or loads, or of one elementwise op of such values, and the unary ops after the sum,
+    # join the group ahead of its result: the kernel accumulates the sum on PE as its tiles
+    # go by (compiler/kernels/rows.py) and yields it, instead of a reduction kernel loading
+    # the rows again (layer norm's weight and bias gradients, sums over tokens of dy * xhat
+    # and of dy, beside its input gradient). Only where what reads the sum comes after the
+    # group's result, where the kernel goes, and the sum does not read that result.
+    last = ordered[-1]
+    available = {op.results[0] for op in ordered} | row_leaves
+    kept_dims = list(range(space.kept))
+    columns: list[ir.Operation] = []
+    added_rows = 0
+    for op in body:
+        if op.name != "trn.reduce" or op in members or \
+                tuple(U.shape(op.operands[0])) != space.shape or \
+                sorted(U.array_attr(op, "dimensions")) != kept_dims or \
+                U.str_attr(op, "op") != "add" or \
+                not isinstance(U.element_type(op.operands[0]), ir.FloatType):
+            continue
+        chain = []
+        summed = op.operands[0]
+        if summed not in available:
+            producer = U.defining_op(summed)
+            if producer is None or producer not in position or \
+                    producer.name not in ELEMENTWISE_OPS or producer.name in SOURCE_OPS or \
+                    len(list(summed.uses)) != 1 or \
+                    not all(v in available for v in producer.operands) or \
+                    not fits(row_tiles(added_rows + 1)):
+                continue
+            chain.append(producer)
+        chain.append(op)
+        current = op
+        while True:
+            uses = list(current.results[0].uses)
+            user = U.operation(uses[0].owner) if len(uses) == 1 else None
+            if user is None or user.name not in UNARY_OPS or user not in position or \
+                    U.shape(user.results[0]) != U.shape(op.results[0]):
+                break
+            chain.append(user)
+            current = user
+        readers = [_top_level(U.operation(u.owner), position) for u in current.results[0].uses]
+        if last.results[0] in [v for c in chain for v in c.operands] or not readers or \
+                any(r is None or position[r] <= position[last] for r in readers):
+            continue
+        added_rows += chain.index(op)        # the product summed is one more row tile
+        columns += chain
+    return ordered[:-1] + columns + [last]
+
+
+def _column_values(group: list[ir.Operation], space: _RowSpace) -> set:
+    """The values of a row-wise group computed from sums over every row (see
+    _grow_row_group's `column_sums`)."""
+    kept_dims = list(range(space.kept))
+    values: set = set()
+    for op in group:
+        if (op.name == "trn.reduce" and
+                sorted(U.array_attr(op, "dimensions")) == kept_dims) or \
+                any(v in values for v in op.operands):
+            values.add(op.results[0])
+    return values
 
 
 def attention_triples(func: ir.Operation, target, saved: bool = True) -> list[tuple]:

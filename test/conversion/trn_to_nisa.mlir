@@ -6,6 +6,7 @@
 // RUN: not neuron-opt --convert-trn-to-nisa %S/Inputs/trn_to_nisa-invalid-mlp.mlir 2>&1 | FileCheck %s --check-prefix=ERRMLP
 // RUN: not neuron-opt --convert-trn-to-nisa %S/Inputs/trn_to_nisa-invalid-results.mlir 2>&1 | FileCheck %s --check-prefix=ERRRES
 // RUN: not neuron-opt --convert-trn-to-nisa %S/Inputs/trn_to_nisa-invalid-row-results.mlir 2>&1 | FileCheck %s --check-prefix=ERRROWRES
+// RUN: not neuron-opt --convert-trn-to-nisa %S/Inputs/trn_to_nisa-invalid-column-sum.mlir 2>&1 | FileCheck %s --check-prefix=ERRCOLS
 // RUN: not neuron-opt --convert-trn-to-nisa %S/Inputs/trn_to_nisa-invalid-weight-gradient.mlir 2>&1 | FileCheck %s --check-prefix=ERRWG
 
 // Tests the lowering of a Linear + bias + ReLU kernel computed transposed ("nm"): tensors
@@ -535,6 +536,60 @@ func.func @norm_saving_mean(%x: tensor<256x64xf32>, %w: tensor<64xf32>) -> (tens
     "trn.yield"(%y, %saved) : (tensor<256x64xf32>, tensor<256x1xf32>) -> ()
   }) {kind = "rows"} : () -> (tensor<256x64xf32>, tensor<256x1xf32>)
   return %k#0, %k#1 : tensor<256x64xf32>, tensor<256x1xf32>
+}
+
+// -----
+
+// Tests that a row-wise kernel's column sums (a norm's weight and bias gradients) are
+// accumulated on PE over the row tiles: per tile, a ones column times the tile, into a PSUM
+// row per 512 columns (640 = 512 + 128), started by the first tile and accumulated by the
+// second. The fp32 product is summed with fp32 ones; the bf16 gradient as loaded, with bf16
+// ones (no widening copy). After the last tile each sum is rounded to bf16 out of PSUM and
+// stored at its columns.
+// CHECK-LABEL: func.func @norm_with_column_sums
+// CHECK-DAG: %[[W0:[0-9]+]] = "nisa.alloc"() {memory = "psum"} : () -> memref<1x512xf32, "psum">
+// CHECK-DAG: %[[W1:[0-9]+]] = "nisa.alloc"() {memory = "psum"} : () -> memref<1x128xf32, "psum">
+// CHECK-DAG: %[[B0:[0-9]+]] = "nisa.alloc"() {memory = "psum"} : () -> memref<1x512xf32, "psum">
+// CHECK-DAG: %[[B1:[0-9]+]] = "nisa.alloc"() {memory = "psum"} : () -> memref<1x128xf32, "psum">
+// CHECK: "nisa.dma"(%[[DY:[0-9]+]], %arg1)
+// CHECK: "nisa.tensor_tensor"(%[[GC:[0-9]+]], %[[DY]], {{.*}}op = "mul"
+// CHECK: %[[ONES:[0-9]+]] = "nisa.alloc"() {{.*}} -> memref<128x1xf32, "sbuf">
+// CHECK-NEXT: "nisa.memset"(%[[ONES]]) {{.*}}value = 1.0
+// CHECK-NEXT: "nisa.matmul"(%[[W0]], %[[ONES]], %[[GC]]) {accumulate = false, aps = [{{.*}}, array<i64: 0, 640, 128, 1, 512>]
+// CHECK-NEXT: "nisa.matmul"(%[[W1]], %[[ONES]], %[[GC]]) {accumulate = false, aps = [{{.*}}, array<i64: 512, 640, 128, 1, 128>]
+// CHECK-NEXT: %[[ONES16:[0-9]+]] = "nisa.alloc"() {{.*}} -> memref<128x1xbf16, "sbuf">
+// CHECK-NEXT: "nisa.memset"(%[[ONES16]])
+// CHECK-NEXT: "nisa.matmul"(%[[B0]], %[[ONES16]], %[[DY]]) {accumulate = false
+// CHECK-NEXT: "nisa.matmul"(%[[B1]], %[[ONES16]], %[[DY]]) {accumulate = false
+// CHECK: "nisa.dma"(%[[DY2:[0-9]+]], %arg1) {aps = [array<i64: 0, 640, 26, 1, 640>, array<i64: 81920,
+// CHECK: "nisa.matmul"(%[[W0]], %[[ONES]], %{{[0-9]+}}) {accumulate = true
+// CHECK-NEXT: "nisa.matmul"(%[[W1]], %[[ONES]], %{{[0-9]+}}) {accumulate = true
+// CHECK-NEXT: "nisa.matmul"(%[[B0]], %[[ONES16]], %[[DY2]]) {accumulate = true
+// CHECK-NEXT: "nisa.matmul"(%[[B1]], %[[ONES16]], %[[DY2]]) {accumulate = true
+// CHECK-NEXT: %[[DWB:[0-9]+]] = "nisa.alloc"() {{.*}} -> memref<1x512xbf16, "sbuf">
+// CHECK-NEXT: "nisa.tensor_copy"(%[[DWB]], %[[W0]])
+// CHECK: "nisa.dma"(%arg3, %[[DWB]]) {aps = [array<i64: 0, 640, 1, 1, 512>
+// CHECK: "nisa.dma"(%arg4, {{.*}}) {aps = [array<i64: 0, 640, 1, 1, 512>
+// CHECK: "nisa.tensor_copy"({{.*}}, %[[W1]])
+// CHECK: "nisa.dma"(%arg3, {{.*}}) {aps = [array<i64: 512, 640, 1, 1, 128>
+// CHECK: "nisa.dma"(%arg4, {{.*}}) {aps = [array<i64: 512, 640, 1, 1, 128>
+// CHECK-NEXT: return
+func.func @norm_with_column_sums(%x: tensor<256x640xbf16>, %dy: tensor<256x640xbf16>) -> (tensor<256x640xf32>, tensor<640xbf16>, tensor<640xbf16>) {
+  %k:3 = "trn.kernel"() ({
+    %xf = "trn.convert"(%x) : (tensor<256x640xbf16>) -> tensor<256x640xf32>
+    %g = "trn.convert"(%dy) : (tensor<256x640xbf16>) -> tensor<256x640xf32>
+    %sum = "trn.reduce"(%xf) {op = "add", dimensions = array<i64: 1>} : (tensor<256x640xf32>) -> tensor<256xf32>
+    %mean = "trn.tensor_scalar"(%sum) {op = "mul", scalar = 0.0015625 : f32, reverse = false} : (tensor<256xf32>) -> tensor<256xf32>
+    %mb = "trn.broadcast"(%mean) {dimensions = array<i64: 1>} : (tensor<256xf32>) -> tensor<256x640xf32>
+    %c = "trn.tensor_tensor"(%xf, %mb) {op = "sub"} : (tensor<256x640xf32>, tensor<256x640xf32>) -> tensor<256x640xf32>
+    %gc = "trn.tensor_tensor"(%g, %c) {op = "mul"} : (tensor<256x640xf32>, tensor<256x640xf32>) -> tensor<256x640xf32>
+    %dw = "trn.reduce"(%gc) {op = "add", dimensions = array<i64: 0>} : (tensor<256x640xf32>) -> tensor<640xf32>
+    %dwb = "trn.convert"(%dw) : (tensor<640xf32>) -> tensor<640xbf16>
+    %db = "trn.reduce"(%g) {op = "add", dimensions = array<i64: 0>} : (tensor<256x640xf32>) -> tensor<640xf32>
+    %dbb = "trn.convert"(%db) : (tensor<640xf32>) -> tensor<640xbf16>
+    "trn.yield"(%c, %dwb, %dbb) : (tensor<256x640xf32>, tensor<640xbf16>, tensor<640xbf16>) -> ()
+  }) {kind = "rows"} : () -> (tensor<256x640xf32>, tensor<640xbf16>, tensor<640xbf16>)
+  return %k#0, %k#1, %k#2 : tensor<256x640xf32>, tensor<640xbf16>, tensor<640xbf16>
 }
 
 // -----
@@ -1100,6 +1155,7 @@ func.func @mlp(%arg0: tensor<256x128xbf16>, %arg1: tensor<512x128xbf16>, %arg2: 
 // ERRMLP: trn_to_nisa-invalid-mlp.mlir:5:10: error: convert-trn-to-nisa: an mlp kernel holds two matmuls
 // ERRRES: trn_to_nisa-invalid-results.mlir:3:10: error: convert-trn-to-nisa: a 'reduce' kernel has one result; only matmul, elementwise, weight_gradient, attention and rows kernels store more
 // ERRROWRES: trn_to_nisa-invalid-row-results.mlir:{{[0-9]+}}:{{[0-9]+}}: error: convert-trn-to-nisa: a row-wise kernel's further results are per-row values
+// ERRCOLS: trn_to_nisa-invalid-column-sum.mlir:8:{{[0-9]+}}: error: convert-trn-to-nisa: a row-wise kernel's sum over its rows is a float sum over every kept dim of a row value
 
 // -----
 

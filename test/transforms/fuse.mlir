@@ -13,6 +13,7 @@
 // RUN: neuron-opt --split-input-file --trn-fuse="attention-saved=false" %s | FileCheck %s --check-prefix=NOSAVED
 // RUN: neuron-opt --split-input-file --trn-fuse="attention-contractions=false" %s | FileCheck %s --check-prefix=NOCONTRACT
 // RUN: neuron-opt --split-input-file --trn-fuse="row-results=false" %s | FileCheck %s --check-prefix=NOROWRES
+// RUN: neuron-opt --split-input-file --trn-fuse="column-sums=false" %s | FileCheck %s --check-prefix=NOCOLS
 // RUN: not neuron-opt --trn-fuse %S/Inputs/fuse-invalid.mlir 2>&1 | FileCheck %s --check-prefix=ERR
 
 // Tests that a matmul, its bias add and activation become one kernel, and that the views
@@ -721,30 +722,46 @@ func.func @shared_residual_in_epilogue(%x: tensor<256x128xbf16>, %w: tensor<128x
 
 // -----
 
-// Tests layer norm's backward: the input gradient is one row-wise kernel holding both row
-// reductions and computing the fp32 gradient and the normalised input from the bf16 inputs
-// (read by several kernels, they are recomputed in each, not stored); the weight and bias
-// gradients are one reduction kernel each, also reading the bf16 inputs.
+// Tests layer norm's backward: one row-wise kernel holds both row reductions and computes
+// the fp32 gradient and the normalised input from the bf16 inputs; it also sums dy * xhat and
+// dy over the rows (the weight and bias gradients) and yields them after the input gradient.
+// With column-sums=false, the weight and bias gradients are one reduction kernel each,
+// reading the bf16 inputs again (the values read by several kernels are recomputed in each).
 // CHECK-LABEL: func.func @norm_backward
 // CHECK-NOT: kind = "elementwise"
-// CHECK: %[[DX:.*]] = "trn.kernel"() ({
-// CHECK-DAG: "trn.convert"(%arg0)
+// CHECK: %[[K:.*]]:3 = "trn.kernel"() ({
+// CHECK-DAG: %[[G:.*]] = "trn.convert"(%arg0)
 // CHECK-DAG: "trn.convert"(%arg1)
 // CHECK: "trn.reduce"({{.*}}) {dimensions = array<i64: 1>
 // CHECK: "trn.reduce"({{.*}}) {dimensions = array<i64: 1>
-// CHECK: }) {kind = "rows"}
-// CHECK-NEXT: %[[DW:.*]] = "trn.kernel"() ({
-// CHECK-NEXT: "trn.convert"(%arg0)
-// CHECK-NEXT: "trn.convert"(%arg1)
-// CHECK: "trn.reduce"({{.*}}) {dimensions = array<i64: 0>
-// CHECK-NEXT: "trn.yield"
-// CHECK-NEXT: }) {kind = "reduce"}
-// CHECK-NEXT: %[[DB:.*]] = "trn.kernel"() ({
-// CHECK-NEXT: %[[G:.*]] = "trn.convert"(%arg0)
-// CHECK-NEXT: "trn.reduce"(%[[G]]) {dimensions = array<i64: 0>
-// CHECK-NEXT: "trn.yield"
-// CHECK-NEXT: }) {kind = "reduce"}
-// CHECK-NEXT: return %[[DX]], %[[DW]], %[[DB]]
+// CHECK: %[[GX:.*]] = "trn.tensor_tensor"(%[[G]], %{{.*}}) {op = "mul"}
+// CHECK-NEXT: %[[DW:.*]] = "trn.reduce"(%[[GX]]) {dimensions = array<i64: 0>
+// CHECK-NEXT: %[[DB:.*]] = "trn.reduce"(%[[G]]) {dimensions = array<i64: 0>
+// CHECK-NEXT: %[[DX:.*]] = "trn.tensor_tensor"
+// CHECK-NEXT: "trn.yield"(%[[DX]], %[[DW]], %[[DB]])
+// CHECK-NEXT: }) {kind = "rows"}
+// CHECK-NEXT: return %[[K]]#0, %[[K]]#1, %[[K]]#2
+// NOCOLS-LABEL: func.func @norm_backward
+// NOCOLS-NOT: kind = "elementwise"
+// NOCOLS: %[[DX:.*]] = "trn.kernel"() ({
+// NOCOLS-DAG: "trn.convert"(%arg0)
+// NOCOLS-DAG: "trn.convert"(%arg1)
+// NOCOLS: "trn.reduce"({{.*}}) {dimensions = array<i64: 1>
+// NOCOLS: "trn.reduce"({{.*}}) {dimensions = array<i64: 1>
+// NOCOLS-NOT: dimensions = array<i64: 0>
+// NOCOLS: }) {kind = "rows"}
+// NOCOLS-NEXT: %[[DW:.*]] = "trn.kernel"() ({
+// NOCOLS-NEXT: "trn.convert"(%arg0)
+// NOCOLS-NEXT: "trn.convert"(%arg1)
+// NOCOLS: "trn.reduce"({{.*}}) {dimensions = array<i64: 0>
+// NOCOLS-NEXT: "trn.yield"
+// NOCOLS-NEXT: }) {kind = "reduce"}
+// NOCOLS-NEXT: %[[DB:.*]] = "trn.kernel"() ({
+// NOCOLS-NEXT: %[[G:.*]] = "trn.convert"(%arg0)
+// NOCOLS-NEXT: "trn.reduce"(%[[G]]) {dimensions = array<i64: 0>
+// NOCOLS-NEXT: "trn.yield"
+// NOCOLS-NEXT: }) {kind = "reduce"}
+// NOCOLS-NEXT: return %[[DX]], %[[DW]], %[[DB]]
 func.func @norm_backward(%dy: tensor<128x64xbf16>, %x: tensor<128x64xbf16>, %mean: tensor<128xf32>, %rstd: tensor<128xf32>, %w: tensor<64xf32>) -> (tensor<128x64xf32>, tensor<64xf32>, tensor<64xf32>) {
   %dyf = "trn.convert"(%dy) : (tensor<128x64xbf16>) -> tensor<128x64xf32>
   %xf = "trn.convert"(%x) : (tensor<128x64xbf16>) -> tensor<128x64xf32>
