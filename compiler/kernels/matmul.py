@@ -226,6 +226,7 @@ def interleave_k(target, k: int, x_p: _Staged, x_f: _Staged) -> int:
     tk = target.pe_rows
 
     def run_bytes(x: _Staged) -> int:
+        x = getattr(x, "whole", x)        # a head's columns are loaded with all heads'
         width = min(x.panel_f or x.view.shape[1], x.view.shape[1])
         contiguous = x.view.strides[1] == 1
         return width * U.element_bytes(x.view.element_type) if contiguous else 0
@@ -267,6 +268,8 @@ def lower_matmul(em: Emitter, matmul: ir.Operation, chain: list[ir.Operation], v
     block = U.int_attr(kernel, "gemm_block") if "gemm_block" in kernel.attributes else None
     batch = lhs.shape[:-2]
     batches = math.prod(batch)
+    heads = _HeadsSideBySide.make(em, lhs, rhs, outputs, orientation) \
+        if column_sums is None else None
     for index in itertools.product(*(range(n) for n in batch)):
         def pick(view: HbmView) -> HbmView:
             for i in index:
@@ -275,14 +278,150 @@ def lower_matmul(em: Emitter, matmul: ir.Operation, chain: list[ir.Operation], v
         _lower_2d(em, matmul, chain, pick(lhs), pick(rhs),
                   {v: pick(w) for v, w in views.items() if w.rank == lhs.rank},
                   [(v, pick(w)) for v, w in outputs], orientation, resident, block,
-                  column_sums, batches)
+                  column_sums, batches, heads.at(index) if heads is not None else None)
+    if heads is not None:
+        heads.finish(matmul)
+
+
+class _HeadsSideBySide:
+    """A batched matmul over heads ([..., H] batch dims) whose right operand B ([K, n] per
+    head) and outputs ([M, n] per head) lie with each head's n columns right after the
+    previous head's in one row (heads split out of a projection, results stored token-major,
+    as an attention's backward has dV = P^T @ dO): B is staged once per outer batch index for
+    all heads, its rows loaded in runs of H * n elements, and each head's product reads its
+    columns; the outputs of all heads gather in SBUF tiles of whole rows [M-tile, H * n],
+    stored once the last head's are in. Per head, n = 64 bf16 columns are runs of 128 B,
+    which the per-run DMA cost (TARGET.md) makes five times dearer than their bytes."""
+
+    # SBUF per partition the staged rows, and the gathered outputs, may each take.
+    BUDGET_SHARE = 8
+
+    def __init__(self, em: Emitter, rhs: HbmView | None, outputs: list, heads: int):
+        self.em, self.rhs, self.heads = em, rhs, heads
+        self.outputs = outputs             # [(value, merged view [..outer, M, H * n])]
+        self.staged: dict = {}             # outer index -> _Staged of B's rows, all heads
+        self.gathered: dict = {}           # (output, outer index, m0) -> [tile, heads in]
+
+    @classmethod
+    def make(cls, em: Emitter, lhs: HbmView, rhs: HbmView, outputs: list,
+             orientation: str) -> "_HeadsSideBySide | None":
+        if orientation != "mn" or lhs.rank < 4 or lhs.shape[-3] < 2:
+            return None
+        heads, n = lhs.shape[-3], rhs.shape[-1]
+        budget = em.target.sbuf_partition_bytes // cls.BUDGET_SHARE
+        tiles = lambda rows: -(-rows // em.target.pe_rows)      # noqa: E731
+
+        def merged(view: HbmView, row_bytes: int, rows: int) -> HbmView | None:
+            if view.buffer is None or view.strides[-1] != 1 or \
+                    n * U.element_bytes(view.element_type) >= _EFFICIENT_RUN_BYTES or \
+                    tiles(rows) * row_bytes > budget:
+                return None
+            from torchneuron.compiler.kernels.attention import _merge_heads
+            return _merge_heads(view, -1)
+
+        whole_rhs = merged(rhs, heads * n * U.element_bytes(rhs.element_type),
+                           rhs.shape[-2])
+        whole_outputs = [(value, merged(out, heads * n * sum(
+            U.element_bytes(o.element_type) for _, o in outputs), out.shape[-2]))
+            for value, out in outputs]
+        if any(out is None for _, out in whole_outputs):
+            whole_outputs = []
+        if whole_rhs is None and not whole_outputs:
+            return None
+        return cls(em, whole_rhs, whole_outputs, heads)
+
+    def at(self, index: tuple[int, ...]) -> "_HeadsSideBySide._Head":
+        return self._Head(self, index[:-1], index[-1])
+
+    def finish(self, matmul: ir.Operation) -> None:
+        if self.gathered:
+            raise CompileError("a batched matmul left the rows of some heads unstored",
+                               matmul.location)
+
+    class _Head:
+        """One head's product: its B columns, and where its output tiles go."""
+
+        def __init__(self, heads: "_HeadsSideBySide", outer: tuple[int, ...], head: int):
+            self.heads, self.outer, self.head = heads, outer, head
+
+        def pick(self, view: HbmView) -> HbmView:
+            for i in self.outer:
+                view = view.select(0, i)
+            return view
+
+        def operand(self, b: HbmView, element_type: ir.Type) -> "_HeadColumns | None":
+            heads = self.heads
+            if heads.rhs is None:
+                return None
+            whole = heads.staged.get(self.outer)
+            if whole is None:
+                for old in heads.staged.values():
+                    old.release()
+                heads.staged.clear()
+                whole = heads.staged[self.outer] = _Staged(heads.em, self.pick(heads.rhs),
+                                                           element_type)
+                # (whole rows per K-tile, as one run each)
+                whole.panel_f = whole.view.shape[1]
+            n = b.shape[1]
+            return _HeadColumns(whole, self.head * n, n)
+
+        def store(self, value: ir.Value, m0: int, mn: int, n0: int, nn: int,
+                  tile: Tile) -> bool:
+            """Put output tile [mn rows from m0, nn columns from n0] of `value` in its rows
+            tile (False: this output is not gathered)."""
+            heads = self.heads
+            whole = next((out for v, out in heads.outputs if v == value), None)
+            if whole is None:
+                return False
+            em = heads.em
+            key = (value, self.outer, m0)
+            entry = heads.gathered.get(key)
+            if entry is None:
+                entry = heads.gathered[key] = [em.alloc("sbuf", mn, whole.shape[-1],
+                                                        whole.element_type), 0]
+            n = whole.shape[-1] // heads.heads
+            em.copy(entry[0].columns(self.head * n + n0, nn), tile)
+            if n0 + nn == n:
+                entry[1] += 1
+            if entry[1] == heads.heads:
+                store_tile(em, self.pick(whole).slice(0, m0, mn), entry[0])
+                del heads.gathered[key]
+            return True
+
+
+class _HeadColumns:
+    """Columns [c0, c0 + n) of an operand staged for all heads (`whole`, [K, H * n]): the
+    tiles of one head's B, read from the whole rows' tiles (_HeadsSideBySide)."""
+
+    transposed = False
+
+    def __init__(self, whole: _Staged, c0: int, n: int):
+        self.whole, self.c0 = whole, c0
+        self.view = whole.view.slice(1, c0, n)
+        self.element_type = whole.element_type
+        self.panel_f = 0
+        # (What _lower_2d forgets between tiles: the whole rows stay for the other heads.)
+        self.cache: dict = {}
+        self.panels: dict = {}
+
+    @property
+    def interleave(self) -> int:
+        return self.whole.interleave
+
+    @interleave.setter
+    def interleave(self, g: int) -> None:
+        self.whole.interleave = g
+
+    def tile(self, k0: int, kn: int, f0: int, fn: int) -> Tile:
+        return self.whole.tile(k0, kn, self.c0 + f0, fn)
 
 
 def _lower_2d(em: Emitter, matmul, chain, a: HbmView, b: HbmView, views, outputs,
               orientation: str, resident: str | None = None, block: int | None = None,
-              column_sums: HbmView | None = None, batches: int = 1) -> None:
+              column_sums: HbmView | None = None, batches: int = 1,
+              head: "_HeadsSideBySide._Head | None" = None) -> None:
     """One matrix product of a matmul kernel (of `batches` such products, each lowered by a
-    call of its own)."""
+    call of its own; `head`: one head's, its B and outputs shared with the other heads')."""
     target = em.target
     etype = matmul_element_type(a.element_type, b.element_type)
     a_t = a.transpose([1, 0])                                  # [K, M]
@@ -304,7 +443,8 @@ def _lower_2d(em: Emitter, matmul, chain, a: HbmView, b: HbmView, views, outputs
         def orient(view: HbmView) -> HbmView:
             return view.transpose([1, 0])
     elif orientation == "mn":
-        x_p, x_f = staged(a_t), staged(b)
+        x_p = staged(a_t)
+        x_f = (head.operand(b, etype) if head is not None else None) or staged(b)
 
         def orient(view: HbmView) -> HbmView:
             return view
@@ -323,7 +463,7 @@ def _lower_2d(em: Emitter, matmul, chain, a: HbmView, b: HbmView, views, outputs
                      x_p.transposed, x_f.transposed, out_bytes, resident, block)
     epilogue = Epilogue(em, chain, views, matmul.results[0], {v for v, _ in outputs})
     group = _row_group(target, orientation, a, b, x_p, k, free, chain, outputs, batches) \
-        if column_sums is None else 1
+        if column_sums is None and head is None else 1
     if group > 1:
         _lower_grouped(em, a, x_f, k_tiles, free, outputs, etype, group)
         return
@@ -353,6 +493,8 @@ def _lower_2d(em: Emitter, matmul, chain, a: HbmView, b: HbmView, views, outputs
             acc, (p0, pn), lambda view, p0=p0, pn=pn, f0=f0, fn=fn:
             orient(view).slice(0, p0, pn).slice(1, f0, fn))
         for value, out in outputs:
+            if head is not None and head.store(value, p0, pn, f0, fn, results[value]):
+                continue
             if rows is not None:
                 rows.add(out, p0, pn, f0, fn, results[value])
             else:
