@@ -87,3 +87,41 @@ func.func @co_run(%q: tensor<4096x4096xf32>, %x: tensor<1024x1024xbf16>, %w: ten
   }) {kind = "matmul"} : () -> tensor<1024x1024xbf16>
   return %d, %mm : tensor<4096x1024xf32>, tensor<1024x1024xbf16>
 }
+
+// -----
+
+// Tests co-run partners packed into the PE time the attention kernel leaves idle (its vector
+// work: one pass over 4096 x 4096 elements, ~60.7 us on ACT and DVE): the two smaller
+// independent matmuls (13.7 and 27.3 us of PE work) are its partners, moved before it in
+// the order they stood; the larger one (109.4 us) would not fit beside them and stays after.
+// PAIR-LABEL: func.func @co_run_partners
+// PAIR: "trn.matmul"(%arg1, %arg2)
+// PAIR: {co_run = 0 : i64, co_run_role = "partner", kind = "matmul"}
+// PAIR: "trn.matmul"(%arg3, %arg2)
+// PAIR: {co_run = 0 : i64, co_run_role = "partner", kind = "matmul"}
+// PAIR: "trn.tensor_scalar"(%arg0)
+// PAIR: {co_run = 0 : i64, co_run_role = "primary", kind = "attention"}
+// PAIR: "trn.matmul"(%arg4, %arg5)
+// PAIR: {kind = "matmul"}
+func.func @co_run_partners(%q: tensor<4096x4096xf32>, %x: tensor<1024x1024xbf16>, %w: tensor<1024x1024xbf16>, %s: tensor<512x1024xbf16>, %l: tensor<2048x1024xbf16>, %r: tensor<1024x2048xbf16>) -> (tensor<4096x4096xf32>, tensor<1024x1024xbf16>, tensor<512x1024xbf16>, tensor<2048x2048xbf16>) {
+  %a = "trn.kernel"() ({
+    %y = "trn.tensor_scalar"(%q) {op = "mul", reverse = false, scalar = 2.0 : f32} : (tensor<4096x4096xf32>) -> tensor<4096x4096xf32>
+    "trn.yield"(%y) : (tensor<4096x4096xf32>) -> ()
+  }) {kind = "attention"} : () -> tensor<4096x4096xf32>
+  %mm = "trn.kernel"() ({
+    %m = "trn.matmul"(%x, %w) : (tensor<1024x1024xbf16>, tensor<1024x1024xbf16>) -> tensor<1024x1024xf32>
+    %c = "trn.convert"(%m) : (tensor<1024x1024xf32>) -> tensor<1024x1024xbf16>
+    "trn.yield"(%c) : (tensor<1024x1024xbf16>) -> ()
+  }) {kind = "matmul"} : () -> tensor<1024x1024xbf16>
+  %small = "trn.kernel"() ({
+    %m = "trn.matmul"(%s, %w) : (tensor<512x1024xbf16>, tensor<1024x1024xbf16>) -> tensor<512x1024xf32>
+    %c = "trn.convert"(%m) : (tensor<512x1024xf32>) -> tensor<512x1024xbf16>
+    "trn.yield"(%c) : (tensor<512x1024xbf16>) -> ()
+  }) {kind = "matmul"} : () -> tensor<512x1024xbf16>
+  %large = "trn.kernel"() ({
+    %m = "trn.matmul"(%l, %r) : (tensor<2048x1024xbf16>, tensor<1024x2048xbf16>) -> tensor<2048x2048xf32>
+    %c = "trn.convert"(%m) : (tensor<2048x2048xf32>) -> tensor<2048x2048xbf16>
+    "trn.yield"(%c) : (tensor<2048x2048xbf16>) -> ()
+  }) {kind = "matmul"} : () -> tensor<2048x2048xbf16>
+  return %a, %mm, %small, %large : tensor<4096x4096xf32>, tensor<1024x1024xbf16>, tensor<512x1024xbf16>, tensor<2048x2048xbf16>
+}
