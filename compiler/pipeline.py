@@ -88,6 +88,10 @@ class CompileOptions:
     # mask lets some row of each query tile see, and adds a 0/-inf mask before the scaling
     # only where it is not 0
     attention_masked_keys: bool = True
+    # convert-trn-to-nisa scale-into-q: a power-of-two scaling an attention kernel's row part
+    # applies last to a value linear in its scores (a softmax backward's) is applied to Q^T
+    # as it leaves PSUM instead, the same bits without a pass over the rows
+    attention_scale_into_q: bool = True
     # convert-trn-to-nisa pool-sharing: POOL (GpSimd) takes its share of the tensor_tensor ops
     # and copies whose operands are all in SBUF, where it would finish them before DVE (or ACT)
     pool_sharing: bool = True
@@ -163,7 +167,8 @@ def stages(options: CompileOptions) -> list[Stage]:
               f"convert-linalg-to-trn,{fuse},{layout}{order}trn-tile{{target={target}{db}}}"),
         Stage("isa", "tile into instructions, place buffers, synchronise engines",
               f"convert-trn-to-nisa{{target={target} masked-keys="
-              f"{str(options.attention_masked_keys).lower()} pool-sharing="
+              f"{str(options.attention_masked_keys).lower()} scale-into-q="
+              f"{str(options.attention_scale_into_q).lower()} pool-sharing="
               f"{str(options.pool_sharing).lower()} regroup-copies="
               f"{str(options.regroup_copies).lower()}}},"
               f"trn-plan-memory{{oldest-freed={str(options.onchip_oldest_freed).lower()} "

@@ -59,12 +59,16 @@ class ConvertTrnToNisa(Pass):
     # is loaded in the source's order and stored in the destination's, reordered on an engine,
     # where the longer DMA runs pay for the engine's copy (kernels/elementwise.py).
     regroup_copies: bool = True
+    # An attention kernel whose row part ends in a power-of-two scaling of a value linear in
+    # its scores (a softmax backward's dS) multiplies Q^T by it as Q^T leaves PSUM instead of
+    # making a pass over the rows (kernels/attention.py, _scale_into_q); the same bits.
+    scale_into_q: bool = True
 
     def run(self, module: ir.Operation) -> None:
         target = get_target(self.target or None)
         for func in list(U.functions(module)):
             _FunctionLowering(func, Emitter(target, self.pool_sharing, self.regroup_copies),
-                              self.masked_keys).run()
+                              self.masked_keys, self.scale_into_q).run()
 
 
 # The share of the engines' earlier work an attention kernel's engine choices still count
@@ -96,10 +100,12 @@ class _PendingOutput:
 
 
 class _FunctionLowering:
-    def __init__(self, func: ir.Operation, em: Emitter, masked_keys: bool = True):
+    def __init__(self, func: ir.Operation, em: Emitter, masked_keys: bool = True,
+                 scale_into_q: bool = True):
         self.old = func
         self.em = em
         self.masked_keys = masked_keys
+        self.scale_into_q = scale_into_q
         self.views: dict[ir.Value, HbmView] = {}
         self.storage: dict[ir.Value, _Storage] = {}
         self.in_place: set = set()
@@ -362,7 +368,7 @@ class _FunctionLowering:
             else:
                 lower_attention(self.em, body[:-1], self.views, self._batched_view,
                                 (body[-1].operands[0], out), masked_keys=self.masked_keys,
-                                saved=saved)
+                                saved=saved, scale_into_q=self.scale_into_q)
         finally:
             self.em.reuse_group = None
 

@@ -34,6 +34,12 @@ third matmul contracting them over their rows (a softmax backward's dK^T = Q^T @
 rows being dS), accumulated in PSUM over the query blocks of a batch index and stored after
 the last.
 
+A row part linear in the scores up to a power-of-two scaling (a softmax backward's dS =
+(dP * P - P * rowsum(dP * P)) * scale, dP = dO @ V^T) takes that scaling on Q instead: Q^T's
+blocks are multiplied as they leave PSUM after their turn on PE, which they do anyway, and
+the rows lose a pass (`_scale_into_q`; the same bits, as a power of two commutes with every
+rounding).
+
 A kernel that trn-layout made token-major yields transpose(reshape(O)) ([B, S, H, Dv]): O is
 written through the inverse of those views, each query block's outputs of all heads
 gathering in one SBUF tile, stored as whole token rows once the last head is done (one run
@@ -61,14 +67,15 @@ from torchneuron.compiler.kernels.rows import lower_rows
 from torchneuron.compiler.kernels.tile_ops import (
     SOURCE_OPS, UNARY_OPS, VIEW_OPS, emit_elementwise,
 )
-from torchneuron.compiler.kernels.transfers import store_tile
+from torchneuron.compiler.kernels.transfers import store_tile, transposed_access
 from torchneuron.compiler.kernels.views import HbmView, source_view
 
 
 def lower_attention(em: Emitter, body: list[ir.Operation], views: dict,
                     view_of: Callable[[ir.Operation, HbmView], HbmView],
                     output: tuple[ir.Value, HbmView], masked_keys: bool = True,
-                    saved: tuple[ir.Value, HbmView] | None = None) -> None:
+                    saved: tuple[ir.Value, HbmView] | None = None,
+                    scale_into_q: bool = True) -> None:
     """`body`: the kernel's ops without trn.yield; `views`: HbmViews of values defined above
     the kernel; `view_of(op, source)`: the view a view op makes (batch dims a reshape cannot
     merge stay unmerged: operands are indexed by a flat batch index); `output`: (yielded
@@ -76,7 +83,9 @@ def lower_attention(em: Emitter, body: list[ir.Operation], views: dict,
     whole query tile (`constant_mask_hooks`); `saved`: (the probabilities, their
     destination view) where the kernel yields them too (a training step saves them): each
     row tile is stored as the row-wise body leaves it, divided and rounded, and P @ V reads
-    that same tile (no deferred division, every key computed)."""
+    that same tile (no deferred division, every key computed); `scale_into_q`: a
+    power-of-two scaling of the row part's linear result is applied to Q^T instead
+    (`_scale_into_q`)."""
     if masked_keys:
         body = _mask_before_scale(body, views, view_of)
     matmuls = [op for op in body if op.name == "trn.matmul"]
@@ -195,6 +204,23 @@ def lower_attention(em: Emitter, body: list[ir.Operation], views: dict,
         q_view = wide[0]
     staged: dict = {}
     staged_q: dict = {}
+    # A power-of-two scaling of the row part's linear result moves onto Q (`_scale_into_q`),
+    # where Q^T's tiles take it as they leave PSUM.
+    q_scale = None
+    if scale_into_q and transposed_access(pick(q_view, 0).transpose([1, 0])):
+        folded = _scale_into_q(body, first)
+        if folded is not None and folded in rows_set:
+            q_scale = U.float_attr(folded, "scalar")
+            folded.results[0].replace_all_uses_with(folded.operands[0])
+            rows_body.remove(folded)
+            rows_set.discard(folded)
+            # (What follows reads from `body` only the ops after the third matmul.)
+            folded.erase()
+
+    def q_staged(view: HbmView) -> _Staged:
+        q_t = _Staged(em, view.transpose([1, 0]), etype1)
+        q_t.scale = q_scale
+        return q_t
 
     def release(cache: dict) -> None:
         for old in cache.values():
@@ -214,11 +240,11 @@ def lower_attention(em: Emitter, body: list[ir.Operation], views: dict,
                              if v_view is not None else None)
             if q_heads == heads:
                 release(staged_q)
-                staged_q[outer] = (_Staged(em, pick(q_view, outer).transpose([1, 0]), etype1),)
+                staged_q[outer] = (q_staged(pick(q_view, outer)),)
         q_outer, q_head = divmod(b, q_heads)
         if q_outer not in staged_q:
             release(staged_q)
-            q_t = _Staged(em, pick(q_view, q_outer).transpose([1, 0]), etype1)
+            q_t = q_staged(pick(q_view, q_outer))
             # (Each head's Q^T from partition 0, where its K^T lies: the token rows of all
             # heads are loaded once, one head's columns transposed at a time.)
             q_t.parts_in_place = False
@@ -418,6 +444,58 @@ def lower_attention(em: Emitter, body: list[ir.Operation], views: dict,
     if rows_tiles:
         raise CompileError("an attention kernel left query blocks of some heads unstored",
                            first.location)
+
+
+def _scale_into_q(body: list[ir.Operation], first: ir.Operation) -> ir.Operation | None:
+    """The op scaling by a power of two a value linear in the scores (the first matmul's
+    result), in a row part linear in them up to the second matmul, whose scaling can move
+    onto Q: a softmax backward's dS = (dP * P - P * rowsum(dP * P)) * scale, with dP =
+    dO @ V^T. Linear: each op from the scores on is a view, a conversion, a sum, an add or
+    sub of two linear values, a product of a linear value with one not computed from the
+    scores, or a multiplication by a constant; and every reader of a linear value before the
+    scaling is one of those ops. Multiplying by a power of two commutes with every rounding
+    (outside fp32's subnormal range), so scaling Q^T gives the same values bit for bit,
+    without the pass over the rows. None where there is no such op."""
+    position = {op: i for i, op in enumerate(body)}
+    linear = {first.results[0]}
+    before: set = set()             # the linear values the scaling follows
+    scaling = None
+    for op in body[position[first] + 1:]:
+        reads = [v in linear for v in op.operands]
+        if op.name == "trn.matmul" or not any(reads):
+            if op.name == "trn.matmul":
+                break               # the row part ends at the second matmul
+            continue
+        name = op.name
+        kind = U.str_attr(op, "op") if "op" in op.attributes else None
+        if scaling is None and name == "trn.tensor_scalar" and kind == "mul" and \
+                "scalar" in op.attributes and _power_of_two(U.float_attr(op, "scalar")):
+            scaling = op
+            before = set(linear)
+        elif not (name in VIEW_OPS or name == "trn.convert" or
+                  (name == "trn.reduce" and kind == "add") or
+                  (name == "trn.tensor_tensor" and (
+                      (kind in ("add", "sub") and all(reads)) or
+                      (kind == "mul" and reads.count(True) == 1))) or
+                  (name == "trn.tensor_scalar" and kind == "mul" and
+                   "scalar" in op.attributes)):
+            # (Nonlinear rows, such as a forward's softmax, take the scaling in a pass they
+            # make anyway.)
+            return None
+        linear.add(op.results[0])
+    if scaling is None:
+        return None
+    # (What reads a linear value before the scaling must be linear itself, on the way to it.)
+    inside = {U.defining_op(v) for v in before} | {scaling}
+    for value in before:
+        if any(U.operation(use.owner) not in inside for use in value.uses):
+            return None
+    return scaling
+
+
+def _power_of_two(c: float) -> bool:
+    mantissa, _ = math.frexp(c)
+    return c > 0 and mantissa == 0.5
 
 
 def _computing(ops: list[ir.Operation], value: ir.Value) -> list[ir.Operation]:

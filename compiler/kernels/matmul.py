@@ -61,6 +61,9 @@ class _Staged:
         # A part of a K-tile (`_part_of_k_tile`) may be read from the partition it lies at;
         # False: every tile starts at partition 0 (its other operand's rows do).
         self.parts_in_place = True
+        # A factor the tiles of a transposed operand are multiplied by as they are copied out
+        # of PSUM (no extra pass): an attention kernel's scaling folded into Q.
+        self.scale: float | None = None
 
     def tile(self, k0: int, kn: int, f0: int, fn: int) -> Tile:
         key = (k0, f0, fn)
@@ -146,8 +149,19 @@ class _Staged:
             panel, start = self._panel(c0, cn, k0)
             psum = em.alloc("psum", kn, cn, ir.F32Type.get())
             em.transpose(psum, panel.pattern(k0 - start, [(1, kn)]))
-            em.copy(tile.columns(c0 - f0, cn), psum)
+            self._evacuate(tile.columns(c0 - f0, cn), psum)
         return tile
+
+    def _evacuate(self, dst, psum: Tile) -> None:
+        """Copy a transposed block out of PSUM, multiplied by `scale` where it is set (on
+        whichever of DVE and ACT would finish first, as a copy)."""
+        em = self.em
+        if self.scale is None:
+            em.copy(dst, psum)
+        elif em.sooner_engine(dict.fromkeys(("dve", "act"), dst.free)) == "act":
+            em.activation(dst, psum, "identity", scale=self.scale)
+        else:
+            em.tensor_scalar(dst, psum, "mul", self.scale)
 
     def _rows_per_partition(self, k0: int, kn: int, fn: int) -> int:
         """How many consecutive rows of X^T (`group`) each partition of a panel takes: more
@@ -180,7 +194,7 @@ class _Staged:
             for i in range(group):
                 psum = em.alloc("psum", kn, tk, ir.F32Type.get())
                 em.transpose(psum, panel.pattern(i * k + k0, [(1, kn)]))
-                em.copy(tile.pattern(c0 - f0 + i, [(group, tk)]), psum)
+                self._evacuate(tile.pattern(c0 - f0 + i, [(group, tk)]), psum)
 
     def _panel(self, c0: int, cn: int, k0: int) -> tuple[Tile, int]:
         """Rows c0..c0+cn of X^T over the K chunk holding k0, in SBUF."""

@@ -2,6 +2,7 @@
 // RUN: neuron-opt --split-input-file --convert-trn-to-nisa="masked-keys=false" %s | FileCheck %s --check-prefix=NOMASK
 // RUN: neuron-opt --split-input-file --convert-trn-to-nisa="pool-sharing=false" %s | FileCheck %s --check-prefix=NOPOOL
 // RUN: neuron-opt --split-input-file --convert-trn-to-nisa="regroup-copies=false" %s | FileCheck %s --check-prefix=NOREGROUP
+// RUN: neuron-opt --split-input-file --convert-trn-to-nisa="scale-into-q=false" %s | FileCheck %s --check-prefix=NOSCALE
 // RUN: not neuron-opt --convert-trn-to-nisa %S/Inputs/trn_to_nisa-invalid.mlir 2>&1 | FileCheck %s --check-prefix=ERR
 // RUN: not neuron-opt --convert-trn-to-nisa %S/Inputs/trn_to_nisa-invalid-mlp.mlir 2>&1 | FileCheck %s --check-prefix=ERRMLP
 // RUN: not neuron-opt --convert-trn-to-nisa %S/Inputs/trn_to_nisa-invalid-results.mlir 2>&1 | FileCheck %s --check-prefix=ERRRES
@@ -2072,4 +2073,42 @@ func.func @q_token_rows_kv_per_head(%q: tensor<1x128x2x64xbf16>, %kt: tensor<2x6
     "trn.yield"(%31) : (tensor<1x128x2x64xbf16>) -> ()
   }) {kind = "attention"} : () -> tensor<1x128x2x64xbf16>
   return %0 : tensor<1x128x2x64xbf16>
+}
+
+// -----
+
+// Tests that an attention kernel whose rows compute a softmax backward's gradient of the
+// scaled scores, dS = (dP * P - P * rowsum(dP * P)) * 0.125 with dP = dO @ V^T, linear in
+// dP, applies the scaling to dO^T as its block leaves PSUM (turned on PE) instead of in a
+// pass over the rows: the difference is written in bf16 directly. With scale-into-q=false,
+// a plain copy takes dO^T out of PSUM and ACT scales the rows.
+// CHECK-LABEL: func.func @attention_softmax_backward_scale
+// CHECK: "nisa.transpose"(%[[PT:.*]], %{{.*}}) {{.*}} : (memref<64x128xf32, "psum">
+// CHECK-NEXT: "nisa.activation"(%[[QT:.*]], %[[PT]]) {{.*}}scale = 1.250000e-01
+// CHECK: "nisa.matmul"(%{{.*}}, %[[QT]], %{{.*}})
+// CHECK-NOT: 1.250000e-01
+// CHECK: "nisa.tensor_tensor"{{.*}}op = "sub"{{.*}} : (memref<128x128xbf16, "sbuf">
+// CHECK-NOT: 1.250000e-01
+// CHECK: return
+// NOSCALE-LABEL: func.func @attention_softmax_backward_scale
+// NOSCALE: "nisa.transpose"{{.*}} : (memref<64x128xf32, "psum">
+// NOSCALE-NEXT: "nisa.tensor_copy"
+// NOSCALE: "nisa.tensor_tensor"{{.*}}op = "sub"{{.*}} : (memref<128x128xf32, "sbuf">
+// NOSCALE: "nisa.activation"{{.*}}scale = 1.250000e-01{{.*}} : (memref<128x128xbf16, "sbuf">, memref<128x128xf32, "sbuf">)
+func.func @attention_softmax_backward_scale(%do: tensor<1x128x64xbf16>, %vt: tensor<1x64x128xbf16>, %p: tensor<1x128x128xbf16>, %k: tensor<1x128x64xbf16>) -> tensor<1x128x64xbf16> {
+  %0 = "trn.kernel"() ({
+    %1 = "trn.matmul"(%do, %vt) : (tensor<1x128x64xbf16>, tensor<1x64x128xbf16>) -> tensor<1x128x128xf32>
+    %2 = "trn.convert"(%p) : (tensor<1x128x128xbf16>) -> tensor<1x128x128xf32>
+    %3 = "trn.tensor_tensor"(%1, %2) {op = "mul"} : (tensor<1x128x128xf32>, tensor<1x128x128xf32>) -> tensor<1x128x128xf32>
+    %4 = "trn.reduce"(%3) {dimensions = array<i64: 2>, op = "add"} : (tensor<1x128x128xf32>) -> tensor<1x128xf32>
+    %5 = "trn.broadcast"(%4) {dimensions = array<i64: 2>} : (tensor<1x128xf32>) -> tensor<1x128x128xf32>
+    %6 = "trn.tensor_tensor"(%2, %5) {op = "mul"} : (tensor<1x128x128xf32>, tensor<1x128x128xf32>) -> tensor<1x128x128xf32>
+    %7 = "trn.tensor_tensor"(%3, %6) {op = "sub"} : (tensor<1x128x128xf32>, tensor<1x128x128xf32>) -> tensor<1x128x128xf32>
+    %8 = "trn.tensor_scalar"(%7) {op = "mul", reverse = false, scalar = 1.250000e-01 : f32} : (tensor<1x128x128xf32>) -> tensor<1x128x128xf32>
+    %9 = "trn.convert"(%8) : (tensor<1x128x128xf32>) -> tensor<1x128x128xbf16>
+    %10 = "trn.matmul"(%9, %k) : (tensor<1x128x128xbf16>, tensor<1x128x64xbf16>) -> tensor<1x128x64xf32>
+    %11 = "trn.convert"(%10) : (tensor<1x128x64xf32>) -> tensor<1x128x64xbf16>
+    "trn.yield"(%11) : (tensor<1x128x64xbf16>) -> ()
+  }) {kind = "attention"} : () -> tensor<1x128x64xbf16>
+  return %0 : tensor<1x128x64xbf16>
 }

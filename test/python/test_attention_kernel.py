@@ -1,6 +1,8 @@
 """The attention kernel (trn-fuse attention, compiler/kernels/attention.py): scores, softmax
 and the product with the values computed on chip, 128 query rows at a time."""
 
+import re
+
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -134,6 +136,40 @@ def test_softmax_gradient_stays_on_chip(tmp_path, monkeypatch):
     model(x).sum().backward()
     for name in configs:
         torch.testing.assert_close(grads[name], x.grad, atol=1e-4, rtol=1e-4)
+
+
+def test_softmax_gradient_scaling_moves_onto_q(tmp_path, monkeypatch):
+    """convert-trn-to-nisa scale-into-q: the softmax backward's gradient of the scaled scores,
+    dS = (dP * P - P * rowsum(dP * P)) * d^-0.5, is linear in dP = dO @ V^T, so the scaling
+    (a power of two for d = 64) is applied to dO^T as it leaves PSUM instead of in a pass over
+    every row of dS: the same gradients bit for bit, less ACT and DVE time."""
+    torch.manual_seed(3)
+    model = PackedAttention(128, 2, causal=False).bfloat16()
+    x = torch.randn(2, 256, 128, dtype=torch.bfloat16, requires_grad=True)
+    grads, vector_us, isa = {}, {}, {}
+    for fold in (True, False):
+        torch._dynamo.reset()
+        dump = tmp_path / str(fold)
+        monkeypatch.setenv("TORCHNEURON_DUMP_DIR", str(dump))
+        compiled = torch.compile(model, backend="neuron",
+                                 options={"attention_scale_into_q": fold, "fallback": False})
+        x.grad = None
+        compiled(x).float().sum().backward()
+        grads[fold] = x.grad.clone()
+        graph = next(g for g in backend.compiled_graphs()[-2:] if "backward" in g.name)
+        streams = graph.last_profile.streams
+        vector_us[fold] = sum(streams[e].busy_ns for e in ("act", "dve")) / 1000
+        isa[fold] = next(dump.glob("*backward.isa.mlir")).read_text()
+    assert torch.equal(grads[True], grads[False])
+    # The pass over dS's rows [128, 256] of each query block is gone; dO^T's blocks, turned
+    # on PE, are scaled as they are copied out of PSUM.
+    scaled_rows = re.compile(r'"nisa.(activation|tensor_scalar)".*1\.250000e-01.*'
+                             r'memref<128x256xbf16, "sbuf">, memref<128x256xf32, "sbuf">')
+    assert scaled_rows.search(isa[False]) and not scaled_rows.search(isa[True])
+    assert vector_us[True] < vector_us[False], vector_us
+    x.grad = None
+    model.float()(x.float()).sum().backward()
+    torch.testing.assert_close(grads[True].float(), x.grad.float(), atol=3e-2, rtol=3e-2)
 
 
 def test_attention_also_stores_the_probabilities_a_training_step_saves(tmp_path, monkeypatch):
