@@ -80,18 +80,36 @@ def test_layer_norm_and_softmax_backward(dump_dir):
         torch.testing.assert_close(got.grad, want.grad, rtol=1e-4, atol=1e-4)
 
 
-def test_bf16_layer_norm_backward_keeps_its_rows_on_chip(dump_dir):
-    # The whole backward is one row-wise kernel: it computes the normalised input and the fp32
-    # input gradient from the bf16 inputs, and sums the weight and bias gradients over its rows
-    # as it goes (column sums on the PE), so no full-size intermediate is stored for other
-    # kernels to read.
-    g = torch.Generator().manual_seed(4)
+def _bf16_layer_norm_step(seed: int, dump_dir):
+    """A bf16 layer norm over 256 features, forward and backward compiled natively: its leaves
+    (x, weight, bias, with their gradients) and the output gradient."""
+    g = torch.Generator().manual_seed(seed)
     x = torch.randn(4, 128, 256, generator=g).bfloat16()
     w, b = torch.randn(256, generator=g).bfloat16(), torch.randn(256, generator=g).bfloat16()
     dy = torch.randn(4, 128, 256, generator=g).bfloat16()
     leaves = [t.clone().requires_grad_() for t in (x, w, b)]
     _native(lambda *a: F.layer_norm(a[0], (256,), *a[1:]), *leaves, dump_dir=dump_dir) \
         .backward(dy)
+    return leaves, dy
+
+
+def _assert_bf16_layer_norm_gradients(leaves, dy):
+    ref = [t.detach().float().requires_grad_() for t in leaves]
+    F.layer_norm(ref[0], (256,), *ref[1:]).backward(dy.float())
+    for got, want in zip(leaves, ref):
+        # Within a bf16 rounding (2^-8 relative) or two of each gradient's largest magnitude:
+        # the sums over 512 rows are rounded once, from fp32.
+        scale = want.grad.abs().max().item()
+        torch.testing.assert_close(got.grad.float(), want.grad, rtol=2 ** -7,
+                                   atol=scale * 2 ** -7)
+
+
+def test_bf16_layer_norm_backward_keeps_its_rows_on_chip(dump_dir):
+    # The whole backward is one row-wise kernel: it computes the normalised input and the fp32
+    # input gradient from the bf16 inputs, and sums the weight and bias gradients over its rows
+    # as it goes (column sums on the PE), so no full-size intermediate is stored for other
+    # kernels to read.
+    leaves, dy = _bf16_layer_norm_step(4, dump_dir)
     backward = _trn(dump_dir, "backward")
     # Each kernel's closing line: }) {..., kind = "..."} : () -> <result types>
     kernels = re.findall(r'kind = "(\w+)"\} : \(\) -> \(?([^\n]*?)\)? loc', backward)
@@ -100,14 +118,7 @@ def test_bf16_layer_norm_backward_keeps_its_rows_on_chip(dump_dir):
     # Besides it at most the weight's widening to fp32: nothing of the rows' size.
     assert all(kind == "elementwise" and "4x128" not in results
                for kind, results in kernels if kind != "rows"), kernels
-    ref = [t.float().requires_grad_() for t in (x, w, b)]
-    F.layer_norm(ref[0], (256,), *ref[1:]).backward(dy.float())
-    for got, want in zip(leaves, ref):
-        # Within a bf16 rounding (2^-8 relative) or two of each gradient's largest magnitude:
-        # the sums over 512 rows are rounded once, from fp32.
-        scale = want.grad.abs().max().item()
-        torch.testing.assert_close(got.grad.float(), want.grad, rtol=2 ** -7,
-                                   atol=scale * 2 ** -7)
+    _assert_bf16_layer_norm_gradients(leaves, dy)
 
 
 def test_layer_norm_weight_gradients_summed_over_partial_tiles_and_wide_rows(dump_dir):
@@ -131,24 +142,13 @@ def test_layer_norm_forward_stores_its_saved_statistics_from_the_rows_kernel(dum
     # A training step's layer norm saves each row's mean and 1/std for the backward: the
     # row-wise kernel that normalises the rows stores them too, so no other kernel reads the
     # rows again to recompute them.
-    g = torch.Generator().manual_seed(5)
-    x = torch.randn(4, 128, 256, generator=g).bfloat16()
-    w, b = torch.randn(256, generator=g).bfloat16(), torch.randn(256, generator=g).bfloat16()
-    dy = torch.randn(4, 128, 256, generator=g).bfloat16()
-    leaves = [t.clone().requires_grad_() for t in (x, w, b)]
-    _native(lambda *a: F.layer_norm(a[0], (256,), *a[1:]), *leaves, dump_dir=dump_dir) \
-        .backward(dy)
+    leaves, dy = _bf16_layer_norm_step(5, dump_dir)
     forward = _trn(dump_dir, "forward")
     assert re.findall(r'kind = "(\w+)"\}', forward) == ["rows"], forward
     assert re.search(r'= "trn.kernel"\(\) \(\{.*?\}\) \{.*?kind = "rows"\} : \(\) -> '
                      r'\(tensor<4x128x256xbf16>, tensor<4x128x1xbf16>, tensor<4x128x1xbf16>\)',
                      forward, re.S), forward
-    ref = [t.float().requires_grad_() for t in (x, w, b)]
-    F.layer_norm(ref[0], (256,), *ref[1:]).backward(dy.float())
-    for got, want in zip(leaves, ref):
-        scale = want.grad.abs().max().item()
-        torch.testing.assert_close(got.grad.float(), want.grad, rtol=2 ** -7,
-                                   atol=scale * 2 ** -7)
+    _assert_bf16_layer_norm_gradients(leaves, dy)
 
 
 def test_multi_head_attention_block(dump_dir):
