@@ -209,7 +209,10 @@ def lower_attention(em: Emitter, body: list[ir.Operation], views: dict,
     q_scale = None
     if scale_into_q and transposed_access(pick(q_view, 0).transpose([1, 0])):
         folded = _scale_into_q(body, first)
-        if folded is not None and folded in rows_set:
+        # (Not where the scaled value itself is what later steps name: the probabilities
+        # the second matmul reads, or a result.)
+        if folded is not None and folded in rows_set and folded.results[0] not in \
+                (probs, yielded, output[0]) + ((saved[0],) if saved is not None else ()):
             q_scale = U.float_attr(folded, "scalar")
             folded.results[0].replace_all_uses_with(folded.operands[0])
             rows_body.remove(folded)

@@ -2112,3 +2112,27 @@ func.func @attention_softmax_backward_scale(%do: tensor<1x128x64xbf16>, %vt: ten
   }) {kind = "attention"} : () -> tensor<1x128x64xbf16>
   return %0 : tensor<1x128x64xbf16>
 }
+
+// -----
+
+// Tests that where the scaled value is itself what the kernel yields (a matmul_rows kernel
+// storing the softmax backward's gradient), the scaling stays in the rows: Q^T leaves PSUM
+// by a plain copy.
+// CHECK-LABEL: func.func @matmul_rows_scaled_result
+// CHECK: "nisa.transpose"{{.*}} : (memref<64x128xf32, "psum">
+// CHECK-NEXT: "nisa.tensor_copy"
+// CHECK: "nisa.activation"{{.*}}scale = 1.250000e-01{{.*}} : (memref<128x128xf32, "sbuf">, memref<128x128xf32, "sbuf">)
+func.func @matmul_rows_scaled_result(%do: tensor<1x128x64xbf16>, %vt: tensor<1x64x128xbf16>, %p: tensor<1x128x128xbf16>) -> tensor<1x128x128xf32> {
+  %0 = "trn.kernel"() ({
+    %1 = "trn.matmul"(%do, %vt) : (tensor<1x128x64xbf16>, tensor<1x64x128xbf16>) -> tensor<1x128x128xf32>
+    %2 = "trn.convert"(%p) : (tensor<1x128x128xbf16>) -> tensor<1x128x128xf32>
+    %3 = "trn.tensor_tensor"(%1, %2) {op = "mul"} : (tensor<1x128x128xf32>, tensor<1x128x128xf32>) -> tensor<1x128x128xf32>
+    %4 = "trn.reduce"(%3) {dimensions = array<i64: 2>, op = "add"} : (tensor<1x128x128xf32>) -> tensor<1x128xf32>
+    %5 = "trn.broadcast"(%4) {dimensions = array<i64: 2>} : (tensor<1x128xf32>) -> tensor<1x128x128xf32>
+    %6 = "trn.tensor_tensor"(%2, %5) {op = "mul"} : (tensor<1x128x128xf32>, tensor<1x128x128xf32>) -> tensor<1x128x128xf32>
+    %7 = "trn.tensor_tensor"(%3, %6) {op = "sub"} : (tensor<1x128x128xf32>, tensor<1x128x128xf32>) -> tensor<1x128x128xf32>
+    %8 = "trn.tensor_scalar"(%7) {op = "mul", reverse = false, scalar = 1.250000e-01 : f32} : (tensor<1x128x128xf32>) -> tensor<1x128x128xf32>
+    "trn.yield"(%8) : (tensor<1x128x128xf32>) -> ()
+  }) {kind = "matmul_rows"} : () -> tensor<1x128x128xf32>
+  return %0 : tensor<1x128x128xf32>
+}
