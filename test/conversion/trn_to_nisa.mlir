@@ -1436,9 +1436,10 @@ func.func @saved_linear_gelu(%w: tensor<128x128xf32>, %b: tensor<128xf32>, %x: t
 
 // Tests that a matmul kernel yielding the sum over dim 0 of the tensor its left operand
 // transposes (a Linear's weight and bias gradients) computes the sums on PE from the tiles the
-// matmul loads: a column of ones (set once) stationary against each loaded K-tile [128, 128
-// features] of dY, accumulating over K-tiles into one PSUM row per 128 features, stored in one
-// contiguous run; dY is loaded once (two rows per partition, K-tile j the rows 2p + j).
+// matmul loads: where the features are not whole 128-row tiles (192 here), a column of ones
+// (set once) stationary against each loaded K-tile [128, 128 features] of dY, accumulating
+// over K-tiles into one PSUM row per 128 features, stored in one contiguous run; dY is loaded
+// once (two rows per partition, K-tile j the rows 2p + j).
 // CHECK-LABEL: func.func @linear_backward
 // CHECK-SAME: (%[[DY:[^:]*]]: memref<256x192xbf16, "hbm">, %{{[^:]*}}: memref<256x64xbf16, "hbm">, %{{[^:]*}}: memref<192x64xbf16, "hbm">, %[[DB:[^:]*]]: memref<192xbf16, "hbm">)
 // CHECK: "nisa.memset"(%[[ONES:[^)]*]]) {{.*}}value = 1.000000e+00
@@ -1460,6 +1461,37 @@ func.func @linear_backward(%dy: tensor<256x192xbf16>, %x: tensor<256x64xbf16>) -
     "trn.yield"(%wc, %b) : (tensor<192x64xbf16>, tensor<192xbf16>) -> ()
   }) {kind = "matmul", orientation = "mn"} : () -> (tensor<192x64xbf16>, tensor<192xbf16>)
   return %k#0, %k#1 : tensor<192x64xbf16>, tensor<192xbf16>
+}
+
+// -----
+
+// Tests that where the features are whole 128-row tiles, the sums of dY's columns are one more
+// column of the product: each K-tile of X gets a copy with a column of ones after its 64
+// columns (made once, kept for both feature tiles), so each feature tile's PSUM tile
+// [128, 65] ends in its sums, gathered as a column of one fp32 tile [128, 2] and stored,
+// rounded once and turned on PE, as two rows of 128.
+// CHECK-LABEL: func.func @linear_backward_ones_column
+// CHECK: %[[SUMS:.*]] = "nisa.alloc"() {memory = "sbuf"} : () -> memref<128x2xf32, "sbuf">
+// CHECK: %[[ACC:.*]] = "nisa.alloc"() {memory = "psum"} : () -> memref<128x65xf32, "psum">
+// CHECK: %[[X0:.*]] = "nisa.alloc"() {memory = "sbuf"} : () -> memref<128x65xbf16, "sbuf">
+// CHECK-NEXT: "nisa.tensor_copy"(%[[X0]]
+// CHECK-NEXT: "nisa.memset"(%[[X0]]) {aps = [array<i64: 64, 65, 128, 1, 1>]{{.*}}value = 1.000000e+00
+// CHECK-NEXT: "nisa.matmul"(%[[ACC]], %{{.*}}, %[[X0]]) {accumulate = false
+// CHECK: "nisa.tensor_copy"(%[[SUMS]], %[[ACC]]) {aps = [array<i64: 0, 2, 128, 1, 1>, array<i64: 64, 65, 128, 1, 1>]
+// CHECK-NOT: "nisa.memset"
+// CHECK: "nisa.matmul"(%{{.*}}, %{{.*}}, %[[X0]]) {accumulate = false
+// CHECK: "nisa.tensor_copy"(%[[SUMS]], %{{.*}}) {aps = [array<i64: 1, 2, 128, 1, 1>, array<i64: 64, 65, 128, 1, 1>]
+// CHECK: "nisa.transpose"(%{{.*}}, %{{.*}}) {{.*}} : (memref<2x128xf32, "psum">, memref<128x2xbf16, "sbuf">)
+// CHECK: "nisa.dma"(%arg3, %{{.*}}) {aps = [array<i64: 0, 128, 2, 1, 128>
+func.func @linear_backward_ones_column(%dy: tensor<256x256xbf16>, %x: tensor<256x64xbf16>) -> (tensor<256x64xbf16>, tensor<256xbf16>) {
+  %k:2 = "trn.kernel"() ({
+    %t = "trn.transpose"(%dy) {permutation = array<i64: 1, 0>} : (tensor<256x256xbf16>) -> tensor<256x256xbf16>
+    %w = "trn.matmul"(%t, %x) : (tensor<256x256xbf16>, tensor<256x64xbf16>) -> tensor<256x64xf32>
+    %wc = "trn.convert"(%w) : (tensor<256x64xf32>) -> tensor<256x64xbf16>
+    %b = "trn.reduce"(%dy) {op = "add", dimensions = array<i64: 0>} : (tensor<256x256xbf16>) -> tensor<256xbf16>
+    "trn.yield"(%wc, %b) : (tensor<256x64xbf16>, tensor<256xbf16>) -> ()
+  }) {kind = "matmul", orientation = "mn"} : () -> (tensor<256x64xbf16>, tensor<256xbf16>)
+  return %k#0, %k#1 : tensor<256x64xbf16>, tensor<256xbf16>
 }
 
 // -----
