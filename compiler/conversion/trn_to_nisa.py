@@ -354,10 +354,9 @@ class _FunctionLowering:
         """A rows, attention or matmul_rows kernel (`saved`: an attention kernel's second
         result -- its probabilities, or its row contraction's product -- and its view;
         `further`: a rows kernel's further results, per-row values or column sums, and their
-        views). A
-        row-wise kernel's SBUF tiles (rows, matmul_rows) get a reuse_group of their own, so that trn-plan-memory reuses the
-        kernel's own bytes first: a footprint of a few tiles, clear of the kernels that run
-        beside it."""
+        views). A row-wise kernel's SBUF tiles (rows, matmul_rows) get a reuse_group of their
+        own, so that trn-plan-memory reuses the kernel's own bytes first: a footprint of a few
+        tiles, clear of the kernels that run beside it."""
         if kind != "attention":
             self.em.reuse_group = self.row_kernels
             self.row_kernels += 1

@@ -65,7 +65,7 @@ from torchneuron.compiler.kernels.epilogue import Epilogue
 from torchneuron.compiler.kernels.matmul import _Staged, matmul_element_type
 from torchneuron.compiler.kernels.rows import lower_rows
 from torchneuron.compiler.kernels.tile_ops import (
-    SOURCE_OPS, UNARY_OPS, VIEW_OPS, emit_elementwise,
+    SOURCE_OPS, UNARY_OPS, VIEW_OPS, emit_elementwise, power_of_two,
 )
 from torchneuron.compiler.kernels.transfers import store_tile, transposed_access
 from torchneuron.compiler.kernels.views import HbmView, source_view
@@ -182,8 +182,8 @@ def lower_attention(em: Emitter, body: list[ir.Operation], views: dict,
     # cost makes several times dearer); head h is the rows or columns [h*d, (h+1)*d).
     # Only where a head's rows stay inside one 128-aligned K-tile (as PE transposes and
     # panels cut them) and all heads' operands take at most a quarter of SBUF.
-    wide = [_merge_heads(q_view, -1), _merge_heads(kt_view, -2)] + \
-        ([_merge_heads(v_view, -1)] if second is not None else [])
+    wide = [q_view.merge_heads(-1), kt_view.merge_heads(-2)] + \
+        ([v_view.merge_heads(-1)] if second is not None else [])
     quarter = em.target.sbuf_partition_bytes // 4
     heads = 1            # heads staged together: K^T and V (and Q^T)
     q_heads = 1          # Q^T's heads staged together
@@ -397,7 +397,7 @@ def lower_attention(em: Emitter, body: list[ir.Operation], views: dict,
     if second is not None and out_view.rank >= 3 and out_view.shape[-3] > 1 and \
             -(-sq // em.target.num_partitions) * out_view.shape[-3] * dv * \
             U.element_bytes(out_view.element_type) <= quarter:
-        rows_out = _merge_heads(out_view, -1)
+        rows_out = out_view.merge_heads(-1)
         out_heads = out_view.shape[-3] if rows_out is not None else 1
 
     # The scores and probabilities never get a buffer: storage-less row-major views of them
@@ -464,15 +464,15 @@ def _scale_into_q(body: list[ir.Operation], first: ir.Operation) -> ir.Operation
     before: set = set()             # the linear values the scaling follows
     scaling = None
     for op in body[position[first] + 1:]:
+        if op.name == "trn.matmul":
+            break                   # the row part ends at the second matmul
         reads = [v in linear for v in op.operands]
-        if op.name == "trn.matmul" or not any(reads):
-            if op.name == "trn.matmul":
-                break               # the row part ends at the second matmul
+        if not any(reads):
             continue
         name = op.name
         kind = U.str_attr(op, "op") if "op" in op.attributes else None
         if scaling is None and name == "trn.tensor_scalar" and kind == "mul" and \
-                "scalar" in op.attributes and _power_of_two(U.float_attr(op, "scalar")):
+                "scalar" in op.attributes and power_of_two(U.float_attr(op, "scalar")):
             scaling = op
             before = set(linear)
         elif not (name in VIEW_OPS or name == "trn.convert" or
@@ -494,11 +494,6 @@ def _scale_into_q(body: list[ir.Operation], first: ir.Operation) -> ir.Operation
         if any(U.operation(use.owner) not in inside for use in value.uses):
             return None
     return scaling
-
-
-def _power_of_two(c: float) -> bool:
-    mantissa, _ = math.frexp(c)
-    return c > 0 and mantissa == 0.5
 
 
 def _computing(ops: list[ir.Operation], value: ir.Value) -> list[ir.Operation]:
@@ -576,21 +571,6 @@ def _token_major_views(body: list[ir.Operation], position: dict,
         raise CompileError("a token-major attention kernel yields transpose(reshape(O))",
                            transpose.location)
     return reshape, transpose
-
-
-def _merge_heads(view: HbmView, axis: int) -> HbmView | None:
-    """`view` [..., H, rows, cols] with its last batch dim H merged into the matrix dim `axis`
-    (-1: cols, -2: rows), when head h's elements follow head h-1's along that dim (an H
-    stride of that dim's size times its stride); None otherwise."""
-    if view.rank < 3:
-        return None
-    h, m = view.rank - 3, view.rank + axis
-    if view.strides[h] != view.shape[m] * view.strides[m]:
-        return None
-    shape, strides = list(view.shape), list(view.strides)
-    shape[m] *= shape[h]
-    del shape[h], strides[h]
-    return view.relaid(view.offset, tuple(shape), tuple(strides))
 
 
 def staged_bytes(heads: int, d: int, dv: int, sq: int, sk: int, qk_type: ir.Type,

@@ -330,8 +330,7 @@ class _HeadsSideBySide:
                     n * U.element_bytes(view.element_type) >= _EFFICIENT_RUN_BYTES or \
                     tiles(rows) * row_bytes > budget:
                 return None
-            from torchneuron.compiler.kernels.attention import _merge_heads
-            return _merge_heads(view, -1)
+            return view.merge_heads(-1)
 
         whole_rhs = merged(rhs, heads * n * U.element_bytes(rhs.element_type),
                            rhs.shape[-2])
@@ -587,9 +586,9 @@ def column_sum_ops(value: ir.Value, inside) -> list[ir.Operation] | None:
 class _ColumnSums:
     """Sums over K of A's columns (C = A @ B, A [M, K]) where _OnesColumn cannot take them
     (an "nm" product, an M-tile short of 128, a last column tile already 512 wide), computed
-    on PE from the A^T tiles [K-tile, M-tile] the matmul loads anyway: a column of ones as the stationary operand and
-    the A^T tile as the moving one give the sums as one PSUM row [1, M-tile], stored in one
-    contiguous run. (A^T stationary against a ones column would cost MIN_II plus the fixed
+    on PE from the A^T tiles [K-tile, M-tile] the matmul loads anyway: a column of ones as
+    the stationary operand and the A^T tile as the moving one give the sums as one PSUM row
+    [1, M-tile], stored in one contiguous run. (A^T stationary against a ones column would cost MIN_II plus the fixed
     overhead of a one-element free size per K-tile instead of M-tile cycles, and leave the
     sums one per partition.) Each M-tile's sums are computed the first time one of its output
     tiles is: fp32 in PSUM, rounded once as they are stored."""
@@ -622,9 +621,10 @@ class _OnesColumn:
     of a 3072-wide layer, 20 us of PE). Each M-tile's sums land in a column of one fp32 SBUF
     tile, stored once all are in (turned on PE into rows, rounded once)."""
 
-    def __init__(self, em: Emitter, out: HbmView, x_f: _Staged, f0: int, fn: int,
+    def __init__(self, em: Emitter, rows: HbmView, x_f: _Staged, f0: int, fn: int,
                  p_tiles: list):
-        self.em, self.out, self.x_f, self.f0, self.fn = em, out, x_f, f0, fn
+        """`rows`: the sums' view as [M-tiles, 128]."""
+        self.em, self.rows, self.x_f, self.f0, self.fn = em, rows, x_f, f0, fn
         self.extended: dict = {}              # K-tile -> [kn, fn + 1] tile, ones last
         self.column = {p0: j for j, (p0, _) in enumerate(p_tiles)}
         self.sums = em.alloc("sbuf", em.target.pe_cols, len(p_tiles), ir.F32Type.get())
@@ -639,7 +639,8 @@ class _OnesColumn:
         if out is None or orientation != "mn" or x_f.transposed or \
                 any(pn != tp for _, pn in p_tiles) or f_tiles[-1][1] >= tf:
             return None
-        return cls(em, out, x_f, *f_tiles[-1], p_tiles)
+        rows = out.reshape((len(p_tiles), tp))
+        return cls(em, rows, x_f, *f_tiles[-1], p_tiles) if rows is not None else None
 
     def tile(self, k0: int, kn: int) -> Tile:
         """The moving operand's tile of K-tile k0 over the last column tile, ones appended
@@ -659,11 +660,7 @@ class _OnesColumn:
         em.copy(self.sums.columns(self.column[p0], 1).rows(pn), sums)
         self.left -= 1
         if not self.left:
-            tiles = self.sums.free
-            rows = self.out.reshape((tiles, em.target.pe_cols))
-            if rows is None:
-                raise CompileError("a column sum's view cannot be written as M-tile rows")
-            store_tile(em, rows.transpose([1, 0]), self.sums)
+            store_tile(em, self.rows.transpose([1, 0]), self.sums)
 
 
 class _RowGather:

@@ -35,8 +35,8 @@ from torchneuron.compiler.errors import CompileError, UnsupportedOpError
 from torchneuron.compiler.kernels.elementwise import load_leaf, spread_column
 from torchneuron.compiler.kernels.emitter import Emitter, Tile
 from torchneuron.compiler.kernels.tile_ops import (
-    ELEMENTWISE_OPS, SOURCE_OPS, VIEW_OPS, ConstantVectors, emit_elementwise, rounding_writes,
-    widening_aliases,
+    ELEMENTWISE_OPS, SOURCE_OPS, VIEW_OPS, ConstantVectors, emit_elementwise, power_of_two,
+    rounding_writes, widening_aliases,
 )
 from torchneuron.compiler.kernels.views import HbmView, source_view
 from torchneuron.dialects.nisa import MAX_FREE_DIMS
@@ -120,9 +120,6 @@ def lower_rows(em: Emitter, body: list[ir.Operation], views: dict,
             leaf_views[result] = source_view(op)
         elif op.name in VIEW_OPS:
             source = op.operands[0]
-            if source in columns.values:
-                raise UnsupportedOpError(f"'{op.name}' of a row-wise kernel's column sum",
-                                         op.location)
             if source in leaf_views:
                 leaf_views[result] = view_of(op, leaf_views[source])
             elif op.name == "trn.reshape" and not is_row(source) and not is_row(result):
@@ -288,7 +285,7 @@ def lower_rows(em: Emitter, body: list[ir.Operation], views: dict,
                         if u.name == "trn.reduce"]
         if reduces_of_y != [op] or len(users.get(x, [])) != 1:
             continue
-        if produce is not None and x in leaves and _power_of_two_at_most_one(c):
+        if produce is not None and x in leaves and power_of_two(c) and c <= 1.0:
             prescaled[x] = c
         elif x in computed and not alias_of.get(x) and x not in results and \
                 storage.get(x, U.element_type(x)) == ir.F32Type.get():
@@ -578,6 +575,16 @@ def lower_rows(em: Emitter, body: list[ir.Operation], views: dict,
     sums.store(column_results, consts)
 
 
+def is_column_sum(op: ir.Operation, shape: tuple, kept_rank: int) -> bool:
+    """Whether `op` sums a row value of a row-wise space (`shape`, its first `kept_rank` dims
+    the rows') over every row: a float add over exactly the kept dims (trn-fuse's
+    `column-sums`, which `_Columns` lowers)."""
+    return op.name == "trn.reduce" and \
+        sorted(U.array_attr(op, "dimensions")) == list(range(kept_rank)) and \
+        tuple(U.shape(op.operands[0])) == tuple(shape) and U.str_attr(op, "op") == "add" and \
+        isinstance(U.element_type(op.operands[0]), ir.FloatType)
+
+
 class _Columns:
     """A row-wise kernel's column sums (trn-fuse's `column-sums`): sums over every kept dim
     (all rows) of a row value, and the elementwise ops computing on those sums."""
@@ -590,9 +597,7 @@ class _Columns:
     def take(self, op: ir.Operation, shape: tuple, kept_rank: int) -> bool:
         """Whether `op` is a column sum or computes on column sums (then it is taken)."""
         if op.name == "trn.reduce" and min(U.array_attr(op, "dimensions")) == 0:
-            if sorted(U.array_attr(op, "dimensions")) != list(range(kept_rank)) or \
-                    tuple(U.shape(op.operands[0])) != shape or U.str_attr(op, "op") != "add" \
-                    or not isinstance(U.element_type(op.operands[0]), ir.FloatType):
+            if not is_column_sum(op, shape, kept_rank):
                 raise CompileError("a row-wise kernel's sum over its rows is a float sum over "
                                    "every kept dim of a row value", op.location)
             self.sums.append(op)
@@ -682,11 +687,6 @@ class _ColumnSums:
 _PSUM_ROW = 512        # fp32 elements of one PSUM bank row: the matmul's N limit
 _FLT_MAX = 3.4028234663852886e38            # the largest fp32
 _FLT_MIN_NORMAL = 1.1754943508222875e-38    # the smallest normal fp32
-
-
-def _power_of_two_at_most_one(c: float) -> bool:
-    mantissa, _ = math.frexp(c)
-    return 0.0 < c <= 1.0 and mantissa == 0.5
 
 
 def _safe_softmax(compute, users, broadcast_of, per_row_alias, biased, accumulated,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 from torch_mlir import ir
 
 from torchneuron.compiler import ir_utils as U
@@ -35,6 +37,13 @@ class ConstantVectors:
             self.em.memset(tile, value)
             self._cache[value] = tile
         return tile.rows(partitions)
+
+
+def power_of_two(c: float) -> bool:
+    """Whether c is a positive power of two: multiplying by it commutes with every rounding
+    (outside fp32's subnormal and overflow ranges)."""
+    mantissa, _ = math.frexp(c)
+    return c > 0.0 and mantissa == 0.5
 
 
 def rounding_writes(ops: list[ir.Operation], keep: set) -> tuple[dict, dict]:

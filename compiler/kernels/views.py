@@ -53,6 +53,20 @@ class HbmView:
         return self.relaid(self.offset, tuple(self.shape[p] for p in permutation),
                            tuple(self.strides[p] for p in permutation))
 
+    def merge_heads(self, axis: int) -> "HbmView | None":
+        """This view [..., H, rows, cols] with its last batch dim H merged into the matrix dim
+        `axis` (-1: cols, -2: rows), when head h's elements follow head h-1's along that dim
+        (an H stride of that dim's size times its stride); None otherwise."""
+        if self.rank < 3:
+            return None
+        h, m = self.rank - 3, self.rank + axis
+        if self.strides[h] != self.shape[m] * self.strides[m]:
+            return None
+        shape, strides = list(self.shape), list(self.strides)
+        shape[m] *= shape[h]
+        del shape[h], strides[h]
+        return self.relaid(self.offset, tuple(shape), tuple(strides))
+
     def broadcast(self, dimensions: list[int], shape: tuple[int, ...]) -> "HbmView":
         strides, src = [], iter(self.strides)
         for d in range(len(shape)):

@@ -88,6 +88,7 @@ from torchneuron.compiler.passes import Pass, register
 from torchneuron.compiler.kernels import attention as attention_kernel
 from torchneuron.compiler.kernels import mlp as mlp_kernel
 from torchneuron.compiler.kernels.matmul import column_sum_ops
+from torchneuron.compiler.kernels.rows import is_column_sum
 from torchneuron.compiler.kernels import weight_gradient as weight_gradient_kernel
 from torchneuron.compiler.transforms.tile import kernel_body, layout_of
 from torchneuron.dialects.trn import build_kernel, build_yield
@@ -1163,15 +1164,10 @@ def _grow_row_group(func: ir.Operation, seed: ir.Operation, budget_bytes: int,
     # group's result, where the kernel goes, and the sum does not read that result.
     last = ordered[-1]
     available = {op.results[0] for op in ordered} | row_leaves
-    kept_dims = list(range(space.kept))
     columns: list[ir.Operation] = []
     added_rows = 0
     for op in body:
-        if op.name != "trn.reduce" or op in members or \
-                tuple(U.shape(op.operands[0])) != space.shape or \
-                sorted(U.array_attr(op, "dimensions")) != kept_dims or \
-                U.str_attr(op, "op") != "add" or \
-                not isinstance(U.element_type(op.operands[0]), ir.FloatType):
+        if op in members or not is_column_sum(op, space.shape, space.kept):
             continue
         chain = []
         summed = op.operands[0]
