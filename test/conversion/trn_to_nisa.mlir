@@ -7,7 +7,7 @@
 // RUN: not neuron-opt --convert-trn-to-nisa %S/Inputs/trn_to_nisa-invalid-mlp.mlir 2>&1 | FileCheck %s --check-prefix=ERRMLP
 // RUN: not neuron-opt --convert-trn-to-nisa %S/Inputs/trn_to_nisa-invalid-results.mlir 2>&1 | FileCheck %s --check-prefix=ERRRES
 // RUN: not neuron-opt --convert-trn-to-nisa %S/Inputs/trn_to_nisa-invalid-row-results.mlir 2>&1 | FileCheck %s --check-prefix=ERRROWRES
-// RUN: not neuron-opt --convert-trn-to-nisa %S/Inputs/trn_to_nisa-invalid-column-sum.mlir 2>&1 | FileCheck %s --check-prefix=ERRCOLS
+// RUN: not neuron-opt --split-input-file --convert-trn-to-nisa %S/Inputs/trn_to_nisa-invalid-column-sum.mlir 2>&1 | FileCheck %s --check-prefix=ERRCOLS
 // RUN: not neuron-opt --convert-trn-to-nisa %S/Inputs/trn_to_nisa-invalid-weight-gradient.mlir 2>&1 | FileCheck %s --check-prefix=ERRWG
 
 // Tests the lowering of a Linear + bias + ReLU kernel computed transposed ("nm"): tensors
@@ -1157,6 +1157,9 @@ func.func @mlp(%arg0: tensor<256x128xbf16>, %arg1: tensor<512x128xbf16>, %arg2: 
 // ERRRES: trn_to_nisa-invalid-results.mlir:3:10: error: convert-trn-to-nisa: a 'reduce' kernel has one result; only matmul, elementwise, weight_gradient, attention and rows kernels store more
 // ERRROWRES: trn_to_nisa-invalid-row-results.mlir:{{[0-9]+}}:{{[0-9]+}}: error: convert-trn-to-nisa: a row-wise kernel's further results are per-row values
 // ERRCOLS: trn_to_nisa-invalid-column-sum.mlir:8:{{[0-9]+}}: error: convert-trn-to-nisa: a row-wise kernel's sum over its rows is a float sum over every kept dim of a row value
+// ERRCOLS: trn_to_nisa-invalid-column-sum.mlir:22:{{[0-9]+}}: error: convert-trn-to-nisa: a row-wise kernel's first result is over its rows, not a column sum
+// ERRCOLS: trn_to_nisa-invalid-column-sum.mlir:38:{{[0-9]+}}: error: convert-trn-to-nisa: a row-wise kernel computes on its column sums only with elementwise ops of them alone, not 'trn.broadcast'
+// ERRCOLS: trn_to_nisa-invalid-column-sum.mlir:54:{{[0-9]+}}: error: convert-trn-to-nisa: a row-wise kernel computes on its column sums only with elementwise ops of them alone, not 'trn.tensor_tensor'
 
 // -----
 
