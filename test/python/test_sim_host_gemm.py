@@ -242,3 +242,110 @@ def test_a_library_the_probe_finds_wrong_or_failing_is_not_used(status, monkeypa
     monkeypatch.setattr(host_gemm, "_library_path", lambda: "libdnnl.so.3")
     monkeypatch.setattr(host_gemm.ctypes, "CDLL", lambda path: _Library(status))
     assert host_gemm._load() is None
+
+
+@needs_gemm
+@pytest.mark.parametrize("k, m, n", [(128, 128, 512), (77, 33, 65), (128, 64, 1),
+                                     (128, 1, 300), (1, 2, 2)])
+def test_accumulating_adds_the_finished_sum_to_what_out_holds(k, m, n):
+    # PSUM's order: the products' sum first, then that sum plus what the bank held. Held
+    # values large against the products make any other order round differently.
+    rng = np.random.default_rng(k + m + n)
+    stationary = _padded(rng.standard_normal((k, m)).astype(BF16))
+    moving = _padded(rng.standard_normal((k, n)).astype(BF16))
+    held = (rng.standard_normal((m, n)) * 4096).astype(F32)
+    summed = np.empty((m, n), F32)
+    out = _padded(held.copy())
+    assert GEMM.product(stationary, moving, summed)
+    assert GEMM.product(stationary, moving, out, accumulate=True)
+    np.testing.assert_array_equal(out.view(np.uint32), (summed + held).view(np.uint32))
+
+
+@needs_gemm
+def test_the_library_on_this_host_accumulates_in_place():
+    """oneDNN's GEMM kernel adds C after the K sum (its GEMV kernel, for M or N of 1, does
+    not: those sizes accumulate through a scratch array)."""
+    if not _cpu_flags() & {"avx512_bf16", "amx_bf16"}:
+        pytest.skip("this CPU has no bf16 dot-product instructions")
+    assert GEMM.accumulates_in_place
+
+
+class _FakeGemm:
+    """A GEMM computed with numpy whose accumulation takes C in as its starting sum
+    (`c_first`) or adds it after the K sum."""
+
+    def __init__(self, c_first: bool):
+        self.c_first = c_first
+        self.accumulates_in_place = False
+
+    def product(self, stationary, moving, out, accumulate=False):
+        products = stationary.astype(F32)[:, :, None] * moving.astype(F32)[:, None, :]
+        total = out.copy() if accumulate and self.c_first else np.zeros(out.shape, F32)
+        for term in products:                   # K terms, one fp32 rounding each
+            total = total + term
+        if accumulate and not self.c_first:
+            total = total + out
+        out[...] = total
+        return True
+
+
+@pytest.mark.parametrize("c_first", [False, True])
+def test_the_accumulation_probe_tells_the_orders_apart(c_first):
+    assert host_gemm._probe_accumulate(_FakeGemm(c_first)) is not c_first
+
+
+def _reused_operand_program() -> NeffBuilder:
+    """Two matmuls reading the same stationary and moving tiles ([2, 2] bf16); then the
+    moving tile is loaded again, from `mv2`, and a third matmul reads it. y<i> is matmul i's
+    [2, 2] product."""
+    b = NeffBuilder("reused_operands")
+    st, mv1, mv2 = (b.input(name, (2, 2), "bf16") for name in ("st", "mv1", "mv2"))
+    ys = [b.output(f"y{i}", (2, 2)) for i in range(3)]
+    # In different blocks of bytes (host_threads.ONCHIP_GRANULE): the reload of one is not
+    # a write near the other.
+    stationary, moving = sbuf(2, [2], "bf16", offset=0), sbuf(2, [2], "bf16", offset=1024)
+    loaded, reloaded, multiplied, copied = (b.semaphore() for _ in range(4))
+    b.dma(stationary, b.view(st), queue=0, signal=loaded)
+    b.dma(moving, b.view(mv1), queue=1, signal=loaded)
+    for i in range(2):
+        b.matmul(psum(2, [2], offset=8 * i), stationary, moving,
+                 waits=[(loaded, 2)] if i == 0 else [], signal=multiplied)
+    b.dma(moving, b.view(mv2), queue=1, waits=[(multiplied, 2)], signal=reloaded)
+    b.matmul(psum(2, [2], offset=16), stationary, moving, waits=[(reloaded, 1)],
+             signal=multiplied)
+    for i in range(3):
+        b.copy(sbuf(2, [2], offset=128 + 8 * i), psum(2, [2], offset=8 * i),
+               waits=[(multiplied, 3)] if i == 0 else [], signal=copied)
+    for i, y in enumerate(ys):
+        b.dma(b.view(y), sbuf(2, [2], offset=128 + 8 * i), queue=0,
+              waits=[(copied, 3)] if i == 0 else [])
+    return b
+
+
+@needs_gemm
+def test_a_replay_scans_an_operand_again_after_it_is_written():
+    """The first two matmuls share one scan of their operands; the moving tile's reload
+    brings values whose products are subnormal, which the GEMM would flush: the third
+    matmul's scan must see them and widen, on every run."""
+    e = -56
+    column = [_power_of_two(e, 1 + 2 ** -7), _power_of_two(e, 1 + 2 ** -6)]
+    stationary = np.array([column, column], BF16).T              # [K=2, M=2]
+    normal = np.array([[_power_of_two(60, 1 + 2 ** -7)] * 2, [-_power_of_two(60)] * 2], BF16)
+    tiny = np.array([[_power_of_two(e - 1, 1 + 2 ** -7)] * 2, [-_power_of_two(e - 1)] * 2],
+                    BF16)
+    program = load(_reused_operand_program().to_bytes())
+    device = Device(program.target)
+    runs = [device.execute(program, [stationary, normal, tiny]) for _ in range(3)]
+    replay = program.prepared().replay
+    assert replay is not None
+    matmuls = [ins for ins in replay.order if ins.opcode.name == "MATMUL"]
+    first, second, third = ([replay.scans.scan(ins, slot, None) for slot in (1, 2)]
+                            for ins in matmuls)
+    assert first[0] is second[0] is third[0]        # the stationary tile, never rewritten
+    assert first[1] is second[1] and third[1] is not first[1]
+    want = _widened(stationary, normal)
+    for run in runs:
+        y0, y1, y2 = run.outputs
+        np.testing.assert_array_equal(y0, want)
+        np.testing.assert_array_equal(y1, want)
+        np.testing.assert_array_equal(y2, np.full((2, 2), 2.0 ** -127, F32))

@@ -21,6 +21,11 @@ order. Otherwise `product` declines and the caller widens. Data of models is far
 bound (Ea + Eb >= 142 holds whenever every nonzero magnitude is above about 2^-56 in both
 operands, or 1e-17).
 
+An accumulating matmul adds its sum of products to what PSUM holds. The library's beta = 1
+does that in the same pass where a probe at load time finds, bit for bit, that it adds C to
+the finished K sum (`_probe_accumulate`); else, and for its GEMV kernel (M or N of 1), which
+starts its sum from C, the sum goes to a scratch array that is then added.
+
 Where the package or its library is missing, the probe call fails, or
 `TORCHNEURON_SIM_BF16_GEMM=0`, `load()` returns None and every matmul widens.
 """
@@ -56,16 +61,6 @@ def smallest_exponent(values: np.ndarray) -> int:
     return min(255, (int(wrapped.min()) + 1) >> _MANTISSA_BITS)
 
 
-def no_subnormal_arises(stationary: np.ndarray, moving: np.ndarray) -> bool:
-    """Whether no product of the two bf16 operands (uint16 views), nor any fp32 sum of such
-    products, can be subnormal."""
-    ea = smallest_exponent(stationary)
-    if ea == 0:
-        return False
-    eb = smallest_exponent(moving)
-    return eb != 0 and ea + eb >= MIN_EXPONENT_SUM
-
-
 def _row_major(a: np.ndarray, dtype: np.dtype) -> int | None:
     """The leading dimension (elements between rows) of a 2-D array whose elements are
     contiguous within a row, else None."""
@@ -94,33 +89,70 @@ class Bf16Gemm:
         self._get_threads.restype = ctypes.c_int
         self._set_threads = openmp.omp_set_num_threads
         self._set_threads.argtypes = [ctypes.c_int]
+        # Whether beta = 1 adds C to the finished sum of products, for M and N of 2 or more
+        # (`_probe_accumulate`).
+        self.accumulates_in_place = False
 
-    def product(self, stationary: np.ndarray, moving: np.ndarray, out: np.ndarray) -> bool:
-        """out[M, N] = stationary[K, M]^T @ moving[K, N] in fp32, for bf16 operands; False
+    def product(self, stationary: np.ndarray, moving: np.ndarray, out: np.ndarray,
+                accumulate: bool = False) -> bool:
+        """out[M, N] = stationary[K, M]^T @ moving[K, N] in fp32 for bf16 operands (with
+        `accumulate`: out += that product, the product summed first, as PSUM adds it); False
         (out untouched) where a subnormal could arise or an array is not row-major (see the
         module docstring), and the caller computes the product another way."""
+        call = self.bind(stationary, moving, out, accumulate=accumulate)
+        return call is not None and call()
+
+    def bind(self, stationary: np.ndarray, moving: np.ndarray, out: np.ndarray, *,
+             accumulate: bool = False, exponents: tuple | None = None):
+        """`product` on these arrays as a call of no arguments (pointers and leading
+        dimensions worked out once, for a replay's fixed operands), or None where an array
+        is not row-major or the shapes disagree. `exponents`: two calls giving each
+        operand's `smallest_exponent` (a replay's scans shared between instructions that
+        read the same bytes); by default each call scans."""
         k, m = stationary.shape
         n = moving.shape[1]
         lda, ldb, ldc = (_row_major(stationary, BF16), _row_major(moving, BF16),
                          _row_major(out, F32))
         if lda is None or ldb is None or ldc is None or moving.shape[0] != k or \
                 out.shape != (m, n):
-            return False
-        if not no_subnormal_arises(stationary.view(U16), moving.view(U16)):
-            return False
-        # OpenMP's thread count is per calling thread: one for this call, then as it was
-        # (PyTorch may share this OpenMP runtime and read the count on the same thread).
-        threads = self._get_threads()
-        self._set_threads(1)
-        try:
-            status = self._gemm(b"T", b"N", m, n, k, 1.0, stationary.ctypes.data, lda,
-                                moving.ctypes.data, ldb, 0.0, out.ctypes.data, ldc)
-        finally:
-            self._set_threads(threads)
-        if status != 0:
-            raise RuntimeError(f"dnnl_gemm_bf16bf16f32 failed with status {status} on a "
-                               f"[{k}, {m}] x [{k}, {n}] product")
-        return True
+            return None
+        if exponents is None:
+            exponents = (lambda: smallest_exponent(stationary.view(U16)),
+                         lambda: smallest_exponent(moving.view(U16)))
+        stationary_exponent, moving_exponent = exponents
+        # PSUM adds the finished sum of products to what it holds: the library does the
+        # same with beta = 1 where `accumulates_in_place` was verified, else the sum goes to
+        # a scratch array first.
+        in_place = not accumulate or (self.accumulates_in_place and m > 1 and n > 1)
+        target = out if in_place else np.empty((m, n), F32)
+        args = (b"T", b"N", m, n, k, 1.0, stationary.ctypes.data, lda, moving.ctypes.data,
+                ldb, 1.0 if accumulate and in_place else 0.0, target.ctypes.data,
+                ldc if in_place else n)
+        gemm, get_threads, set_threads = self._gemm, self._get_threads, self._set_threads
+        arrays = (stationary, moving, out, target)      # alive as long as their pointers
+
+        def call() -> bool:
+            ea = stationary_exponent()
+            if ea == 0:
+                return False
+            eb = moving_exponent()
+            if eb == 0 or ea + eb < MIN_EXPONENT_SUM:
+                return False
+            # OpenMP's thread count is per calling thread: one for this call, then as it
+            # was (PyTorch may share this OpenMP runtime and read the count on the thread).
+            threads = get_threads()
+            set_threads(1)
+            try:
+                status = gemm(*args)
+            finally:
+                set_threads(threads)
+            if status != 0:
+                raise RuntimeError(f"dnnl_gemm_bf16bf16f32 failed with status {status} on a "
+                                   f"[{k}, {m}] x [{k}, {n}] product")
+            if not in_place:
+                np.add(arrays[3], arrays[2], out=arrays[2])
+            return True
+        return call
 
 
 def _library_path() -> str | None:
@@ -144,6 +176,49 @@ def _probe(gemm: Bf16Gemm) -> bool:
     if not gemm.product(stationary, moving, out):
         return False
     return bool(np.array_equal(out, stationary.astype(F32).T @ moving.astype(F32)))
+
+
+# Sizes of the library's accumulating calls that `_probe_accumulate` checks: M and N of 2 or
+# more (with M or N of 1 the library runs a GEMV kernel that takes C in as its starting sum).
+_PROBED_K = (1, 2, 77, 128)
+_PROBED_M = (2, 33, 128)
+_PROBED_N = (2, 65, 512)
+
+
+def _accumulation_cases(rng: np.random.Generator):
+    """(stationary, moving, held C) for `_probe_accumulate`: C large against the products
+    at every probed size, so that adding it first or within rounds differently in most
+    elements; then C holding subnormals, which a flush would lose, against products just
+    large enough for the GEMM to accept (smallest exponents 2^-56 each)."""
+    for k in _PROBED_K:
+        for m in _PROBED_M:
+            for n in _PROBED_N:
+                yield (rng.standard_normal((k, m)).astype(BF16),
+                       rng.standard_normal((k, n)).astype(BF16),
+                       (rng.standard_normal((m, n)) * 4096).astype(F32))
+    k, m, n = 128, 33, 65
+    yield (np.ldexp(rng.integers(1, 16, (k, m)), -56).astype(BF16),
+           np.ldexp(rng.integers(-15, 16, (k, n)), -56).astype(BF16),
+           np.ldexp(rng.integers(-2 ** 20, 2 ** 20, (m, n)), -149).astype(F32))
+
+
+def _probe_accumulate(gemm: Bf16Gemm) -> bool:
+    """Whether the library's beta = 1 gives, bit for bit, its beta = 0 sum of products
+    added to C afterwards -- not C taken in as the starting sum, or added within, or
+    flushed -- for every case of `_accumulation_cases`."""
+    try:
+        gemm.accumulates_in_place = True
+        for stationary, moving, held in _accumulation_cases(np.random.default_rng(1)):
+            summed = np.empty(held.shape, F32)
+            in_place = held.copy()
+            if not (gemm.product(stationary, moving, summed)
+                    and gemm.product(stationary, moving, in_place, accumulate=True)):
+                return False
+            if not np.array_equal(in_place.view(np.uint32), (summed + held).view(np.uint32)):
+                return False
+        return True
+    finally:
+        gemm.accumulates_in_place = False
 
 
 _loaded: list[Bf16Gemm | None] = []
@@ -178,6 +253,9 @@ def _load() -> Bf16Gemm | None:
         # (PyTorch's copy when PyTorch was loaded first: same soname).
         openmp = ctypes.CDLL("libgomp.so.1")
         gemm = Bf16Gemm(library, openmp)
-        return gemm if _probe(gemm) else None
+        if not _probe(gemm):
+            return None
+        gemm.accumulates_in_place = _probe_accumulate(gemm)
+        return gemm
     except (OSError, AttributeError, RuntimeError):
         return None

@@ -95,6 +95,11 @@ def _blocks(a: Access, indirect: bool, scratch_extent) -> list[tuple]:
             lo, hi = a.offset + lo, a.offset + hi + a.dtype.itemsize
         return [("scratch", g)
                 for g in range(lo // SCRATCH_GRANULE, (hi - 1) // SCRATCH_GRANULE + 1)]
+    return onchip_blocks(a)
+
+
+def onchip_blocks(a: Access) -> list[tuple]:
+    """The blocks of partitions and bytes that an on-chip operand's bounding box covers."""
     return [(a.memory, pb, g)
             for pb in range(a.p0 // PARTITION_BLOCK, (a.p1 - 1) // PARTITION_BLOCK + 1)
             for g in range(a.b0 // ONCHIP_GRANULE, (a.b1 - 1) // ONCHIP_GRANULE + 1)]

@@ -36,7 +36,7 @@ import numpy as np
 
 from torchneuron import config
 from torchneuron.format import isa
-from torchneuron.sim import host_threads
+from torchneuron.sim import host_gemm, host_threads
 from torchneuron.sim.memory import NUMPY_DTYPES, Access, Hbm, Store
 from torchneuron.sim.profile import Profile
 from torchneuron.sim.program import PreparedProgram
@@ -76,6 +76,69 @@ class _ReplayMachine(Machine):
         self._views[id(a)][...] = convert(values, a.dtype).reshape(a.shape)
 
 
+class _Scan:
+    """One version of a bf16 matmul operand's bytes: its smallest exponent, scanned by the
+    first instruction of a run that asks, and then handed to the others. (Two host threads
+    may both scan it, with the same result.)"""
+
+    __slots__ = ("scans", "bits", "result")
+
+    def __init__(self, scans: "ExponentScans", bits: np.ndarray):
+        self.scans, self.bits, self.result = scans, bits, (0, 0)
+
+    def __call__(self) -> int:
+        run, value = self.result
+        if run == self.scans.run:
+            return value
+        value = host_gemm.smallest_exponent(self.bits)
+        self.result = (self.scans.run, value)
+        return value
+
+
+class ExponentScans:
+    """The host's bf16 GEMM decides on each call whether a subnormal can arise by scanning
+    both operands for their smallest exponent (sim/host_gemm.py). Matmuls that read the same
+    on-chip bytes with nothing written to them in between -- a GEMM's moving tile is read by
+    every stationary tile against it -- find the same exponent, so one scan per run serves
+    them all. An operand's version is the last instruction before it, in the replay's
+    order, that writes any block its bytes lie in (host_threads.onchip_blocks); operands
+    with the same view and version share one `_Scan`. A replay run counts `run` up, which
+    makes every scan of the previous run stale."""
+
+    def __init__(self, order: list):
+        self.run = 0
+        last_write: dict[tuple, int] = {}
+        # (id(instruction), slot) -> the operand's view and version. (Decoding shares one
+        # Access between instructions with the same operand, so the instruction is the key.)
+        self._version: dict[tuple[int, int], tuple] = {}
+        for i, ins in enumerate(order):
+            if ins.opcode == isa.Opcode.MATMUL:
+                for slot in (1, 2):
+                    a = ins.ops[slot]
+                    if a.memory != isa.Memory.HBM:
+                        version = max((last_write.get(b, -1)
+                                       for b in host_threads.onchip_blocks(a)), default=-1)
+                        self._version[id(ins), slot] = (a.memory, a.offset, a.strides, a.shape,
+                                                a.dtype, version)
+            for slot in WRITE_SLOTS[ins.opcode]:
+                a = ins.ops[slot] if slot < len(ins.ops) else None
+                if a is not None and a.memory != isa.Memory.HBM:
+                    for b in host_threads.onchip_blocks(a):
+                        last_write[b] = i
+        self._scans: dict[tuple, _Scan] = {}
+
+    def scan(self, ins, slot: int, operand: np.ndarray):
+        """The shared scan of operand `slot` of matmul `ins` (`operand`: its bf16 [K, M or N]
+        view)."""
+        key = self._version.get((id(ins), slot))
+        if key is None:
+            return lambda: host_gemm.smallest_exponent(operand.view(host_gemm.U16))
+        cell = self._scans.get(key)
+        if cell is None:
+            cell = self._scans[key] = _Scan(self, operand.view(host_gemm.U16))
+        return cell
+
+
 class Replay:
     """Later executions of a prepared program whose run `profile` passed every check."""
 
@@ -106,7 +169,8 @@ class Replay:
         self.machine = _ReplayMachine(stores, views)
         # One call per instruction: its bound step where semantics.bound_step has one (the
         # same bits with the reshapes made here once), else its semantic function.
-        self.steps = [bound_step(ins, views)
+        self.scans = ExponentScans(self.order)
+        self.steps = [bound_step(ins, views, self.scans.scan)
                       or functools.partial(ins.semantics, ins, self.machine)
                       for ins in self.order]
         # Spread over two host threads where that pays (sim/host_threads.py).
@@ -151,6 +215,7 @@ class Replay:
                 hbm.store(access, np.ascontiguousarray(array).reshape(-1))
         if self.constants_each_run:
             self._store_constants()
+        self.scans.run += 1
         with blas_single_thread(), np.errstate(all="ignore"):
             if self.runner is None or not self.runner.try_run():
                 for step in self.steps:

@@ -399,7 +399,7 @@ def _bound_copy(dst: np.ndarray, src: np.ndarray | None):
     return lambda: np.copyto(dst, src, casting="unsafe")
 
 
-def bound_step(ins, views: dict[int, np.ndarray]):
+def bound_step(ins, views: dict[int, np.ndarray], scans=None):
     """For a replay (sim/replay.py): a function of no arguments that does what
     `SEMANTICS[ins.opcode](ins, m)` does on a machine whose operands are the prebuilt views
     `views[id(access)]`, bit for bit, with every reshape made once here instead of on each
@@ -411,7 +411,9 @@ def bound_step(ins, views: dict[int, np.ndarray]):
     for the pair; fp32 activations without accum, computed into a scratch array made once; and
     matmuls, whose product the BLAS writes straight into PSUM (the same call with another
     output stride, so the same sums) and whose accumulation adds the product and PSUM in
-    the semantic function's operand order."""
+    the semantic function's operand order. `scans(ins, slot, array)`, where given, is a
+    call giving the bf16 operand's `host_gemm.smallest_exponent`, shared by the matmuls
+    that read the same bytes (sim/replay.py)."""
     op, ops = ins.opcode, ins.ops
     if op == Op.DMA and not ins.flags & isa.FLAG_INDIRECT:
         dst, src = ops[0], ops[1]
@@ -430,7 +432,7 @@ def bound_step(ins, views: dict[int, np.ndarray]):
         if src.dtype == F32 and dst.isa_dtype.is_float:
             return _bound_copy(views[id(dst)], _as_shape(views[id(src)], dst.shape))
     elif op == Op.MATMUL:
-        return _bound_matmul(ins, views)
+        return _bound_matmul(ins, views, scans)
     elif op == Op.ACTIVATE:
         return _bound_activate(ins, views)
     return None
@@ -465,7 +467,7 @@ def _bound_activate(ins, views: dict[int, np.ndarray]):
     return activate
 
 
-def _bound_matmul(ins, views: dict[int, np.ndarray]):
+def _bound_matmul(ins, views: dict[int, np.ndarray], scans):
     dst, st, mv = ins.ops[0], ins.ops[1], ins.ops[2]
     stationary = _as_shape(views[id(st)], (st.partitions, st.free_size))
     moving = _as_shape(views[id(mv)], (mv.partitions, mv.free_size))
@@ -479,6 +481,9 @@ def _bound_matmul(ins, views: dict[int, np.ndarray]):
     if element_stride != F32.itemsize or row_stride % F32.itemsize or \
             row_stride < out.shape[1] * F32.itemsize:
         return None
+    accumulating = bool(ins.flags & isa.FLAG_ACCUMULATE)
+    scratch = np.empty(out.shape, F32) if accumulating else None
+
     def widened(into):
         # Converted as `read_f32` converts (exactly: every PE input dtype widens to fp32),
         # in one pass into a fresh contiguous array.
@@ -491,16 +496,25 @@ def _bound_matmul(ins, views: dict[int, np.ndarray]):
         def product(into):
             return np.matmul(stationary_t, moving, out=into)
     elif gemm is not None:
-        # As op_matmul: the host's bf16 GEMM where it accepts the operands' values.
-        def product(into):
-            if not gemm.product(stationary, moving, into):
-                widened(into)
-            return into
+        # As op_matmul: the host's bf16 GEMM where it accepts the operands' values (which
+        # adds the product into PSUM itself), else the widened product.
+        exponents = None if scans is None else (scans(ins, 1, stationary),
+                                                 scans(ins, 2, moving))
+        call = gemm.bind(stationary, moving, out, accumulate=accumulating,
+                         exponents=exponents)
+        if call is not None and not accumulating:
+            return lambda: call() or widened(out)
+
+        if call is not None:
+            def accumulate_bf16():
+                if not call():
+                    np.add(widened(scratch), out, out=out)
+            return accumulate_bf16
+        product = widened
     else:
         product = widened
-    if not ins.flags & isa.FLAG_ACCUMULATE:
+    if not accumulating:
         return lambda: product(out)
-    scratch = np.empty(out.shape, F32)
 
     def accumulate():
         np.add(product(scratch), out, out=out)
