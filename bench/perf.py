@@ -531,14 +531,41 @@ def _commit() -> str:
         return "unknown"
 
 
-def _warm_up() -> None:
-    """One small graph through Dynamo and AOTAutograd before any row is timed: the process's
-    first torch.compile call loads and initialises them (about 0.4 s here), which the first
-    row's "sim wall" would otherwise count (gemm_512 read 214x instead of ~10x). PyTorch's
-    `aot_eager` backend, so that no graph of ours is compiled (graph names stay as they were)."""
+def _warm_up(with_inductor: bool = True) -> None:
+    """What a process pays once, before any row is timed, for both compilers and for the
+    simulator's first call:
+    - one small graph through Dynamo and AOTAutograd (PyTorch's `aot_eager` backend): the
+      process's first torch.compile call loads and initialises them (about 0.4 s here), which
+      the first row's "sim wall" would otherwise count (gemm_512 read 214x instead of ~10x);
+    - one small graph through our backend's compile path (`compile_fx_graph`, named
+      "warm_up", so the rows' graphs keep their numbers): importing the compiler and MLIR's
+      dialects took 0.8 s of the first row's compile time against 0.07 s after;
+    - with `with_inductor`, one small graph with a pointwise kernel through Inductor's
+      `compile_fx`, in a cache directory of its own: Inductor's first C++ kernel in a
+      process probes the compiler and its flags and builds headers (mlp_fwd, the first row
+      with a C++ kernel, read 8.6 s of Inductor compile time, mlp_train after it 2.3 s)."""
+    from torch._inductor import config as inductor_config
+    from torch._inductor.compile_fx import compile_fx
+    from torch.fx.experimental.proxy_tensor import make_fx
+
     torch._dynamo.reset()
     with torch.no_grad():
         torch.compile(lambda x: x @ x, backend="aot_eager", dynamic=False)(torch.ones(128, 128))
+    torch._dynamo.reset()
+    x = torch.ones(128, 128)
+    with _environ(TORCHNEURON_CACHE_DIR="off"):
+        backend.compile_fx_graph(make_fx(lambda a: torch.relu(a @ a) + 1)(x), [x], "warm_up",
+                                 None)
+    if not with_inductor:
+        torch._dynamo.reset()
+        return
+    graphs = _capture(lambda a: torch.nn.functional.gelu(a @ a) * 2, (x,))
+    with tempfile.TemporaryDirectory(prefix="perf-inductor-") as cache_dir, \
+            _environ(TORCHINDUCTOR_CACHE_DIR=cache_dir), \
+            inductor_config.patch(fx_graph_cache=False, autotune_local_cache=False):
+        for gm, example in graphs:
+            compile_fx(gm, example)
+    _clear_inductor_memory_caches()
     torch._dynamo.reset()
 
 
@@ -581,7 +608,7 @@ def main(argv=None) -> int:
             parser.error("--tune needs --tuned")
     results = []
     extra = TUNED_COLUMNS if tuned_db is not None else ()
-    _warm_up()
+    _warm_up(with_inductor=not args.no_inductor)
     print(" | ".join(COLUMNS + extra), flush=True)
     for w in chosen:
         try:
