@@ -23,7 +23,7 @@ from torchneuron.compiler.kernels.conv import Padding, lower_conv, lower_pool
 from torchneuron.compiler.kernels.emitter import Emitter
 from torchneuron.compiler.kernels.gather import lower_gather
 from torchneuron.compiler.kernels.matmul import column_sum_ops, lower_matmul
-from torchneuron.compiler.kernels.mlp import lower_mlp
+from torchneuron.compiler.kernels.mlp import lower_mlp, lower_mlp_rows
 from torchneuron.compiler.kernels.scan import lower_scan
 from torchneuron.compiler.kernels.reduce import lower_reduce
 from torchneuron.compiler.kernels.rows import lower_rows
@@ -394,10 +394,17 @@ class _FunctionLowering:
         if kind in ("attention", "matmul_rows"):
             self._lower_row_wise(kind, body, out, extra[0] if extra else None)
             return
+        rows_body = None
+        if kind == "mlp_rows":
+            # The mlp's ops first, then the rows' (trn-fuse `mlp_ops`).
+            split = U.int_attr(kernel, "mlp_ops") if "mlp_ops" in kernel.attributes else 0
+            if not 0 < split < len(body) - 1:
+                raise CompileError("an mlp_rows kernel needs its mlp_ops count", kernel.location)
+            body, rows_body = body[:split] + [body[-1]], body[split:]
         views = dict(self.views)
         compute = []
         yielded = body[-1].operands[0]
-        stored_view = _stored_transpose(body) if not extra else None
+        stored_view = _stored_transpose(body) if not extra and rows_body is None else None
         stored_views = [stored_view]
         if stored_view is not None:
             # The kernel stores its result transposed (trn-layout): the computed value is
@@ -439,6 +446,16 @@ class _FunctionLowering:
                 compute.append(op)
         if kind == "mlp":
             lower_mlp(self.em, compute, views, (yielded, out))
+            return
+        if kind == "mlp_rows":
+            # (The mlp part's last op computes the value the rows read: trn-fuse's check.)
+            self.em.reuse_group = self.row_kernels
+            self.row_kernels += 1
+            try:
+                lower_mlp_rows(self.em, compute, views, compute[-1].results[0], rows_body[:-1],
+                               self._view, (rows_body[-1].operands[0], out))
+            finally:
+                self.em.reuse_group = None
             return
         if kind == "weight_gradient":
             lower_weight_gradient(self.em, compute, views, [(yielded, out)] + extra)

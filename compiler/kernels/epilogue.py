@@ -43,12 +43,23 @@ class Epilogue:
         self.broadcasts: dict[tuple, Tile] = {}
         self.broadcast_bytes = 0
 
-    def run(self, acc: Tile, partitions: tuple[int, int], locate: Locate) -> dict:
+    def run(self, acc: Tile, partitions: tuple[int, int], locate: Locate,
+            into: dict | None = None) -> dict:
         """Apply the chain to `acc` ([pn, fn], for the rows `partitions` = (p0, pn) of the
-        partition dim); returns the tile of every value computed."""
+        partition dim); returns the tile of every value computed. `into`: tiles that the op
+        computing a value writes, where the value's storage type is theirs (a caller
+        assembling whole rows from several accumulators' columns)."""
         em = self.em
         pn, fn = acc.partitions, acc.free
         tiles: dict[ir.Value, Tile] = {self.product: acc}
+        into = into or {}
+
+        def destination(result: ir.Value, etype: ir.Type) -> Tile:
+            given = into.get(result)
+            if given is not None and given.element_type == etype and \
+                    (given.partitions, given.free) == (pn, fn):
+                return given
+            return em.alloc("sbuf", pn, fn, etype)
         folded_bias: dict[ir.Value, tuple[Tile, Tile]] = {}
         for i, op in enumerate(self.chain):
             result = op.results[0]
@@ -66,12 +77,12 @@ class Epilogue:
                     if alu == "add" and _takes_bias(nxt, result):
                         folded_bias[result] = (tiles[chain_side], vec)
                         continue
-                    dst = em.alloc("sbuf", pn, fn, etype)
+                    dst = destination(result, etype)
                     em.tensor_scalar(dst, tiles[chain_side], alu, vec,
                                      reverse0=other_is_lhs and alu not in COMMUTATIVE)
                     tiles[result] = dst
                     continue
-            dst = em.alloc("sbuf", pn, fn, etype)
+            dst = destination(result, etype)
             if op.name == "trn.activation" and op.operands[0] in folded_bias:
                 src, vec = folded_bias[op.operands[0]]
                 em.activation(dst, src, U.str_attr(op, "func"), U.float_attr(op, "scale"), vec)

@@ -17,13 +17,18 @@ the weights and Y once.
 
 from __future__ import annotations
 
+import dataclasses
+import math
+from typing import Callable
+
 from torch_mlir import ir
 
 from torchneuron.compiler import ir_utils as U
 from torchneuron.compiler.errors import CompileError
-from torchneuron.compiler.kernels.emitter import Emitter
+from torchneuron.compiler.kernels.emitter import Emitter, Tile
 from torchneuron.compiler.kernels.epilogue import Epilogue, store_accumulators
 from torchneuron.compiler.kernels.matmul import _Staged, matmul_element_type
+from torchneuron.compiler.kernels.rows import lower_rows
 from torchneuron.compiler.kernels.views import HbmView
 
 # PSUM kept for the first matmul's accumulators (two, so one evacuates while PE fills the
@@ -70,62 +75,144 @@ def resident_bytes(target, features: int, hidden: int, out_features: int,
     return itemsize * (tiles(features) * hidden + tiles(hidden) * out_features)
 
 
-def lower_mlp(em: Emitter, compute: list[ir.Operation], views: dict,
-              output: tuple[ir.Value, HbmView]) -> None:
-    """`compute`: the kernel's ops but views, sources and trn.yield (those are in `views`);
-    `output`: (yielded value, destination view)."""
-    target = em.target
-    matmuls = [op for op in compute if op.name == "trn.matmul"]
-    if len(matmuls) != 2:
-        raise CompileError("an mlp kernel holds two matmuls", compute[-1].location)
-    first, second = matmuls
-    hidden_value = second.operands[0]
-    position = {op: i for i, op in enumerate(compute)}
-    chain1 = compute[position[first] + 1:position[second]]
-    chain2 = compute[position[second] + 1:]
-    x, a, b = (views.get(v) for v in (first.operands[0], first.operands[1],
-                                      second.operands[1]))
-    if x is None or a is None or b is None or x.rank != 2:
-        raise CompileError("mlp kernel operands must come from HBM", first.location)
-    yielded, out = output
-    tokens, features = x.shape
-    hidden = a.shape[1]
-    out_features = b.shape[1]
-    etype1 = matmul_element_type(x.element_type, a.element_type)
-    etype2 = matmul_element_type(U.element_type(hidden_value), b.element_type)
-    block = tokens_per_block(target, tokens, out_features)
-    if block is None:
-        raise CompileError("mlp kernel: its output tiles do not fit PSUM", first.location)
-    tp, tf, tk = target.pe_cols, target.matmul_max_moving, target.pe_rows
+class _Mlp:
+    """An mlp kernel's plan: its resident weights, epilogues and token blocks; `block`
+    computes one block's output accumulators."""
 
-    x_t = _Staged(em, x.transpose([1, 0]), etype1)            # [features, tokens]
-    a_res = _Staged(em, a, etype1, row_panels=True)           # [features, hidden]
-    b_res = _Staged(em, b, etype2, row_panels=True)           # [hidden, out features]
-    k1 = [(k0, min(tk, features - k0)) for k0 in range(0, features, tk)]
-    j_tiles = [(j0, min(tp, hidden - j0)) for j0 in range(0, hidden, tp)]
-    n_tiles = [(n0, min(tf, out_features - n0)) for n0 in range(0, out_features, tf)]
-    epilogue1 = Epilogue(em, chain1, views, first.results[0], set())
-    epilogue2 = Epilogue(em, chain2, views, second.results[0], {yielded})
+    def __init__(self, em: Emitter, compute: list[ir.Operation], views: dict,
+                 yielded: ir.Value):
+        """`compute`: the kernel's ops but views, sources and trn.yield (those are in
+        `views`); `yielded`: the value the kernel yields."""
+        target = em.target
+        matmuls = [op for op in compute if op.name == "trn.matmul"]
+        if len(matmuls) != 2:
+            raise CompileError("an mlp kernel holds two matmuls", compute[-1].location)
+        first, second = matmuls
+        self.em, self.second = em, second
+        self.hidden_value = second.operands[0]
+        position = {op: i for i, op in enumerate(compute)}
+        chain1 = compute[position[first] + 1:position[second]]
+        chain2 = compute[position[second] + 1:]
+        x, a, b = (views.get(v) for v in (first.operands[0], first.operands[1],
+                                          second.operands[1]))
+        if x is None or a is None or b is None or x.rank != 2:
+            raise CompileError("mlp kernel operands must come from HBM", first.location)
+        self.tokens, features = x.shape
+        hidden = a.shape[1]
+        self.out_features = b.shape[1]
+        etype1 = matmul_element_type(x.element_type, a.element_type)
+        self.etype2 = matmul_element_type(U.element_type(self.hidden_value), b.element_type)
+        self.block_tokens = tokens_per_block(target, self.tokens, self.out_features)
+        if self.block_tokens is None:
+            raise CompileError("mlp kernel: its output tiles do not fit PSUM", first.location)
+        tp, tf, tk = target.pe_cols, target.matmul_max_moving, target.pe_rows
+        self.tp = tp
+        self.x_t = _Staged(em, x.transpose([1, 0]), etype1)            # [features, tokens]
+        self.a_res = _Staged(em, a, etype1, row_panels=True)           # [features, hidden]
+        self.b_res = _Staged(em, b, self.etype2, row_panels=True)      # [hidden, out features]
+        self.k1 = [(k0, min(tk, features - k0)) for k0 in range(0, features, tk)]
+        self.j_tiles = [(j0, min(tp, hidden - j0)) for j0 in range(0, hidden, tp)]
+        self.n_tiles = [(n0, min(tf, self.out_features - n0))
+                        for n0 in range(0, self.out_features, tf)]
+        self.epilogue1 = Epilogue(em, chain1, views, first.results[0], set())
+        self.epilogue2 = Epilogue(em, chain2, views, second.results[0], {yielded})
 
-    for t0 in range(0, tokens, block):
-        tn = min(block, tokens - t0)
+    def blocks(self):
+        """(first token, tokens) of each token block."""
+        for t0 in range(0, self.tokens, self.block_tokens):
+            yield t0, min(self.block_tokens, self.tokens - t0)
+
+    def block(self, t0: int, tn: int) -> dict:
+        """The output accumulators {(first token, first feature): PSUM tile} of the tokens
+        [t0, t0 + tn), their second matmul summed over every hidden chunk."""
+        em, tp = self.em, self.tp
+        a_res, b_res, x_t = self.a_res, self.b_res, self.x_t
         rows = [(r0, min(tp, t0 + tn - r0)) for r0 in range(t0, t0 + tn, tp)]
         accs = {(r0, n0): em.alloc("psum", rn, nn, ir.F32Type.get())
-                for r0, rn in rows for n0, nn in n_tiles}
-        for j0, jn in j_tiles:
+                for r0, rn in rows for n0, nn in self.n_tiles}
+        for j0, jn in self.j_tiles:
             acc = em.alloc("psum", jn, tn, ir.F32Type.get())
-            for k0, kn in k1:
+            for k0, kn in self.k1:
                 em.matmul(acc, a_res.tile(k0, kn, j0, jn), x_t.tile(k0, kn, t0, tn),
                           accumulate=k0 > 0)
             a_res.panels.clear()          # A's tiles stay; the rows they came from go
-            tiles = epilogue1.run(acc, (j0, jn), lambda view, j0=j0, jn=jn, t0=t0, tn=tn:
-                                  view.transpose([1, 0]).slice(0, j0, jn).slice(1, t0, tn))
-            h_t = em.in_sbuf(tiles[hidden_value], etype2)     # [hidden j, tokens]
+            tiles = self.epilogue1.run(acc, (j0, jn), lambda view, j0=j0, jn=jn, t0=t0, tn=tn:
+                                       view.transpose([1, 0]).slice(0, j0, jn)
+                                       .slice(1, t0, tn))
+            h_t = em.in_sbuf(tiles[self.hidden_value], self.etype2)     # [hidden j, tokens]
             for r0, rn in rows:
-                for n0, nn in n_tiles:
+                for n0, nn in self.n_tiles:
                     em.matmul(accs[(r0, n0)], h_t.columns(r0 - t0, rn),
                               b_res.tile(j0, jn, n0, nn), accumulate=j0 > 0)
             if (j0 + jn) % b_res.panel_k == 0:    # B's row panels hold panel_k hidden units
                 b_res.panels.clear()
         x_t.release()
-        store_accumulators(em, epilogue2, accs, yielded, out)
+        return accs
+
+
+def lower_mlp(em: Emitter, compute: list[ir.Operation], views: dict,
+              output: tuple[ir.Value, HbmView]) -> None:
+    """`compute`: the kernel's ops but views, sources and trn.yield (those are in `views`);
+    `output`: (yielded value, destination view)."""
+    yielded, out = output
+    mlp = _Mlp(em, compute, views, yielded)
+    for t0, tn in mlp.blocks():
+        store_accumulators(em, mlp.epilogue2, mlp.block(t0, tn), yielded, out)
+
+
+def lower_mlp_rows(em: Emitter, compute: list[ir.Operation], views: dict,
+                   mlp_value: ir.Value, rows_body: list[ir.Operation],
+                   view_of: Callable[[ir.Operation, HbmView], HbmView],
+                   output: tuple[ir.Value, HbmView]) -> None:
+    """An mlp_rows kernel (trn-fuse): the mlp part `compute` (as for `lower_mlp`) computes
+    `mlp_value` [tokens, features], which the row-wise part `rows_body` (trn.yield left
+    out) reads, directly or through reshapes, with rows of `features`. The rows' lowering
+    asks for each row tile's values (kernels/rows.py `produce`); the first ask within a
+    token block computes the block, and its output tiles are evacuated, through the mlp's
+    second epilogue, into whole-row SBUF tiles of 128 tokens, handed to the rows as they
+    ask: `mlp_value` never reaches HBM. `output`: (yielded value, destination view)."""
+    mlp = _Mlp(em, compute, views, mlp_value)
+    tokens, features = mlp.tokens, mlp.out_features
+    value_type = U.element_type(mlp_value)
+    rows_views = dict(views)
+    # A storage-less row-major view of the mlp's output: the rows' lowering derives its
+    # tiles' views from it, and `produce` locates their tokens by their offset.
+    rows_views[mlp_value] = dataclasses.replace(HbmView.abstract((tokens, features)),
+                                                element_type_hint=value_type)
+    leaves = {mlp_value}
+    for op in rows_body:
+        if op.name == "trn.reshape" and op.operands[0] in leaves:
+            leaves.add(op.results[0])
+    row_tiles: dict[int, Tile] = {}          # first token -> its evacuated row tile
+
+    def evacuate(t0: int, tn: int) -> None:
+        accs = mlp.block(t0, tn)
+        for r0 in range(t0, t0 + tn, mlp.tp):
+            rn = min(mlp.tp, t0 + tn - r0)
+            row_tile = em.alloc("sbuf", rn, features, value_type)
+            for n0, nn in mlp.n_tiles:
+                columns = row_tile.columns(n0, nn)
+                results = mlp.epilogue2.run(
+                    accs[(r0, n0)], (r0, rn),
+                    lambda view, r0=r0, rn=rn, n0=n0, nn=nn:
+                        view.slice(0, r0, rn).slice(1, n0, nn),
+                    into={mlp_value: columns})
+                if results[mlp_value] is not columns:
+                    em.copy(columns, results[mlp_value])
+            row_tiles[r0] = row_tile
+
+    def produce(value: ir.Value, view: HbmView, scale: float | None = None):
+        if scale is not None or value not in leaves:
+            return None
+        t0, column = divmod(view.offset, features)
+        rows = math.prod(view.shape[:-1])
+        if column or view.shape[-1] != features or t0 % mlp.tp or \
+                (rows != mlp.tp and t0 + rows != tokens):
+            raise CompileError("an mlp_rows kernel's row tile is not whole 128-token rows "
+                               "of the mlp's output", mlp.second.location)
+        if t0 not in row_tiles:
+            b0 = t0 - t0 % mlp.block_tokens
+            evacuate(b0, min(mlp.block_tokens, tokens - b0))
+        return row_tiles[t0]
+
+    lower_rows(em, rows_body, rows_views, view_of, output, produce)

@@ -62,6 +62,11 @@ Groups formed:
   operand: Linear - activation - Linear, with both weights resident in SBUF and the hidden
   activation computed and consumed on chip, 128 hidden units at a time
   (compiler/kernels/mlp.py).
+- mlp + rows (kind "mlp_rows"), merged after mlp: an mlp kernel whose result only a
+  row-wise kernel with one result reads, over rows of its output features (a post-norm
+  transformer's FFN, then the residual add and layer norm). Each block of token rows'
+  output is evacuated into whole-row SBUF tiles that the rows' body reads on chip: the
+  FFN's output never reaches HBM (kernels/mlp.py `lower_mlp_rows`).
 View ops (transpose, broadcast, reshape) and constant sources (fill, iota) that feed a group
 from outside are copied into the kernel: its lowering folds views into access patterns and
 generates sources on chip instead of reading them from HBM.
@@ -118,6 +123,9 @@ class Fuse(Pass):
     bias_gradients: bool = True
     weight_gradients: bool = True
     mlp: bool = True
+    # An mlp kernel read only by a row-wise kernel over its output rows is computed inside
+    # it, its output handed to the rows on chip.
+    mlp_rows: bool = True
     # A row-wise kernel also yields the per-row values it computes that something outside
     # reads (a training step's layer norm saves each row's mean and 1/std for the
     # backward), instead of their being computed again from the rows by kernels of their own.
@@ -198,6 +206,11 @@ class Fuse(Pass):
             if self.mlp and self.matmul_epilogue:
                 for pair in mlp_pairs(func, get_target(self.target or None)):
                     merge_kernels(pair, "mlp")
+                if self.mlp_rows and self.rows:
+                    for mlp, rows in mlp_rows_pairs(func, get_target(self.target or None)):
+                        mlp_ops = len(kernel_body(mlp)) - 1
+                        merged = merge_kernels((mlp, rows), "mlp_rows")
+                        merged.attributes["mlp_ops"] = U.i64(mlp_ops)
 
     def groups(self, func: ir.Operation, recompute: bool = False) -> list[list[ir.Operation]]:
         taken: set = set()
@@ -1813,6 +1826,55 @@ def mlp_pairs(func: ir.Operation, target) -> list[tuple]:
             continue
         pairs.append((first, second))
         taken.update((first, second))
+    return pairs
+
+
+def mlp_rows_pairs(func: ir.Operation, target) -> list[tuple]:
+    """(mlp, rows) kernel pairs that form an mlp_rows kernel (see the module docstring): a
+    2-D mlp kernel [tokens, features] whose result the row-wise kernel `rows` (one result)
+    alone reads, directly or through reshapes, with rows of `features` elements; its yielded
+    value computed by its last op; the rows' tiles whole 128-token groups (the row-wise
+    result's second-to-last dim a multiple of 128); its resident weights and a token
+    block's row tiles within SBUF's share for the weights."""
+    pairs = []
+    tp = target.pe_cols
+    for rows in U.body_ops(func):
+        if rows.name != "trn.kernel" or U.str_attr(rows, "kind") != "rows" or \
+                len(rows.results) != 1:
+            continue
+        producers = {U.defining_op(v) for op in kernel_body(rows) for v in op.operands}
+        mlps = [k for k in producers if k is not None and k.name == "trn.kernel" and
+                U.str_attr(k, "kind") == "mlp" and k.parent == rows.parent and
+                len(k.results) == 1]
+        if len(mlps) != 1:
+            continue
+        mlp = mlps[0]
+        readers = [U.operation(u.owner) for u in mlp.results[0].uses]
+        if any(U.operation(r.parent) != rows or
+               (r.name in VIEW_OPS and r.name != "trn.reshape") for r in readers):
+            continue
+        body = kernel_body(mlp)
+        matmuls = [op for op in body if op.name == "trn.matmul"]
+        shape = U.shape(mlp.results[0])
+        out_shape = U.shape(rows.results[0])
+        if len(shape) != 2 or len(matmuls) != 2 or len(body) < 2 or \
+                body[-1].operands[0] != body[-2].results[0] or \
+                body[-2].name in VIEW_OPS + SOURCE_OPS or not _rows_of(rows, shape[1]) or len(out_shape) < 2 or \
+                out_shape[-1] != shape[1] or out_shape[-2] % tp or \
+                math.prod(out_shape[:-1]) != shape[0]:
+            continue
+        tokens, out_features = shape
+        features, hidden = U.shape(matmuls[0].operands[1])
+        itemsize = max(U.element_bytes(U.element_type(v))
+                       for v in (*matmuls[0].operands, matmuls[1].operands[1]))
+        block = mlp_kernel.tokens_per_block(target, tokens, out_features)
+        row_tiles = -(-block // tp) * out_features * U.element_bytes(
+            U.element_type(mlp.results[0])) if block is not None else None
+        if row_tiles is None or \
+                mlp_kernel.resident_bytes(target, features, hidden, out_features, itemsize) + \
+                row_tiles > target.sbuf_partition_bytes * MLP_RESIDENT_SHARE:
+            continue
+        pairs.append((mlp, rows))
     return pairs
 
 

@@ -5,6 +5,7 @@
 // RUN: neuron-opt --split-input-file --convert-trn-to-nisa="scale-into-q=false" %s | FileCheck %s --check-prefix=NOSCALE
 // RUN: not neuron-opt --convert-trn-to-nisa %S/Inputs/trn_to_nisa-invalid.mlir 2>&1 | FileCheck %s --check-prefix=ERR
 // RUN: not neuron-opt --convert-trn-to-nisa %S/Inputs/trn_to_nisa-invalid-mlp.mlir 2>&1 | FileCheck %s --check-prefix=ERRMLP
+// RUN: not neuron-opt --convert-trn-to-nisa %S/Inputs/trn_to_nisa-invalid-mlp-rows.mlir 2>&1 | FileCheck %s --check-prefix=ERRMLPROWS
 // RUN: not neuron-opt --convert-trn-to-nisa %S/Inputs/trn_to_nisa-invalid-results.mlir 2>&1 | FileCheck %s --check-prefix=ERRRES
 // RUN: not neuron-opt --convert-trn-to-nisa %S/Inputs/trn_to_nisa-invalid-row-results.mlir 2>&1 | FileCheck %s --check-prefix=ERRROWRES
 // RUN: not neuron-opt --split-input-file --convert-trn-to-nisa %S/Inputs/trn_to_nisa-invalid-column-sum.mlir 2>&1 | FileCheck %s --check-prefix=ERRCOLS
@@ -1160,6 +1161,44 @@ func.func @mlp(%arg0: tensor<256x128xbf16>, %arg1: tensor<512x128xbf16>, %arg2: 
 // ERRCOLS: trn_to_nisa-invalid-column-sum.mlir:22:{{[0-9]+}}: error: convert-trn-to-nisa: a row-wise kernel's first result is over its rows, not a column sum
 // ERRCOLS: trn_to_nisa-invalid-column-sum.mlir:38:{{[0-9]+}}: error: convert-trn-to-nisa: a row-wise kernel computes on its column sums only with elementwise ops of them alone, not 'trn.broadcast'
 // ERRCOLS: trn_to_nisa-invalid-column-sum.mlir:54:{{[0-9]+}}: error: convert-trn-to-nisa: a row-wise kernel computes on its column sums only with elementwise ops of them alone, not 'trn.tensor_tensor'
+
+// -----
+
+// Tests the lowering of an mlp_rows kernel (an mlp, then the bias and residual adds and a
+// mean subtraction over its output rows): each token block's output accumulators are
+// evacuated into bf16 SBUF row tiles that the rows' ops read on chip; the mlp's output gets
+// no HBM buffer, and only the rows' result is stored.
+// CHECK-LABEL: func.func @mlp_rows
+// CHECK-NOT: memory = "hbm"
+// CHECK: "nisa.matmul"(%[[ACC:[0-9]+]], {{.*}}accumulate = true
+// CHECK: "nisa.tensor_copy"(%[[Y:[0-9]+]], %[[ACC]]) {{.*}} : (memref<128x128xbf16, "sbuf">, memref<128x128xf32, "psum">)
+// CHECK: "nisa.tensor_tensor"(%{{[0-9]+}}, %{{[0-9]+}}, %[[Y]]) {{.*}}op = "add"
+// CHECK: "nisa.dma"(%arg4,
+// CHECK: "nisa.dma"(%arg4,
+// CHECK-NOT: "nisa.dma"(%arg4,
+// CHECK-NOT: memory = "hbm"
+// CHECK: return
+func.func @mlp_rows(%arg0: tensor<256x128xbf16>, %arg1: tensor<128x512xbf16>, %arg2: tensor<512x128xbf16>, %arg3: tensor<128xbf16>) -> tensor<256x128xbf16> {
+  %0 = "trn.kernel"() ({
+    %1 = "trn.matmul"(%arg0, %arg1) : (tensor<256x128xbf16>, tensor<128x512xbf16>) -> tensor<256x512xf32>
+    %2 = "trn.activation"(%1) {bias = 0.000000e+00 : f32, func = "gelu", scale = 1.000000e+00 : f32} : (tensor<256x512xf32>) -> tensor<256x512xf32>
+    %3 = "trn.convert"(%2) : (tensor<256x512xf32>) -> tensor<256x512xbf16>
+    %4 = "trn.matmul"(%3, %arg2) : (tensor<256x512xbf16>, tensor<512x128xbf16>) -> tensor<256x128xf32>
+    %5 = "trn.convert"(%4) : (tensor<256x128xf32>) -> tensor<256x128xbf16>
+    %6 = "trn.broadcast"(%arg3) {dimensions = array<i64: 0>} : (tensor<128xbf16>) -> tensor<256x128xbf16>
+    %7 = "trn.tensor_tensor"(%6, %5) {op = "add"} : (tensor<256x128xbf16>, tensor<256x128xbf16>) -> tensor<256x128xf32>
+    %8 = "trn.tensor_tensor"(%arg0, %7) {op = "add"} : (tensor<256x128xbf16>, tensor<256x128xf32>) -> tensor<256x128xf32>
+    %9 = "trn.reduce"(%8) {dimensions = array<i64: 1>, op = "add"} : (tensor<256x128xf32>) -> tensor<256xf32>
+    %10 = "trn.tensor_scalar"(%9) {op = "mul", reverse = false, scalar = 7.812500e-03 : f32} : (tensor<256xf32>) -> tensor<256xf32>
+    %11 = "trn.broadcast"(%10) {dimensions = array<i64: 1>} : (tensor<256xf32>) -> tensor<256x128xf32>
+    %12 = "trn.tensor_tensor"(%8, %11) {op = "sub"} : (tensor<256x128xf32>, tensor<256x128xf32>) -> tensor<256x128xf32>
+    %13 = "trn.convert"(%12) : (tensor<256x128xf32>) -> tensor<256x128xbf16>
+    "trn.yield"(%13) : (tensor<256x128xbf16>) -> ()
+  }) {kind = "mlp_rows", mlp_ops = 5 : i64} : () -> tensor<256x128xbf16>
+  return %0 : tensor<256x128xbf16>
+}
+
+// ERRMLPROWS: trn_to_nisa-invalid-mlp-rows.mlir:3:8: error: convert-trn-to-nisa: an mlp_rows kernel needs its mlp_ops count
 
 // -----
 

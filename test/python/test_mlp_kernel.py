@@ -130,3 +130,68 @@ def test_token_block_leaves_blocks_to_overlap_with_the_neighbouring_kernels():
     assert tokens_per_block(target, 100, 600) == 128       # one block, padded to 128 rows
     # Output rows wider than PSUM holds for 128 tokens: no block at all.
     assert tokens_per_block(target, 512, 64 * 512) is None
+
+
+class _PostNormFFN(torch.nn.Module):
+    """A post-norm transformer's FFN: LayerNorm(x + Linear(GELU(Linear(x))))."""
+
+    def __init__(self, d: int, hidden: int):
+        super().__init__()
+        self.fc1 = torch.nn.Linear(d, hidden)
+        self.fc2 = torch.nn.Linear(hidden, d)
+        self.norm = torch.nn.LayerNorm(d)
+
+    def forward(self, x):
+        return self.norm(x + self.fc2(torch.nn.functional.gelu(self.fc1(x))))
+
+
+def _run_mlp_rows(model, x, tmp_path, monkeypatch, fuse: bool):
+    dump = tmp_path / ("on" if fuse else "off")
+    monkeypatch.setenv("TORCHNEURON_DUMP_DIR", str(dump))
+    torch._dynamo.reset()
+    with torch.no_grad():
+        out = torch.compile(model, backend="neuron", options={"fuse_mlp_rows": fuse})(x)
+    profile = backend.compiled_graphs()[-1].last_profile
+    return out, profile, next(dump.glob("*.trn.mlir")).read_text()
+
+
+@pytest.mark.parametrize("dtype,d,hidden,shape", [
+    (torch.bfloat16, 256, 1024, (2, 256)),
+    (torch.float32, 200, 700, (2, 128)),          # ragged feature tiles
+    (torch.bfloat16, 600, 512, (1, 128)),         # two output chunks per row
+])
+def test_mlp_rows_kernel_keeps_the_ffn_output_on_chip(dtype, d, hidden, shape, tmp_path,
+                                                      monkeypatch):
+    torch.manual_seed(0)
+    model = _PostNormFFN(d, hidden).to(dtype).eval()
+    x = torch.randn(*shape, d).to(dtype)
+    with torch.no_grad():
+        expected = model(x)
+    fused, fused_profile, fused_trn = _run_mlp_rows(model, x, tmp_path, monkeypatch, True)
+    unfused, unfused_profile, unfused_trn = _run_mlp_rows(model, x, tmp_path, monkeypatch,
+                                                          False)
+    assert 'kind = "mlp_rows"' in fused_trn
+    assert 'kind = "mlp_rows"' not in unfused_trn and 'kind = "mlp"' in unfused_trn
+    tolerance = dict(atol=3e-2, rtol=3e-2) if dtype == torch.bfloat16 else \
+        dict(atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(fused, expected, **tolerance)
+    # The rows read the FFN's output tiles as the mlp kernel would have stored them, in the
+    # same type: the same bits.
+    assert torch.equal(fused, unfused)
+    # What no longer moves: the FFN's output, stored once and loaded once.
+    output_bytes = x.numel() * x.element_size()
+    assert unfused_profile.dma_bytes - fused_profile.dma_bytes == 2 * output_bytes
+
+
+def test_mlp_rows_kernel_not_formed_where_row_tiles_would_straddle_sequences(tmp_path,
+                                                                             monkeypatch):
+    """100 tokens per sequence: the rows' tiles of 128 would not be whole 128-token groups
+    of the mlp's output, so the mlp and the rows stay apart (and agree with eager)."""
+    torch.manual_seed(0)
+    model = _PostNormFFN(256, 1024).to(torch.bfloat16).eval()
+    x = torch.randn(2, 100, 256).to(torch.bfloat16)
+    with torch.no_grad():
+        expected = model(x)
+    out, _, trn = _run_mlp_rows(model, x, tmp_path, monkeypatch, True)
+    assert 'kind = "mlp_rows"' not in trn
+    torch.testing.assert_close(out, expected, atol=3e-2, rtol=3e-2)

@@ -6,6 +6,7 @@
 // RUN: neuron-opt --split-input-file --trn-fuse="attention=false matmul-rows=false" %s | FileCheck %s --check-prefix=NONE
 // RUN: neuron-opt --split-input-file --trn-fuse="epilogue-producers=false" %s | FileCheck %s --check-prefix=NOPROD
 // RUN: neuron-opt --split-input-file --trn-fuse="mlp=false" %s | FileCheck %s --check-prefix=NOMLP
+// RUN: neuron-opt --split-input-file --trn-fuse="mlp-rows=false" %s | FileCheck %s --check-prefix=NOMLPROWS
 // RUN: neuron-opt --split-input-file --trn-fuse="epilogue-results=false" %s | FileCheck %s --check-prefix=RES
 // RUN: neuron-opt --split-input-file --trn-fuse="bias-gradients=false" %s | FileCheck %s --check-prefix=BIAS
 // RUN: neuron-opt --split-input-file --trn-fuse="weight-gradients=false" %s | FileCheck %s --check-prefix=WG
@@ -548,6 +549,48 @@ func.func @mlp_batched_tokens(%x: tensor<2x128x128xbf16>, %w1: tensor<128x512xbf
   %yb = "trn.convert"(%y) : (tensor<256x128xf32>) -> tensor<256x128xbf16>
   %y3 = "trn.reshape"(%yb) : (tensor<256x128xbf16>) -> tensor<2x128x128xbf16>
   return %y3 : tensor<2x128x128xbf16>
+}
+
+// -----
+
+// Tests that an mlp kernel whose output only a row-wise kernel reads, over rows of its output
+// features (a post-norm FFN: the bias and residual adds and a norm after it), joins that
+// kernel: the mlp's ops first (mlp_ops of them), then the rows'. (The hidden dim is too wide
+// to stage for matmul_rows, which would take the second matmul first.) Off, the mlp and
+// rows kernels stay apart.
+// CHECK-LABEL: func.func @mlp_rows
+// CHECK: "trn.kernel"() ({
+// CHECK: "trn.matmul"(%arg0, %arg1)
+// CHECK: %[[H:.*]] = "trn.convert"({{.*}}) : (tensor<1024x3072xf32>) -> tensor<1024x3072xbf16>
+// CHECK: %[[Y:.*]] = "trn.matmul"(%[[H]], %arg2)
+// CHECK: %[[YB:.*]] = "trn.convert"(%[[Y]])
+// CHECK: "trn.tensor_tensor"({{.*}}, %[[YB]]) {op = "add"}
+// CHECK: "trn.reduce"
+// CHECK: }) {kind = "mlp_rows", mlp_ops = 5 : i64}
+// CHECK-NOT: "trn.kernel"
+// NOMLPROWS-LABEL: func.func @mlp_rows
+// NOMLPROWS: kind = "mlp"
+// NOMLPROWS: kind = "rows"
+// NOMLPROWS-NOT: kind = "mlp_rows"
+func.func @mlp_rows(%x: tensor<1024x256xbf16>, %w1: tensor<256x3072xbf16>, %w2: tensor<3072x256xbf16>, %b2: tensor<256xbf16>) -> tensor<1024x256xbf16> {
+  %h = "trn.matmul"(%x, %w1) : (tensor<1024x256xbf16>, tensor<256x3072xbf16>) -> tensor<1024x3072xf32>
+  %hb = "trn.convert"(%h) : (tensor<1024x3072xf32>) -> tensor<1024x3072xbf16>
+  %g = "trn.activation"(%hb) {bias = 0.0 : f32, func = "gelu", scale = 1.0 : f32} : (tensor<1024x3072xbf16>) -> tensor<1024x3072xf32>
+  %gb = "trn.convert"(%g) : (tensor<1024x3072xf32>) -> tensor<1024x3072xbf16>
+  %y = "trn.matmul"(%gb, %w2) : (tensor<1024x3072xbf16>, tensor<3072x256xbf16>) -> tensor<1024x256xf32>
+  %yb = "trn.convert"(%y) : (tensor<1024x256xf32>) -> tensor<1024x256xbf16>
+  %bb = "trn.broadcast"(%b2) {dimensions = array<i64: 0>} : (tensor<256xbf16>) -> tensor<1024x256xbf16>
+  %z = "trn.tensor_tensor"(%bb, %yb) {op = "add"} : (tensor<1024x256xbf16>, tensor<1024x256xbf16>) -> tensor<1024x256xf32>
+  %zb = "trn.convert"(%z) : (tensor<1024x256xf32>) -> tensor<1024x256xbf16>
+  %r = "trn.tensor_tensor"(%x, %zb) {op = "add"} : (tensor<1024x256xbf16>, tensor<1024x256xbf16>) -> tensor<1024x256xf32>
+  %rb = "trn.convert"(%r) : (tensor<1024x256xf32>) -> tensor<1024x256xbf16>
+  %s = "trn.reduce"(%rb) {dimensions = array<i64: 1>, op = "add"} : (tensor<1024x256xbf16>) -> tensor<1024xbf16>
+  %m = "trn.tensor_scalar"(%s) {op = "mul", reverse = false, scalar = 3.906250e-03 : f32} : (tensor<1024xbf16>) -> tensor<1024xf32>
+  %mb = "trn.convert"(%m) : (tensor<1024xf32>) -> tensor<1024xbf16>
+  %mm = "trn.broadcast"(%mb) {dimensions = array<i64: 1>} : (tensor<1024xbf16>) -> tensor<1024x256xbf16>
+  %c = "trn.tensor_tensor"(%rb, %mm) {op = "sub"} : (tensor<1024x256xbf16>, tensor<1024x256xbf16>) -> tensor<1024x256xf32>
+  %cb = "trn.convert"(%c) : (tensor<1024x256xf32>) -> tensor<1024x256xbf16>
+  return %cb : tensor<1024x256xbf16>
 }
 
 // -----
