@@ -70,6 +70,8 @@ class CompileOptions:
     # trn-fuse mlp-rows: an mlp kernel read only by a row-wise kernel over its output rows
     # (the residual add and layer norm after a post-norm FFN) hands it its output on chip
     fuse_mlp_rows: bool = True
+    # trn-fuse linear-rows: likewise a Linear's (an attention block's output projection)
+    fuse_linear_rows: bool = True
     # trn-fuse row-results: a row-wise kernel also stores the per-row values read outside it
     # (a layer norm's saved mean and 1/std), which are not computed again from the rows
     fuse_row_results: bool = True
@@ -156,6 +158,7 @@ def stages(options: CompileOptions) -> list[Stage]:
             f"weight-gradients={str(options.fuse_weight_gradients).lower()} "
             f"mlp={str(options.fuse_mlp).lower()} "
             f"mlp-rows={str(options.fuse_mlp_rows).lower()} "
+            f"linear-rows={str(options.fuse_linear_rows).lower()} "
             f"row-results={str(options.fuse_row_results).lower()} "
             f"column-sums={str(options.fuse_column_sums).lower()} "
             f"target={target}}}")

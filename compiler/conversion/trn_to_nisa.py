@@ -33,7 +33,7 @@ from torchneuron.compiler.kernels.views import (
     HbmView, apply_view_op, row_major_strides, source_view,
 )
 from torchneuron.compiler.passes import Pass, register
-from torchneuron.compiler.transforms.fuse import outline
+from torchneuron.compiler.transforms.fuse import PRODUCER_RESULT, outline
 from torchneuron.compiler.transforms.tile import annotate, kernel_body
 from torchneuron.target import get_target
 
@@ -395,11 +395,14 @@ class _FunctionLowering:
             self._lower_row_wise(kind, body, out, extra[0] if extra else None)
             return
         rows_body = None
-        if kind == "mlp_rows":
-            # The mlp's ops first, then the rows' (trn-fuse `mlp_ops`).
-            split = U.int_attr(kernel, "mlp_ops") if "mlp_ops" in kernel.attributes else 0
-            if not 0 < split < len(body) - 1:
-                raise CompileError("an mlp_rows kernel needs its mlp_ops count", kernel.location)
+        if kind in ("mlp_rows", "linear_rows"):
+            # The producer's ops (the mlp's, the Linear's) first, then the rows' (trn-fuse
+            # marks the op computing the producer's result).
+            marked = [i for i, op in enumerate(body) if PRODUCER_RESULT in op.attributes]
+            if len(marked) != 1 or not marked[0] < len(body) - 2:
+                raise CompileError(f"a{'n' if kind[0] == 'm' else ''} {kind} kernel needs one op "
+                                   f"marked {PRODUCER_RESULT}, not its last", kernel.location)
+            split = marked[0] + 1
             body, rows_body = body[:split] + [body[-1]], body[split:]
         views = dict(self.views)
         compute = []
@@ -447,15 +450,15 @@ class _FunctionLowering:
         if kind == "mlp":
             lower_mlp(self.em, compute, views, (yielded, out))
             return
-        if kind == "mlp_rows":
-            # (The mlp part's last op computes the value the rows read: trn-fuse's check.)
-            self.em.reuse_group = self.row_kernels
-            self.row_kernels += 1
-            try:
-                lower_mlp_rows(self.em, compute, views, compute[-1].results[0], rows_body[:-1],
-                               self._view, (rows_body[-1].operands[0], out))
-            finally:
-                self.em.reuse_group = None
+        if rows_body is not None:
+            # (The producer's last op computes the value the rows read: trn-fuse's check.)
+            # (No reuse_group of its own, as a rows kernel's: reusing the kernel's own bytes
+            # first would make each token block's output wait for the previous block's rows
+            # to be done with theirs; encoder_fwd's output projection and layer norm then
+            # took 601.7 us against 571.7.)
+            lower_mlp_rows(self.em, compute, views, body[-2].results[0], rows_body[:-1],
+                           self._view, (rows_body[-1].operands[0], out),
+                           matmuls=2 if kind == "mlp_rows" else 1)
             return
         if kind == "weight_gradient":
             lower_weight_gradient(self.em, compute, views, [(yielded, out)] + extra)

@@ -52,7 +52,14 @@ class Epilogue:
         em = self.em
         pn, fn = acc.partitions, acc.free
         tiles: dict[ir.Value, Tile] = {self.product: acc}
-        into = into or {}
+        into = dict(into or {})
+        # A value that only names another's tile (a rounding its producer writes already)
+        # gets its tile from that producer.
+        for value, tile in list(into.items()):
+            source = self.aliases.get(value)
+            while source is not None and source not in into:
+                into[source] = tile
+                source = self.aliases.get(source)
 
         def destination(result: ir.Value, etype: ir.Type) -> Tile:
             given = into.get(result)

@@ -77,44 +77,52 @@ def resident_bytes(target, features: int, hidden: int, out_features: int,
 
 class _Mlp:
     """An mlp kernel's plan: its resident weights, epilogues and token blocks; `block`
-    computes one block's output accumulators."""
+    computes one block's output accumulators. With one matmul (a linear_rows kernel's
+    Linear), the staged X^T takes the hidden activation's place: Y = X @ B + epilogue."""
 
     def __init__(self, em: Emitter, compute: list[ir.Operation], views: dict,
-                 yielded: ir.Value):
+                 yielded: ir.Value, matmul_count: int = 2):
         """`compute`: the kernel's ops but views, sources and trn.yield (those are in
-        `views`); `yielded`: the value the kernel yields."""
+        `views`); `yielded`: the value the kernel yields; `matmul_count`: 2 for an mlp, 1
+        for a Linear."""
         target = em.target
         matmuls = [op for op in compute if op.name == "trn.matmul"]
-        if len(matmuls) != 2:
-            raise CompileError("an mlp kernel holds two matmuls", compute[-1].location)
-        first, second = matmuls
-        self.em, self.second = em, second
+        if len(matmuls) != matmul_count:
+            raise CompileError("an mlp kernel holds two matmuls" if matmul_count == 2 else
+                               "a linear_rows kernel holds one matmul", compute[-1].location)
+        first, second = matmuls if matmul_count == 2 else (None, matmuls[0])
+        self.em, self.first, self.second = em, first, second
         self.hidden_value = second.operands[0]
         position = {op: i for i, op in enumerate(compute)}
-        chain1 = compute[position[first] + 1:position[second]]
         chain2 = compute[position[second] + 1:]
-        x, a, b = (views.get(v) for v in (first.operands[0], first.operands[1],
-                                          second.operands[1]))
-        if x is None or a is None or b is None or x.rank != 2:
-            raise CompileError("mlp kernel operands must come from HBM", first.location)
+        x, b = views.get((first or second).operands[0]), views.get(second.operands[1])
+        a = views.get(first.operands[1]) if first is not None else None
+        if x is None or b is None or (first is not None and a is None) or x.rank != 2:
+            raise CompileError("mlp kernel operands must come from HBM",
+                               (first or second).location)
         self.tokens, features = x.shape
-        hidden = a.shape[1]
         self.out_features = b.shape[1]
-        etype1 = matmul_element_type(x.element_type, a.element_type)
         self.etype2 = matmul_element_type(U.element_type(self.hidden_value), b.element_type)
+        etype1 = matmul_element_type(x.element_type, a.element_type) if first is not None \
+            else self.etype2
+        hidden = a.shape[1] if first is not None else features
         self.block_tokens = tokens_per_block(target, self.tokens, self.out_features)
         if self.block_tokens is None:
-            raise CompileError("mlp kernel: its output tiles do not fit PSUM", first.location)
+            raise CompileError("mlp kernel: its output tiles do not fit PSUM", second.location)
         tp, tf, tk = target.pe_cols, target.matmul_max_moving, target.pe_rows
         self.tp = tp
         self.x_t = _Staged(em, x.transpose([1, 0]), etype1)            # [features, tokens]
-        self.a_res = _Staged(em, a, etype1, row_panels=True)           # [features, hidden]
+        self.a_res = _Staged(em, a, etype1, row_panels=True) \
+            if first is not None else None                             # [features, hidden]
         self.b_res = _Staged(em, b, self.etype2, row_panels=True)      # [hidden, out features]
         self.k1 = [(k0, min(tk, features - k0)) for k0 in range(0, features, tk)]
-        self.j_tiles = [(j0, min(tp, hidden - j0)) for j0 in range(0, hidden, tp)]
+        # (A Linear's K-tiles are its features', as X^T's staging cuts them.)
+        self.j_tiles = [(j0, min(tp if first is not None else tk, hidden - j0))
+                        for j0 in range(0, hidden, tp if first is not None else tk)]
         self.n_tiles = [(n0, min(tf, self.out_features - n0))
                         for n0 in range(0, self.out_features, tf)]
-        self.epilogue1 = Epilogue(em, chain1, views, first.results[0], set())
+        self.epilogue1 = Epilogue(em, compute[position[first] + 1:position[second]], views,
+                                  first.results[0], set()) if first is not None else None
         self.epilogue2 = Epilogue(em, chain2, views, second.results[0], {yielded})
 
     def blocks(self):
@@ -131,15 +139,19 @@ class _Mlp:
         accs = {(r0, n0): em.alloc("psum", rn, nn, ir.F32Type.get())
                 for r0, rn in rows for n0, nn in self.n_tiles}
         for j0, jn in self.j_tiles:
-            acc = em.alloc("psum", jn, tn, ir.F32Type.get())
-            for k0, kn in self.k1:
-                em.matmul(acc, a_res.tile(k0, kn, j0, jn), x_t.tile(k0, kn, t0, tn),
-                          accumulate=k0 > 0)
-            a_res.panels.clear()          # A's tiles stay; the rows they came from go
-            tiles = self.epilogue1.run(acc, (j0, jn), lambda view, j0=j0, jn=jn, t0=t0, tn=tn:
-                                       view.transpose([1, 0]).slice(0, j0, jn)
-                                       .slice(1, t0, tn))
-            h_t = em.in_sbuf(tiles[self.hidden_value], self.etype2)     # [hidden j, tokens]
+            if self.first is None:
+                h_t = x_t.tile(j0, jn, t0, tn)                       # [features j, tokens]
+            else:
+                acc = em.alloc("psum", jn, tn, ir.F32Type.get())
+                for k0, kn in self.k1:
+                    em.matmul(acc, a_res.tile(k0, kn, j0, jn), x_t.tile(k0, kn, t0, tn),
+                              accumulate=k0 > 0)
+                a_res.panels.clear()          # A's tiles stay; the rows they came from go
+                tiles = self.epilogue1.run(acc, (j0, jn),
+                                           lambda view, j0=j0, jn=jn, t0=t0, tn=tn:
+                                           view.transpose([1, 0]).slice(0, j0, jn)
+                                           .slice(1, t0, tn))
+                h_t = em.in_sbuf(tiles[self.hidden_value], self.etype2)  # [hidden j, tokens]
             for r0, rn in rows:
                 for n0, nn in self.n_tiles:
                     em.matmul(accs[(r0, n0)], h_t.columns(r0 - t0, rn),
@@ -163,15 +175,16 @@ def lower_mlp(em: Emitter, compute: list[ir.Operation], views: dict,
 def lower_mlp_rows(em: Emitter, compute: list[ir.Operation], views: dict,
                    mlp_value: ir.Value, rows_body: list[ir.Operation],
                    view_of: Callable[[ir.Operation, HbmView], HbmView],
-                   output: tuple[ir.Value, HbmView]) -> None:
-    """An mlp_rows kernel (trn-fuse): the mlp part `compute` (as for `lower_mlp`) computes
-    `mlp_value` [tokens, features], which the row-wise part `rows_body` (trn.yield left
-    out) reads, directly or through reshapes, with rows of `features`. The rows' lowering
+                   output: tuple[ir.Value, HbmView], matmuls: int = 2) -> None:
+    """An mlp_rows kernel (trn-fuse; with `matmuls` = 1, a linear_rows kernel, its producer
+    one Linear): the producer part `compute` (as for `lower_mlp`) computes `mlp_value`
+    [tokens, features], which the row-wise part `rows_body` (trn.yield left out) reads,
+    directly or through reshapes, with rows of `features`. The rows' lowering
     asks for each row tile's values (kernels/rows.py `produce`); the first ask within a
     token block computes the block, and its output tiles are evacuated, through the mlp's
     second epilogue, into whole-row SBUF tiles of 128 tokens, handed to the rows as they
     ask: `mlp_value` never reaches HBM. `output`: (yielded value, destination view)."""
-    mlp = _Mlp(em, compute, views, mlp_value)
+    mlp = _Mlp(em, compute, views, mlp_value, matmuls)
     tokens, features = mlp.tokens, mlp.out_features
     value_type = U.element_type(mlp_value)
     rows_views = dict(views)

@@ -66,7 +66,10 @@ Groups formed:
   row-wise kernel with one result reads, over rows of its output features (a post-norm
   transformer's FFN, then the residual add and layer norm). Each block of token rows'
   output is evacuated into whole-row SBUF tiles that the rows' body reads on chip: the
-  FFN's output never reaches HBM (kernels/mlp.py `lower_mlp_rows`).
+  FFN's output never reaches HBM (kernels/mlp.py `lower_mlp_rows`);
+- linear + rows (kind "linear_rows"), likewise for a matmul kernel of one 2-D Linear and its
+  epilogue (an attention block's output projection, then the residual add and layer norm):
+  its weight resident, the staged X^T in the hidden activation's place.
 View ops (transpose, broadcast, reshape) and constant sources (fill, iota) that feed a group
 from outside are copied into the kernel: its lowering folds views into access patterns and
 generates sources on chip instead of reading them from HBM.
@@ -126,6 +129,9 @@ class Fuse(Pass):
     # An mlp kernel read only by a row-wise kernel over its output rows is computed inside
     # it, its output handed to the rows on chip.
     mlp_rows: bool = True
+    # Likewise a Linear (one matmul kernel) read only by a row-wise kernel over its output
+    # rows: an attention block's output projection and the residual add and norm after it.
+    linear_rows: bool = True
     # A row-wise kernel also yields the per-row values it computes that something outside
     # reads (a training step's layer norm saves each row's mean and 1/std for the
     # backward), instead of their being computed again from the rows by kernels of their own.
@@ -207,10 +213,11 @@ class Fuse(Pass):
                 for pair in mlp_pairs(func, get_target(self.target or None)):
                     merge_kernels(pair, "mlp")
                 if self.mlp_rows and self.rows:
-                    for mlp, rows in mlp_rows_pairs(func, get_target(self.target or None)):
-                        mlp_ops = len(kernel_body(mlp)) - 1
-                        merged = merge_kernels((mlp, rows), "mlp_rows")
-                        merged.attributes["mlp_ops"] = U.i64(mlp_ops)
+                    for pair in mlp_rows_pairs(func, get_target(self.target or None)):
+                        merge_producer_rows(pair, "mlp_rows")
+            if self.linear_rows and self.rows and self.matmul_epilogue:
+                for pair in linear_rows_pairs(func, get_target(self.target or None)):
+                    merge_producer_rows(pair, "linear_rows")
 
     def groups(self, func: ir.Operation, recompute: bool = False) -> list[list[ir.Operation]]:
         taken: set = set()
@@ -1832,50 +1839,76 @@ def mlp_pairs(func: ir.Operation, target) -> list[tuple]:
 def mlp_rows_pairs(func: ir.Operation, target) -> list[tuple]:
     """(mlp, rows) kernel pairs that form an mlp_rows kernel (see the module docstring): a
     2-D mlp kernel [tokens, features] whose result the row-wise kernel `rows` (one result)
-    alone reads, directly or through reshapes, with rows of `features` elements; its yielded
-    value computed by its last op; the rows' tiles whole 128-token groups (the row-wise
-    result's second-to-last dim a multiple of 128); its resident weights and a token
-    block's row tiles within SBUF's share for the weights."""
+    alone reads, directly or through reshapes, with rows of `features` elements
+    (`_rows_read_whole`)."""
+    return _producer_rows_pairs(func, target, "mlp")
+
+
+def linear_rows_pairs(func: ir.Operation, target) -> list[tuple]:
+    """(linear, rows) kernel pairs that form a linear_rows kernel (see the module
+    docstring): a matmul kernel of one 2-D matmul with its epilogue, nothing computed ahead
+    of the matmul, read as `mlp_rows_pairs` says."""
+    return _producer_rows_pairs(func, target, "matmul")
+
+
+def _producer_rows_pairs(func: ir.Operation, target, kind: str) -> list[tuple]:
     pairs = []
-    tp = target.pe_cols
     for rows in U.body_ops(func):
         if rows.name != "trn.kernel" or U.str_attr(rows, "kind") != "rows" or \
                 len(rows.results) != 1:
             continue
         producers = {U.defining_op(v) for op in kernel_body(rows) for v in op.operands}
-        mlps = [k for k in producers if k is not None and k.name == "trn.kernel" and
-                U.str_attr(k, "kind") == "mlp" and k.parent == rows.parent and
-                len(k.results) == 1]
-        if len(mlps) != 1:
-            continue
-        mlp = mlps[0]
-        readers = [U.operation(u.owner) for u in mlp.results[0].uses]
-        if any(U.operation(r.parent) != rows or
-               (r.name in VIEW_OPS and r.name != "trn.reshape") for r in readers):
-            continue
-        body = kernel_body(mlp)
-        matmuls = [op for op in body if op.name == "trn.matmul"]
-        shape = U.shape(mlp.results[0])
-        out_shape = U.shape(rows.results[0])
-        if len(shape) != 2 or len(matmuls) != 2 or len(body) < 2 or \
-                body[-1].operands[0] != body[-2].results[0] or \
-                body[-2].name in VIEW_OPS + SOURCE_OPS or not _rows_of(rows, shape[1]) or len(out_shape) < 2 or \
-                out_shape[-1] != shape[1] or out_shape[-2] % tp or \
-                math.prod(out_shape[:-1]) != shape[0]:
-            continue
-        tokens, out_features = shape
-        features, hidden = U.shape(matmuls[0].operands[1])
-        itemsize = max(U.element_bytes(U.element_type(v))
-                       for v in (*matmuls[0].operands, matmuls[1].operands[1]))
-        block = mlp_kernel.tokens_per_block(target, tokens, out_features)
-        row_tiles = -(-block // tp) * out_features * U.element_bytes(
-            U.element_type(mlp.results[0])) if block is not None else None
-        if row_tiles is None or \
-                mlp_kernel.resident_bytes(target, features, hidden, out_features, itemsize) + \
-                row_tiles > target.sbuf_partition_bytes * MLP_RESIDENT_SHARE:
-            continue
-        pairs.append((mlp, rows))
+        found = [k for k in producers if k is not None and k.name == "trn.kernel" and
+                 U.str_attr(k, "kind") == kind and k.parent == rows.parent and
+                 len(k.results) == 1]
+        if len(found) == 1 and _rows_read_whole(found[0], rows, target, 2 if kind == "mlp"
+                                                else 1):
+            pairs.append((found[0], rows))
     return pairs
+
+
+def _rows_read_whole(producer: ir.Operation, rows: ir.Operation, target,
+                     matmul_count: int) -> bool:
+    """Whether the row-wise kernel `rows` can read `producer`'s result [tokens, features]
+    (an mlp's, or a Linear's: `matmul_count` 2-D matmuls, the last one's epilogue ending the
+    body) on chip, as kernels/mlp.py `lower_mlp_rows` hands it over: `rows` alone reads it,
+    directly or through reshapes, with rows of `features`; the producer's yielded value is
+    computed by its last op; the rows' tiles are whole 128-token groups (the row-wise
+    result's second-to-last dim a multiple of 128); and the resident weights with a token
+    block's row tiles fit SBUF's share for weights."""
+    tp = target.pe_cols
+    readers = [U.operation(u.owner) for u in producer.results[0].uses]
+    if any(U.operation(r.parent) != rows or (r.name in VIEW_OPS and r.name != "trn.reshape")
+           for r in readers):
+        return False
+    body = kernel_body(producer)
+    matmuls = [op for op in body if op.name == "trn.matmul"]
+    shape = U.shape(producer.results[0])
+    out_shape = U.shape(rows.results[0])
+    if len(shape) != 2 or len(matmuls) != matmul_count or len(body) < 2 or \
+            body[-1].operands[0] != body[-2].results[0] or \
+            body[-2].name in VIEW_OPS + SOURCE_OPS or not _rows_of(rows, shape[1]) or \
+            len(out_shape) < 2 or out_shape[-1] != shape[1] or out_shape[-2] % tp or \
+            math.prod(out_shape[:-1]) != shape[0]:
+        return False
+    if any(len(U.shape(v)) != 2 for v in (*matmuls[-1].operands, matmuls[-1].results[0])) or \
+            any(op.name not in VIEW_OPS + SOURCE_OPS for op in body[:body.index(matmuls[0])]):
+        return False
+    tokens, out_features = shape
+    block = mlp_kernel.tokens_per_block(target, tokens, out_features)
+    if block is None:
+        return False
+    row_tiles = -(-block // tp) * out_features * U.element_bytes(
+        U.element_type(producer.results[0]))
+    itemsize = max(U.element_bytes(U.element_type(v))
+                   for v in (*matmuls[0].operands, matmuls[-1].operands[1]))
+    if matmul_count == 2:
+        features, hidden = U.shape(matmuls[0].operands[1])
+        resident = mlp_kernel.resident_bytes(target, features, hidden, out_features, itemsize)
+    else:
+        resident = itemsize * -(-U.shape(matmuls[0].operands[1])[0] // target.pe_rows) * \
+            out_features
+    return resident + row_tiles <= target.sbuf_partition_bytes * MLP_RESIDENT_SHARE
 
 
 # The share of SBUF the two resident weights of an mlp kernel may take: the rest holds the
@@ -1951,6 +1984,21 @@ def _clone_bodies(kernels, mapping: dict) -> None:
                 mapping[old] = new
         for result, value in zip(kernel.results, body[-1].operands):
             mapping[result] = mapping.get(value, value)
+
+
+# Marks the op of an mlp_rows or linear_rows kernel that computes the producer's result: the
+# producer's ops end there and the rows' begin (convert-trn-to-nisa splits the body there; an
+# op count would not survive the passes that rewrite views inside kernels, trn-layout's).
+PRODUCER_RESULT = "trn.producer_result"
+
+
+def merge_producer_rows(pair: tuple, kind: str) -> ir.Operation:
+    """One kernel of `kind` (mlp_rows, linear_rows): the producer's ops, then the rows'; the
+    op computing the producer's result carries PRODUCER_RESULT."""
+    body = kernel_body(pair[0])
+    body[-2].attributes[PRODUCER_RESULT] = ir.UnitAttr.get()
+    merged = merge_kernels(pair, kind)
+    return merged
 
 
 def merge_kernels(kernels: tuple, kind: str, also: ir.Operation | None = None,

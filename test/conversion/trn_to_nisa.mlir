@@ -1184,7 +1184,7 @@ func.func @mlp_rows(%arg0: tensor<256x128xbf16>, %arg1: tensor<128x512xbf16>, %a
     %2 = "trn.activation"(%1) {bias = 0.000000e+00 : f32, func = "gelu", scale = 1.000000e+00 : f32} : (tensor<256x512xf32>) -> tensor<256x512xf32>
     %3 = "trn.convert"(%2) : (tensor<256x512xf32>) -> tensor<256x512xbf16>
     %4 = "trn.matmul"(%3, %arg2) : (tensor<256x512xbf16>, tensor<512x128xbf16>) -> tensor<256x128xf32>
-    %5 = "trn.convert"(%4) : (tensor<256x128xf32>) -> tensor<256x128xbf16>
+    %5 = "trn.convert"(%4) {trn.producer_result} : (tensor<256x128xf32>) -> tensor<256x128xbf16>
     %6 = "trn.broadcast"(%arg3) {dimensions = array<i64: 0>} : (tensor<128xbf16>) -> tensor<256x128xbf16>
     %7 = "trn.tensor_tensor"(%6, %5) {op = "add"} : (tensor<256x128xbf16>, tensor<256x128xbf16>) -> tensor<256x128xf32>
     %8 = "trn.tensor_tensor"(%arg0, %7) {op = "add"} : (tensor<256x128xbf16>, tensor<256x128xf32>) -> tensor<256x128xf32>
@@ -1194,11 +1194,43 @@ func.func @mlp_rows(%arg0: tensor<256x128xbf16>, %arg1: tensor<128x512xbf16>, %a
     %12 = "trn.tensor_tensor"(%8, %11) {op = "sub"} : (tensor<256x128xf32>, tensor<256x128xf32>) -> tensor<256x128xf32>
     %13 = "trn.convert"(%12) : (tensor<256x128xf32>) -> tensor<256x128xbf16>
     "trn.yield"(%13) : (tensor<256x128xbf16>) -> ()
-  }) {kind = "mlp_rows", mlp_ops = 5 : i64} : () -> tensor<256x128xbf16>
+  }) {kind = "mlp_rows"} : () -> tensor<256x128xbf16>
   return %0 : tensor<256x128xbf16>
 }
 
-// ERRMLPROWS: trn_to_nisa-invalid-mlp-rows.mlir:3:8: error: convert-trn-to-nisa: an mlp_rows kernel needs its mlp_ops count
+// ERRMLPROWS: trn_to_nisa-invalid-mlp-rows.mlir:3:8: error: convert-trn-to-nisa: an mlp_rows kernel needs one op marked trn.producer_result, not its last
+
+// -----
+
+// Tests the lowering of a linear_rows kernel (a Linear with its bias, then the residual add
+// and a mean subtraction over its output rows): the staged X^T tiles are the stationary
+// operands of the Linear's matmuls, whose accumulators are evacuated with the bias into bf16
+// SBUF row tiles that the rows' ops read on chip; the Linear's output gets no HBM buffer.
+// CHECK-LABEL: func.func @linear_rows
+// CHECK-NOT: memory = "hbm"
+// CHECK: "nisa.matmul"(%[[ACC:[0-9]+]], {{.*}}accumulate = true
+// CHECK: "nisa.tensor_tensor"(%[[Y:[0-9]+]], %{{[0-9]+}}, %[[ACC]]) {{.*}}op = "add"{{.*}} : (memref<128x128xbf16, "sbuf">,
+// CHECK: "nisa.tensor_tensor"(%{{[0-9]+}}, %{{[0-9]+}}, %[[Y]]) {{.*}}op = "add"
+// CHECK: "nisa.dma"(%arg4,
+// CHECK-NOT: memory = "hbm"
+// CHECK: return
+func.func @linear_rows(%arg0: tensor<256x256xbf16>, %arg1: tensor<256x128xbf16>, %arg2: tensor<128xbf16>, %arg3: tensor<2x128x128xbf16>) -> tensor<2x128x128xbf16> {
+  %0 = "trn.kernel"() ({
+    %1 = "trn.broadcast"(%arg2) {dimensions = array<i64: 0>} : (tensor<128xbf16>) -> tensor<256x128xbf16>
+    %2 = "trn.matmul"(%arg0, %arg1) : (tensor<256x256xbf16>, tensor<256x128xbf16>) -> tensor<256x128xf32>
+    %3 = "trn.tensor_tensor"(%1, %2) {op = "add"} : (tensor<256x128xbf16>, tensor<256x128xf32>) -> tensor<256x128xf32>
+    %4 = "trn.convert"(%3) {trn.producer_result} : (tensor<256x128xf32>) -> tensor<256x128xbf16>
+    %5 = "trn.reshape"(%4) : (tensor<256x128xbf16>) -> tensor<2x128x128xbf16>
+    %6 = "trn.tensor_tensor"(%arg3, %5) {op = "add"} : (tensor<2x128x128xbf16>, tensor<2x128x128xbf16>) -> tensor<2x128x128xf32>
+    %7 = "trn.reduce"(%6) {dimensions = array<i64: 2>, op = "add"} : (tensor<2x128x128xf32>) -> tensor<2x128xf32>
+    %8 = "trn.tensor_scalar"(%7) {op = "mul", reverse = false, scalar = 7.812500e-03 : f32} : (tensor<2x128xf32>) -> tensor<2x128xf32>
+    %9 = "trn.broadcast"(%8) {dimensions = array<i64: 2>} : (tensor<2x128xf32>) -> tensor<2x128x128xf32>
+    %10 = "trn.tensor_tensor"(%6, %9) {op = "sub"} : (tensor<2x128x128xf32>, tensor<2x128x128xf32>) -> tensor<2x128x128xf32>
+    %11 = "trn.convert"(%10) : (tensor<2x128x128xf32>) -> tensor<2x128x128xbf16>
+    "trn.yield"(%11) : (tensor<2x128x128xbf16>) -> ()
+  }) {kind = "linear_rows"} : () -> tensor<2x128x128xbf16>
+  return %0 : tensor<2x128x128xbf16>
+}
 
 // -----
 

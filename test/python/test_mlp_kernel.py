@@ -195,3 +195,47 @@ def test_mlp_rows_kernel_not_formed_where_row_tiles_would_straddle_sequences(tmp
     out, _, trn = _run_mlp_rows(model, x, tmp_path, monkeypatch, True)
     assert 'kind = "mlp_rows"' not in trn
     torch.testing.assert_close(out, expected, atol=3e-2, rtol=3e-2)
+
+
+class _PostNormProjection(torch.nn.Module):
+    """An attention block's output projection, then the residual add and layer norm."""
+
+    def __init__(self, d_in: int, d: int):
+        super().__init__()
+        self.proj = torch.nn.Linear(d_in, d)
+        self.norm = torch.nn.LayerNorm(d)
+
+    def forward(self, a, x):
+        return self.norm(x + self.proj(a))
+
+
+@pytest.mark.parametrize("dtype,d_in,d,tokens", [
+    (torch.bfloat16, 768, 768, 256),
+    (torch.float32, 200, 300, 128),               # ragged K and feature tiles
+    (torch.bfloat16, 64, 600, 128),               # one partial K-tile, two output chunks
+])
+def test_linear_rows_kernel_keeps_the_projection_on_chip(dtype, d_in, d, tokens, tmp_path,
+                                                         monkeypatch):
+    torch.manual_seed(0)
+    model = _PostNormProjection(d_in, d).to(dtype).eval()
+    a, x = torch.randn(2, tokens, d_in).to(dtype), torch.randn(2, tokens, d).to(dtype)
+    with torch.no_grad():
+        expected = model(a, x)
+    runs = {}
+    for fuse in (True, False):
+        dump = tmp_path / ("on" if fuse else "off")
+        monkeypatch.setenv("TORCHNEURON_DUMP_DIR", str(dump))
+        torch._dynamo.reset()
+        with torch.no_grad():
+            out = torch.compile(model, backend="neuron",
+                                options={"fuse_linear_rows": fuse})(a, x)
+        runs[fuse] = (out, backend.compiled_graphs()[-1].last_profile,
+                      next(dump.glob("*.trn.mlir")).read_text())
+    (fused, fused_profile, fused_trn), (unfused, unfused_profile, unfused_trn) = \
+        runs[True], runs[False]
+    assert 'kind = "linear_rows"' in fused_trn and 'kind = "linear_rows"' not in unfused_trn
+    tolerance = dict(atol=3e-2, rtol=3e-2) if dtype == torch.bfloat16 else \
+        dict(atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(fused, expected, **tolerance)
+    assert torch.equal(fused, unfused)
+    assert unfused_profile.dma_bytes - fused_profile.dma_bytes == 2 * x.numel() * x.element_size()

@@ -7,6 +7,7 @@
 // RUN: neuron-opt --split-input-file --trn-fuse="epilogue-producers=false" %s | FileCheck %s --check-prefix=NOPROD
 // RUN: neuron-opt --split-input-file --trn-fuse="mlp=false" %s | FileCheck %s --check-prefix=NOMLP
 // RUN: neuron-opt --split-input-file --trn-fuse="mlp-rows=false" %s | FileCheck %s --check-prefix=NOMLPROWS
+// RUN: neuron-opt --split-input-file --trn-fuse="linear-rows=false" %s | FileCheck %s --check-prefix=NOLINROWS
 // RUN: neuron-opt --split-input-file --trn-fuse="epilogue-results=false" %s | FileCheck %s --check-prefix=RES
 // RUN: neuron-opt --split-input-file --trn-fuse="bias-gradients=false" %s | FileCheck %s --check-prefix=BIAS
 // RUN: neuron-opt --split-input-file --trn-fuse="weight-gradients=false" %s | FileCheck %s --check-prefix=WG
@@ -555,7 +556,8 @@ func.func @mlp_batched_tokens(%x: tensor<2x128x128xbf16>, %w1: tensor<128x512xbf
 
 // Tests that an mlp kernel whose output only a row-wise kernel reads, over rows of its output
 // features (a post-norm FFN: the bias and residual adds and a norm after it), joins that
-// kernel: the mlp's ops first (mlp_ops of them), then the rows'. (The hidden dim is too wide
+// kernel: the mlp's ops first, the last one marked trn.producer_result, then the rows'.
+// (The hidden dim is too wide
 // to stage for matmul_rows, which would take the second matmul first.) Off, the mlp and
 // rows kernels stay apart.
 // CHECK-LABEL: func.func @mlp_rows
@@ -563,10 +565,10 @@ func.func @mlp_batched_tokens(%x: tensor<2x128x128xbf16>, %w1: tensor<128x512xbf
 // CHECK: "trn.matmul"(%arg0, %arg1)
 // CHECK: %[[H:.*]] = "trn.convert"({{.*}}) : (tensor<1024x3072xf32>) -> tensor<1024x3072xbf16>
 // CHECK: %[[Y:.*]] = "trn.matmul"(%[[H]], %arg2)
-// CHECK: %[[YB:.*]] = "trn.convert"(%[[Y]])
+// CHECK: %[[YB:.*]] = "trn.convert"(%[[Y]]) {trn.producer_result}
 // CHECK: "trn.tensor_tensor"({{.*}}, %[[YB]]) {op = "add"}
 // CHECK: "trn.reduce"
-// CHECK: }) {kind = "mlp_rows", mlp_ops = 5 : i64}
+// CHECK: }) {kind = "mlp_rows"}
 // CHECK-NOT: "trn.kernel"
 // NOMLPROWS-LABEL: func.func @mlp_rows
 // NOMLPROWS: kind = "mlp"
@@ -591,6 +593,42 @@ func.func @mlp_rows(%x: tensor<1024x256xbf16>, %w1: tensor<256x3072xbf16>, %w2: 
   %c = "trn.tensor_tensor"(%rb, %mm) {op = "sub"} : (tensor<1024x256xbf16>, tensor<1024x256xbf16>) -> tensor<1024x256xf32>
   %cb = "trn.convert"(%c) : (tensor<1024x256xf32>) -> tensor<1024x256xbf16>
   return %cb : tensor<1024x256xbf16>
+}
+
+// -----
+
+// Tests that a Linear (a matmul kernel with its bias) whose output only a row-wise kernel
+// reads, through a reshape, over rows of its output features (an attention block's output
+// projection, then the residual add and a norm) joins that kernel, its last op marked
+// trn.producer_result. Off, the two stay apart.
+// CHECK-LABEL: func.func @linear_rows
+// CHECK: "trn.kernel"() ({
+// CHECK: %[[Y:.*]] = "trn.matmul"(%arg0, %arg1)
+// CHECK: %[[Z:.*]] = "trn.tensor_tensor"({{.*}}, %[[Y]]) {op = "add"}
+// CHECK: %[[ZB:.*]] = "trn.convert"(%[[Z]]) {trn.producer_result}
+// CHECK: "trn.reshape"(%[[ZB]])
+// CHECK: "trn.reduce"
+// CHECK: }) {kind = "linear_rows"}
+// CHECK-NOT: "trn.kernel"
+// NOLINROWS-LABEL: func.func @linear_rows
+// NOLINROWS: kind = "matmul"
+// NOLINROWS: kind = "rows"
+// NOLINROWS-NOT: kind = "linear_rows"
+func.func @linear_rows(%a: tensor<1024x768xbf16>, %w: tensor<768x256xbf16>, %b: tensor<256xbf16>, %x: tensor<4x256x256xbf16>) -> tensor<4x256x256xbf16> {
+  %y = "trn.matmul"(%a, %w) : (tensor<1024x768xbf16>, tensor<768x256xbf16>) -> tensor<1024x256xf32>
+  %bb = "trn.broadcast"(%b) {dimensions = array<i64: 0>} : (tensor<256xbf16>) -> tensor<1024x256xbf16>
+  %z = "trn.tensor_tensor"(%bb, %y) {op = "add"} : (tensor<1024x256xbf16>, tensor<1024x256xf32>) -> tensor<1024x256xf32>
+  %zb = "trn.convert"(%z) : (tensor<1024x256xf32>) -> tensor<1024x256xbf16>
+  %z3 = "trn.reshape"(%zb) : (tensor<1024x256xbf16>) -> tensor<4x256x256xbf16>
+  %r = "trn.tensor_tensor"(%x, %z3) {op = "add"} : (tensor<4x256x256xbf16>, tensor<4x256x256xbf16>) -> tensor<4x256x256xf32>
+  %rb = "trn.convert"(%r) : (tensor<4x256x256xf32>) -> tensor<4x256x256xbf16>
+  %s = "trn.reduce"(%rb) {dimensions = array<i64: 2>, op = "add"} : (tensor<4x256x256xbf16>) -> tensor<4x256xbf16>
+  %m = "trn.tensor_scalar"(%s) {op = "mul", reverse = false, scalar = 3.906250e-03 : f32} : (tensor<4x256xbf16>) -> tensor<4x256xf32>
+  %mb = "trn.convert"(%m) : (tensor<4x256xf32>) -> tensor<4x256xbf16>
+  %mm = "trn.broadcast"(%mb) {dimensions = array<i64: 2>} : (tensor<4x256xbf16>) -> tensor<4x256x256xbf16>
+  %c = "trn.tensor_tensor"(%rb, %mm) {op = "sub"} : (tensor<4x256x256xbf16>, tensor<4x256x256xbf16>) -> tensor<4x256x256xf32>
+  %cb = "trn.convert"(%c) : (tensor<4x256x256xf32>) -> tensor<4x256x256xbf16>
+  return %cb : tensor<4x256x256xbf16>
 }
 
 // -----

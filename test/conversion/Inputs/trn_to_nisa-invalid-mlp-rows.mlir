@@ -1,4 +1,4 @@
-// An mlp_rows kernel without its mlp_ops count (checked by ../trn_to_nisa.mlir).
+// An mlp_rows kernel without an op marked trn.producer_result (checked by ../trn_to_nisa.mlir).
 func.func @bad(%x: tensor<128x128xbf16>, %w1: tensor<128x256xbf16>, %w2: tensor<256x128xbf16>) -> tensor<128x128xbf16> {
   %k = "trn.kernel"() ({
     %h = "trn.matmul"(%x, %w1) : (tensor<128x128xbf16>, tensor<128x256xbf16>) -> tensor<128x256xf32>
