@@ -31,8 +31,9 @@ How each column is obtained (per workload, summed over its compiled graphs):
   tuning database DB (default: a fresh temporary one), then compiled again reading it and
   simulated: the tuned time against the default one above. `--tune NAMES` limits tuning to
   those workloads ("-" for the others).
-- sim wall / eager: wall time of simulating one iteration over eager PyTorch's time for the
-  same iteration on this CPU, in fp32: on a CPU without bf16 matmul units eager bf16 takes
+- sim wall / eager: wall time of simulating one iteration (the second: the first also traces
+  and compiles; the second replays the first's verified run, bench/sim_speed.py) over eager
+  PyTorch's time for the same iteration on this CPU, in fp32: on a CPU without bf16 matmul units eager bf16 takes
   minutes and would flatter the simulator. On one with them (AVX512-BF16, AMX) eager bf16
   is two to three times as fast as fp32 (a 2048^3 GEMM here: 41 against 116 ms), and the
   ratio against it that much higher than this column (bench/sim_speed.py gives both).
@@ -420,13 +421,16 @@ def measure(w: Workload, with_inductor: bool = True, critical_paths: bool = Fals
             (contextlib.nullcontext() if w.training else torch.no_grad()):
         compiled = torch.compile(neuron_fn, backend=timed_neuron, dynamic=False)
         step = _iteration(compiled, neuron_inputs, w.training)
+        step()
+        # The second iteration: the first also traces (Dynamo) and compiles, which for a
+        # small graph is most of its time (gemm_512's first call read 80x eager's).
         start = time.perf_counter()
         step()
-        first_call = time.perf_counter() - start
+        second_call = time.perf_counter() - start
     graphs = backend.compiled_graphs()[first:]
     reports = backend.graph_reports()[first_report:]
     result.compile_s = compile_seconds[0]
-    result.sim_wall_s = first_call - compile_seconds[0]
+    result.sim_wall_s = second_call
     result.graphs = len(graphs)
     result.fallback_nodes = sum(len(r.fallbacks) for r in reports)
     if result.fallback_nodes:
@@ -535,11 +539,12 @@ def _warm_up(with_inductor: bool = True) -> None:
     """What a process pays once, before any row is timed, for both compilers and for the
     simulator's first call:
     - one small graph through Dynamo and AOTAutograd (PyTorch's `aot_eager` backend): the
-      process's first torch.compile call loads and initialises them (about 0.4 s here), which
-      the first row's "sim wall" would otherwise count (gemm_512 read 214x instead of ~10x);
-    - one small graph through our backend's compile path (`compile_fx_graph`, named
-      "warm_up", so the rows' graphs keep their numbers): importing the compiler and MLIR's
-      dialects took 0.8 s of the first row's compile time against 0.07 s after;
+      process's first torch.compile call loads and initialises them (about 0.4 s here), and
+      AOTAutograd runs inside the backend call the first row's compile time counts;
+    - one small bf16 graph through our backend's compile path (`compile_fx_graph`, named
+      "warm_up", so the rows' graphs keep their numbers), and one call of it: importing the
+      compiler and MLIR's dialects took 0.8 s of the first row's compile time against 0.07 s
+      after, and the simulator's first call loads the host's bf16 GEMM and probes it;
     - with `with_inductor`, one small graph with a pointwise kernel through Inductor's
       `compile_fx`, in a cache directory of its own: Inductor's first C++ kernel in a
       process probes the compiler and its flags and builds headers (mlp_fwd, the first row
@@ -552,10 +557,11 @@ def _warm_up(with_inductor: bool = True) -> None:
     with torch.no_grad():
         torch.compile(lambda x: x @ x, backend="aot_eager", dynamic=False)(torch.ones(128, 128))
     torch._dynamo.reset()
-    x = torch.ones(128, 128)
+    x = torch.ones(128, 128, dtype=torch.bfloat16)
     with _environ(TORCHNEURON_CACHE_DIR="off"):
         backend.compile_fx_graph(make_fx(lambda a: torch.relu(a @ a) + 1)(x), [x], "warm_up",
-                                 None)
+                                 None)(x)
+    x = x.float()
     if not with_inductor:
         torch._dynamo.reset()
         return

@@ -180,8 +180,8 @@ def _probe(gemm: Bf16Gemm) -> bool:
 
 # Sizes of the library's accumulating calls that `_probe_accumulate` checks: M and N of 2 or
 # more (with M or N of 1 the library runs a GEMV kernel that takes C in as its starting sum).
-_PROBED_K = (1, 2, 77, 128)
-_PROBED_M = (2, 33, 128)
+_PROBED_K = (1, 77, 128)
+_PROBED_M = (2, 128)
 _PROBED_N = (2, 65, 512)
 
 
