@@ -29,7 +29,7 @@ from torchneuron.compiler.kernels.emitter import Emitter, Tile
 from torchneuron.compiler.kernels.epilogue import Epilogue, store_accumulators
 from torchneuron.compiler.kernels.matmul import _Staged, matmul_element_type
 from torchneuron.compiler.kernels.rows import lower_rows
-from torchneuron.compiler.kernels.views import HbmView
+from torchneuron.compiler.kernels.views import HbmView, row_major_strides
 
 # PSUM kept for the first matmul's accumulators (two, so one evacuates while PE fills the
 # next); the rest holds a token block's output tiles.
@@ -219,8 +219,13 @@ def lower_mlp_rows(em: Emitter, compute: list[ir.Operation], views: dict,
             return None
         t0, column = divmod(view.offset, features)
         rows = math.prod(view.shape[:-1])
+        # (Whole rows, one after another: a tile whose rows were strided would take other
+        # tokens' values from the evacuated tile.)
         if column or view.shape[-1] != features or t0 % mlp.tp or \
-                (rows != mlp.tp and t0 + rows != tokens):
+                (rows != mlp.tp and t0 + rows != tokens) or \
+                any(stride != expected for size, stride, expected in
+                    zip(view.shape, view.strides, row_major_strides(tuple(view.shape)))
+                    if size > 1):
             raise CompileError("an mlp_rows kernel's row tile is not whole 128-token rows "
                                "of the mlp's output", mlp.second.location)
         if t0 not in row_tiles:
