@@ -8,12 +8,15 @@ torch = pytest.importorskip("torch")
 from torchneuron import backend  # noqa: E402
 
 
-def _run(model, x, tmp_path, monkeypatch, fuse: bool):
+def _run(model, x, tmp_path, monkeypatch, fuse: bool, option: str = "fuse_mlp"):
+    """`model(*x)` (x: a tensor or a tuple of them) compiled with `option` set to `fuse`:
+    its output, the profile of its run and its trn stage."""
     dump = tmp_path / ("on" if fuse else "off")
     monkeypatch.setenv("TORCHNEURON_DUMP_DIR", str(dump))
     torch._dynamo.reset()
+    inputs = x if isinstance(x, tuple) else (x,)
     with torch.no_grad():
-        out = torch.compile(model, backend="neuron", options={"fuse_mlp": fuse})(x)
+        out = torch.compile(model, backend="neuron", options={option: fuse})(*inputs)
     profile = backend.compiled_graphs()[-1].last_profile
     trn = next(dump.glob("*.trn.mlir")).read_text()
     return out, profile, trn
@@ -145,16 +148,6 @@ class _PostNormFFN(torch.nn.Module):
         return self.norm(x + self.fc2(torch.nn.functional.gelu(self.fc1(x))))
 
 
-def _run_mlp_rows(model, x, tmp_path, monkeypatch, fuse: bool):
-    dump = tmp_path / ("on" if fuse else "off")
-    monkeypatch.setenv("TORCHNEURON_DUMP_DIR", str(dump))
-    torch._dynamo.reset()
-    with torch.no_grad():
-        out = torch.compile(model, backend="neuron", options={"fuse_mlp_rows": fuse})(x)
-    profile = backend.compiled_graphs()[-1].last_profile
-    return out, profile, next(dump.glob("*.trn.mlir")).read_text()
-
-
 @pytest.mark.parametrize("dtype,d,hidden,shape", [
     (torch.bfloat16, 256, 1024, (2, 256)),
     (torch.float32, 200, 700, (2, 128)),          # ragged feature tiles
@@ -167,9 +160,10 @@ def test_mlp_rows_kernel_keeps_the_ffn_output_on_chip(dtype, d, hidden, shape, t
     x = torch.randn(*shape, d).to(dtype)
     with torch.no_grad():
         expected = model(x)
-    fused, fused_profile, fused_trn = _run_mlp_rows(model, x, tmp_path, monkeypatch, True)
-    unfused, unfused_profile, unfused_trn = _run_mlp_rows(model, x, tmp_path, monkeypatch,
-                                                          False)
+    fused, fused_profile, fused_trn = _run(model, x, tmp_path, monkeypatch, True,
+                                           "fuse_mlp_rows")
+    unfused, unfused_profile, unfused_trn = _run(model, x, tmp_path, monkeypatch, False,
+                                                 "fuse_mlp_rows")
     assert 'kind = "mlp_rows"' in fused_trn
     assert 'kind = "mlp_rows"' not in unfused_trn and 'kind = "mlp"' in unfused_trn
     tolerance = dict(atol=3e-2, rtol=3e-2) if dtype == torch.bfloat16 else \
@@ -192,7 +186,7 @@ def test_mlp_rows_kernel_not_formed_where_row_tiles_would_straddle_sequences(tmp
     x = torch.randn(2, 100, 256).to(torch.bfloat16)
     with torch.no_grad():
         expected = model(x)
-    out, _, trn = _run_mlp_rows(model, x, tmp_path, monkeypatch, True)
+    out, _, trn = _run(model, x, tmp_path, monkeypatch, True, "fuse_mlp_rows")
     assert 'kind = "mlp_rows"' not in trn
     torch.testing.assert_close(out, expected, atol=3e-2, rtol=3e-2)
 
@@ -221,18 +215,10 @@ def test_linear_rows_kernel_keeps_the_projection_on_chip(dtype, d_in, d, tokens,
     a, x = torch.randn(2, tokens, d_in).to(dtype), torch.randn(2, tokens, d).to(dtype)
     with torch.no_grad():
         expected = model(a, x)
-    runs = {}
-    for fuse in (True, False):
-        dump = tmp_path / ("on" if fuse else "off")
-        monkeypatch.setenv("TORCHNEURON_DUMP_DIR", str(dump))
-        torch._dynamo.reset()
-        with torch.no_grad():
-            out = torch.compile(model, backend="neuron",
-                                options={"fuse_linear_rows": fuse})(a, x)
-        runs[fuse] = (out, backend.compiled_graphs()[-1].last_profile,
-                      next(dump.glob("*.trn.mlir")).read_text())
-    (fused, fused_profile, fused_trn), (unfused, unfused_profile, unfused_trn) = \
-        runs[True], runs[False]
+    fused, fused_profile, fused_trn = _run(model, (a, x), tmp_path, monkeypatch, True,
+                                           "fuse_linear_rows")
+    unfused, unfused_profile, unfused_trn = _run(model, (a, x), tmp_path, monkeypatch, False,
+                                                 "fuse_linear_rows")
     assert 'kind = "linear_rows"' in fused_trn and 'kind = "linear_rows"' not in unfused_trn
     tolerance = dict(atol=3e-2, rtol=3e-2) if dtype == torch.bfloat16 else \
         dict(atol=1e-5, rtol=1e-5)
