@@ -31,9 +31,12 @@ How each column is obtained (per workload, summed over its compiled graphs):
   tuning database DB (default: a fresh temporary one), then compiled again reading it and
   simulated: the tuned time against the default one above. `--tune NAMES` limits tuning to
   those workloads ("-" for the others).
-- sim wall / eager: wall time of simulating one iteration (the second: the first also traces
-  and compiles; the second replays the first's verified run, bench/sim_speed.py) over eager
-  PyTorch's time for the same iteration on this CPU, in fp32: on a CPU without bf16 matmul units eager bf16 takes
+- sim wall / eager: wall time of simulating one iteration over eager PyTorch's time for the
+  same iteration on this CPU. The second iteration (the first also traces and compiles): a
+  program's calls after its first replay the first's verified run, without the checks it
+  settled, possibly on two host threads (sim/replay.py; a program that does not qualify is
+  checked on every call). Tables before 7ceb1f4 timed the first call, checks made, less our
+  compile time, Dynamo's tracing included: not comparable. Eager runs in fp32: on a CPU without bf16 matmul units eager bf16 takes
   minutes and would flatter the simulator. On one with them (AVX512-BF16, AMX) eager bf16
   is two to three times as fast as fp32 (a 2048^3 GEMM here: 41 against 116 ms), and the
   ratio against it that much higher than this column (bench/sim_speed.py gives both).
@@ -239,6 +242,15 @@ def _prepare(fn, inputs, training: bool, dtype=None):
     return fn, inputs
 
 
+def _clear_grads(fn, inputs) -> None:
+    """Drop the gradients an iteration left on `fn`'s parameters and on `inputs`."""
+    for p in fn.parameters():
+        p.grad = None
+    for x in inputs:
+        if isinstance(x, torch.Tensor) and x.requires_grad:
+            x.grad = None
+
+
 def _iteration(fn, inputs, training: bool):
     """One iteration: forward, and for training a backward from a fixed output gradient."""
     def run():
@@ -423,10 +435,16 @@ def measure(w: Workload, with_inductor: bool = True, critical_paths: bool = Fals
         step = _iteration(compiled, neuron_inputs, w.training)
         step()
         # The second iteration: the first also traces (Dynamo) and compiles, which for a
-        # small graph is most of its time (gemm_512's first call read 80x eager's).
+        # small graph is most of its time (gemm_512's first call read 80x eager's). Its
+        # gradients are cleared first, so that its backward assigns them as eager's does.
+        _clear_grads(neuron_fn, neuron_inputs)
+        compiled_before = compile_seconds[0]
         start = time.perf_counter()
         step()
         second_call = time.perf_counter() - start
+        if compile_seconds[0] != compiled_before:
+            raise RuntimeError(f"{w.name}: the timed iteration compiled again (a Dynamo "
+                               "recompile): its wall time would count compilation")
     graphs = backend.compiled_graphs()[first:]
     reports = backend.graph_reports()[first_report:]
     result.compile_s = compile_seconds[0]

@@ -1,6 +1,8 @@
 """The chained-matmul kernel (kind "mlp"): Y = f(X @ A) @ B + epilogue, with the hidden
 activation f(X @ A) [tokens, hidden] never leaving the chip (trn-fuse's `mlp` groups: a
-Linear - activation - Linear block).
+Linear - activation - Linear block). The same plan computes the producer of an mlp_rows
+kernel (an mlp whose output a row-wise kernel reads on chip) and, with one matmul, of a
+linear_rows kernel (`lower_mlp_rows`).
 
 Both weight operands stay resident in SBUF (loaded, and transposed on PE where stored
 transposed, once); the tokens go by in blocks of `tokens_per_block` (the PSUM that block's
@@ -29,6 +31,7 @@ from torchneuron.compiler.kernels.emitter import Emitter, Tile
 from torchneuron.compiler.kernels.epilogue import Epilogue, store_accumulators
 from torchneuron.compiler.kernels.matmul import _Staged, matmul_element_type
 from torchneuron.compiler.kernels.rows import lower_rows
+from torchneuron.compiler.kernels.tile_ops import VIEW_OPS
 from torchneuron.compiler.kernels.views import HbmView, row_major_strides
 
 # PSUM kept for the first matmul's accumulators (two, so one evacuates while PE fills the
@@ -192,9 +195,16 @@ def lower_mlp_rows(em: Emitter, compute: list[ir.Operation], views: dict,
     # tiles' views from it, and `produce` locates their tokens by their offset.
     rows_views[mlp_value] = dataclasses.replace(HbmView.abstract((tokens, features)),
                                                 element_type_hint=value_type)
+    kind = "mlp_rows" if matmuls == 2 else "linear_rows"
     leaves = {mlp_value}
     for op in rows_body:
-        if op.name == "trn.reshape" and op.operands[0] in leaves:
+        if op.name in VIEW_OPS and op.operands[0] in leaves:
+            # Only reshapes keep its row tiles whole rows one after another: another view
+            # would have the rows' lowering load the storage-less view (trn-fuse rules it out).
+            if op.name != "trn.reshape":
+                raise CompileError(f"an {kind} kernel's rows read the {kind[:-5]}'s output "
+                                   f"only as it is or reshaped, not through '{op.name}'",
+                                   op.location)
             leaves.add(op.results[0])
     row_tiles: dict[int, Tile] = {}          # first token -> its evacuated row tile
 
@@ -226,8 +236,8 @@ def lower_mlp_rows(em: Emitter, compute: list[ir.Operation], views: dict,
                 any(stride != expected for size, stride, expected in
                     zip(view.shape, view.strides, row_major_strides(tuple(view.shape)))
                     if size > 1):
-            raise CompileError("an mlp_rows kernel's row tile is not whole 128-token rows "
-                               "of the mlp's output", mlp.second.location)
+            raise CompileError(f"an {kind} kernel's row tile is not whole 128-token rows of "
+                               f"the {kind[:-5]}'s output", mlp.second.location)
         if t0 not in row_tiles:
             b0 = t0 - t0 % mlp.block_tokens
             evacuate(b0, min(mlp.block_tokens, tokens - b0))

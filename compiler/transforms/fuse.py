@@ -1872,15 +1872,24 @@ def _rows_read_whole(producer: ir.Operation, rows: ir.Operation, target,
     """Whether the row-wise kernel `rows` can read `producer`'s result [tokens, features]
     (an mlp's, or a Linear's: `matmul_count` 2-D matmuls, the last one's epilogue ending the
     body) on chip, as kernels/mlp.py `lower_mlp_rows` hands it over: `rows` alone reads it,
-    directly or through reshapes, with rows of `features`; the producer's yielded value is
+    directly or through reshapes only (no other view of it or of them), with rows of
+    `features`; the producer's yielded value is
     computed by its last op; the rows' tiles are whole 128-token groups (the row-wise
     result's second-to-last dim a multiple of 128); and the resident weights with a token
     block's row tiles fit SBUF's share for weights."""
     tp = target.pe_cols
-    readers = [U.operation(u.owner) for u in producer.results[0].uses]
-    if any(U.operation(r.parent) != rows or (r.name in VIEW_OPS and r.name != "trn.reshape")
-           for r in readers):
-        return False
+    # Its readers, and those of the reshapes of it, transitively: only reshapes keep a row
+    # tile's tokens whole rows one after another (a transpose after a reshape would not).
+    values, seen = [producer.results[0]], 0
+    while seen < len(values):
+        for use in values[seen].uses:
+            reader = U.operation(use.owner)
+            if U.operation(reader.parent) != rows or \
+                    (reader.name in VIEW_OPS and reader.name != "trn.reshape"):
+                return False
+            if reader.name == "trn.reshape":
+                values.append(reader.results[0])
+        seen += 1
     body = kernel_body(producer)
     matmuls = [op for op in body if op.name == "trn.matmul"]
     shape = U.shape(producer.results[0])

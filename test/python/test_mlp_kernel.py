@@ -225,3 +225,27 @@ def test_linear_rows_kernel_keeps_the_projection_on_chip(dtype, d_in, d, tokens,
     torch.testing.assert_close(fused, expected, **tolerance)
     assert torch.equal(fused, unfused)
     assert unfused_profile.dma_bytes - fused_profile.dma_bytes == 2 * x.numel() * x.element_size()
+
+
+def test_linear_rows_kernel_not_formed_where_the_rows_read_a_transpose(tmp_path, monkeypatch):
+    """The norm reads the projection's output through a reshape and then a transpose (tokens
+    of other sequences in each of its rows): no row tile of it is whole rows of the
+    projection's output one after another, so the two stay apart (and agree with eager)."""
+
+    class Transposed(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.proj = torch.nn.Linear(256, 256)
+            self.norm = torch.nn.LayerNorm(256)
+
+        def forward(self, a, x):
+            return self.norm(self.proj(a).transpose(0, 1) + x)
+
+    torch.manual_seed(0)
+    model = Transposed().eval()
+    a, x = torch.randn(128, 4, 256), torch.randn(4, 128, 256)
+    with torch.no_grad():
+        expected = model(a, x)
+    out, _, trn = _run(model, (a, x), tmp_path, monkeypatch, True, "fuse_linear_rows")
+    assert 'kind = "linear_rows"' not in trn
+    torch.testing.assert_close(out, expected, atol=1e-5, rtol=1e-5)

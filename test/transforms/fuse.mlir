@@ -633,6 +633,33 @@ func.func @linear_rows(%a: tensor<1024x768xbf16>, %w: tensor<768x256xbf16>, %b: 
 
 // -----
 
+// Tests that a Linear whose output the row-wise kernel reads through a reshape and then a
+// transpose is not joined to it: the rows' tiles would not be whole rows of the Linear's
+// output one after another.
+// CHECK-LABEL: func.func @linear_rows_transposed
+// CHECK: kind = "matmul"
+// CHECK: kind = "rows"
+// CHECK-NOT: kind = "linear_rows"
+func.func @linear_rows_transposed(%a: tensor<1024x768xbf16>, %w: tensor<768x256xbf16>, %b: tensor<256xbf16>, %x: tensor<8x128x256xbf16>) -> tensor<8x128x256xbf16> {
+  %y = "trn.matmul"(%a, %w) : (tensor<1024x768xbf16>, tensor<768x256xbf16>) -> tensor<1024x256xf32>
+  %bb = "trn.broadcast"(%b) {dimensions = array<i64: 0>} : (tensor<256xbf16>) -> tensor<1024x256xbf16>
+  %z = "trn.tensor_tensor"(%bb, %y) {op = "add"} : (tensor<1024x256xbf16>, tensor<1024x256xf32>) -> tensor<1024x256xf32>
+  %zb = "trn.convert"(%z) : (tensor<1024x256xf32>) -> tensor<1024x256xbf16>
+  %z3 = "trn.reshape"(%zb) : (tensor<1024x256xbf16>) -> tensor<128x8x256xbf16>
+  %zt = "trn.transpose"(%z3) {permutation = array<i64: 1, 0, 2>} : (tensor<128x8x256xbf16>) -> tensor<8x128x256xbf16>
+  %r = "trn.tensor_tensor"(%x, %zt) {op = "add"} : (tensor<8x128x256xbf16>, tensor<8x128x256xbf16>) -> tensor<8x128x256xf32>
+  %rb = "trn.convert"(%r) : (tensor<8x128x256xf32>) -> tensor<8x128x256xbf16>
+  %s = "trn.reduce"(%rb) {dimensions = array<i64: 2>, op = "add"} : (tensor<8x128x256xbf16>) -> tensor<8x128xbf16>
+  %m = "trn.tensor_scalar"(%s) {op = "mul", reverse = false, scalar = 3.906250e-03 : f32} : (tensor<8x128xbf16>) -> tensor<8x128xf32>
+  %mb = "trn.convert"(%m) : (tensor<8x128xf32>) -> tensor<8x128xbf16>
+  %mm = "trn.broadcast"(%mb) {dimensions = array<i64: 2>} : (tensor<8x128xbf16>) -> tensor<8x128x256xbf16>
+  %c = "trn.tensor_tensor"(%rb, %mm) {op = "sub"} : (tensor<8x128x256xbf16>, tensor<8x128x256xbf16>) -> tensor<8x128x256xf32>
+  %cb = "trn.convert"(%c) : (tensor<8x128x256xf32>) -> tensor<8x128x256xbf16>
+  return %cb : tensor<8x128x256xbf16>
+}
+
+// -----
+
 // Tests that a first matmul whose epilogue reads a value varying along the token rows (a
 // residual) is not made an mlp kernel: with hidden units on partitions that operand would be
 // read a column at a time.

@@ -210,7 +210,9 @@ def _probe_accumulate(gemm: Bf16Gemm) -> bool:
         gemm.accumulates_in_place = True
         for stationary, moving, held in _accumulation_cases(np.random.default_rng(1)):
             summed = np.empty(held.shape, F32)
-            in_place = held.copy()
+            # C's rows further apart than its width, as PSUM's partitions are.
+            in_place = np.empty((held.shape[0], held.shape[1] + 16), F32)[:, :held.shape[1]]
+            in_place[...] = held
             if not (gemm.product(stationary, moving, summed)
                     and gemm.product(stationary, moving, in_place, accumulate=True)):
                 return False

@@ -13,8 +13,9 @@ outputs), every later run passes the same checks, provided that
     before the run starts; its rows' check is still made, against those tensors).
 `Replay` then runs each later execution as: inputs into HBM, each instruction's semantic
 function (sim/semantics.py, the same functions, so the same numerics; for plain copies and
-matmuls the same numpy calls bound to their operands once, `semantics.bound_step`) in the
-verified run's order, outputs out. Its memories are kept from run to run, with the numpy
+matmuls the same numpy and library calls bound to their operands once, `semantics.bound_step`,
+a bf16 matmul's subnormal check scanning each version of its operands' bytes once per run,
+`ExponentScans`) in the verified run's order, outputs out. Its memories are kept from run to run, with the numpy
 view of every operand built once, and carry no written-masks: the verified run showed that
 no instruction reads a byte before this run wrote it, so data left over from an earlier run
 is never read. The profile is the verified run's, since timing does not depend on data.

@@ -411,7 +411,9 @@ def bound_step(ins, views: dict[int, np.ndarray], scans=None):
     for the pair; fp32 activations without accum, computed into a scratch array made once; and
     matmuls, whose product the BLAS writes straight into PSUM (the same call with another
     output stride, so the same sums) and whose accumulation adds the product and PSUM in
-    the semantic function's operand order. `scans(ins, slot, array)`, where given, is a
+    the semantic function's operand order (a bf16 product on the host's GEMM is added by
+    the library's call itself, beta = 1, where its load-time probe found the same bits:
+    sim/host_gemm.py). `scans(ins, slot, array)`, where given, is a
     call giving the bf16 operand's `host_gemm.smallest_exponent`, shared by the matmuls
     that read the same bytes (sim/replay.py)."""
     op, ops = ins.opcode, ins.ops
