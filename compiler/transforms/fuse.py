@@ -1259,7 +1259,7 @@ def attention_triples(func: ir.Operation, target, saved: bool = True) -> list[tu
         if len(readers) > 1 and not saved:
             continue
         scores = _scores_kernel(rows)
-        if scores is None:
+        if scores is None or not _read_through_reshapes_only(scores, rows):
             continue
         for output in readers:
             if output.name != "trn.kernel" or U.str_attr(output, "kind") != "matmul" or \
@@ -1419,8 +1419,7 @@ def matmul_rows_pairs(func: ir.Operation, target) -> list[tuple]:
             continue
         # The rows kernel reads the scores as they are or through reshapes (the lowering
         # locates a row tile's scores by their row-major position).
-        readers = [U.operation(u.owner) for u in scores.results[0].uses]
-        if any(r.name in VIEW_OPS and r.name != "trn.reshape" for r in readers) or \
+        if not _read_through_reshapes_only(scores, rows) or \
                 not _query_blocks_fit(shape, target):
             continue
         # Both operands of a batch index are staged whole (transposed, contraction dim on
@@ -1867,6 +1866,24 @@ def _producer_rows_pairs(func: ir.Operation, target, kind: str) -> list[tuple]:
     return pairs
 
 
+def _read_through_reshapes_only(kernel: ir.Operation, rows: ir.Operation) -> bool:
+    """Whether only ops inside the row-wise kernel `rows` read `kernel`'s result, directly or
+    through reshapes of it (transitively) and no other view: a fused lowering that hands the
+    rows their tiles of it on chip locates a tile by its row-major position, which a
+    transpose after a reshape would not keep (its rows would be other rows' values)."""
+    values, seen = [kernel.results[0]], 0
+    while seen < len(values):
+        for use in values[seen].uses:
+            reader = U.operation(use.owner)
+            if U.operation(reader.parent) != rows or \
+                    (reader.name in VIEW_OPS and reader.name != "trn.reshape"):
+                return False
+            if reader.name == "trn.reshape":
+                values.append(reader.results[0])
+        seen += 1
+    return True
+
+
 def _rows_read_whole(producer: ir.Operation, rows: ir.Operation, target,
                      matmul_count: int) -> bool:
     """Whether the row-wise kernel `rows` can read `producer`'s result [tokens, features]
@@ -1878,18 +1895,8 @@ def _rows_read_whole(producer: ir.Operation, rows: ir.Operation, target,
     result's second-to-last dim a multiple of 128); and the resident weights with a token
     block's row tiles fit SBUF's share for weights."""
     tp = target.pe_cols
-    # Its readers, and those of the reshapes of it, transitively: only reshapes keep a row
-    # tile's tokens whole rows one after another (a transpose after a reshape would not).
-    values, seen = [producer.results[0]], 0
-    while seen < len(values):
-        for use in values[seen].uses:
-            reader = U.operation(use.owner)
-            if U.operation(reader.parent) != rows or \
-                    (reader.name in VIEW_OPS and reader.name != "trn.reshape"):
-                return False
-            if reader.name == "trn.reshape":
-                values.append(reader.results[0])
-        seen += 1
+    if not _read_through_reshapes_only(producer, rows):
+        return False
     body = kernel_body(producer)
     matmuls = [op for op in body if op.name == "trn.matmul"]
     shape = U.shape(producer.results[0])

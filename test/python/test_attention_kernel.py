@@ -436,3 +436,31 @@ def test_qkv_gradient_is_assembled_in_the_order_its_readers_take_it(tmp_path, mo
     model(x).float().sum().backward()
     for got, want in zip(on, [p.grad for p in model.parameters()] + [x.grad]):
         torch.testing.assert_close(got.float(), want.float(), atol=0.1, rtol=0.05)
+
+
+def test_rows_reading_a_transposed_product_keep_their_own_kernel(tmp_path, monkeypatch):
+    """A layer norm over a Linear's output read through a reshape and a transpose (each of
+    its rows another sequence's token): no fused kernel may hand it the product's tiles by
+    their row-major position, which computed other rows' values before."""
+
+    class Transposed(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.proj = torch.nn.Linear(256, 256, bias=False)
+            self.norm = torch.nn.LayerNorm(256)
+
+        def forward(self, a, x):
+            return self.norm(self.proj(a).transpose(0, 1) + x)
+
+    torch.manual_seed(0)
+    model = Transposed().to(torch.bfloat16).eval()
+    a = torch.randn(128, 4, 256).to(torch.bfloat16)
+    x = torch.randn(4, 128, 256).to(torch.bfloat16)
+    monkeypatch.setenv("TORCHNEURON_DUMP_DIR", str(tmp_path))
+    torch._dynamo.reset()
+    with torch.no_grad():
+        expected = model(a, x)
+        out = torch.compile(model, backend="neuron")(a, x)
+    trn = next(tmp_path.glob("*.trn.mlir")).read_text()
+    assert not re.search(r'kind = "(matmul_rows|linear_rows|attention)"', trn)
+    torch.testing.assert_close(out, expected, atol=3e-2, rtol=3e-2)

@@ -633,6 +633,25 @@ func.func @linear_rows(%a: tensor<1024x768xbf16>, %w: tensor<768x256xbf16>, %b: 
 
 // -----
 
+// Tests that a matmul whose result the row-wise kernel reads through a reshape and then a
+// transpose does not join it as a matmul_rows kernel: the lowering locates a row tile's
+// values by their row-major position, which the transpose does not keep.
+// CHECK-LABEL: func.func @matmul_rows_transposed
+// CHECK: kind = "matmul"
+// CHECK: kind = "rows"
+// CHECK-NOT: kind = "matmul_rows"
+func.func @matmul_rows_transposed(%a: tensor<256x64xf32>, %w: tensor<64x64xf32>) -> tensor<2x128x64xf32> {
+  %y = "trn.matmul"(%a, %w) : (tensor<256x64xf32>, tensor<64x64xf32>) -> tensor<256x64xf32>
+  %y3 = "trn.reshape"(%y) : (tensor<256x64xf32>) -> tensor<128x2x64xf32>
+  %yt = "trn.transpose"(%y3) {permutation = array<i64: 1, 0, 2>} : (tensor<128x2x64xf32>) -> tensor<2x128x64xf32>
+  %m = "trn.reduce"(%yt) {op = "max", dimensions = array<i64: 2>} : (tensor<2x128x64xf32>) -> tensor<2x128xf32>
+  %mb = "trn.broadcast"(%m) {dimensions = array<i64: 2>} : (tensor<2x128xf32>) -> tensor<2x128x64xf32>
+  %d = "trn.tensor_tensor"(%yt, %mb) {op = "sub"} : (tensor<2x128x64xf32>, tensor<2x128x64xf32>) -> tensor<2x128x64xf32>
+  return %d : tensor<2x128x64xf32>
+}
+
+// -----
+
 // Tests that a Linear whose output the row-wise kernel reads through a reshape and then a
 // transpose is not joined to it: the rows' tiles would not be whole rows of the Linear's
 // output one after another.
