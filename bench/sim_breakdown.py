@@ -11,7 +11,6 @@ medians of whole replays without the call path around them (inputs in, outputs o
 from __future__ import annotations
 
 import collections
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -20,7 +19,7 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from sim_speed import MLP  # noqa: E402
+from sim_speed import median_seconds, workloads  # noqa: E402
 
 from torchneuron import backend  # noqa: E402
 from torchneuron.sim.simulator import blas_single_thread  # noqa: E402
@@ -29,20 +28,14 @@ REPEATS = 9
 
 
 def programs():
-    torch.manual_seed(0)
-    yield "demo MLP fp32 (64x256)", MLP().eval(), (torch.randn(64, 256),)
-    n = 2048
-    yield (f"GEMM {n}^3 bf16", lambda p, q: p @ q,
-           (torch.randn(n, n, dtype=torch.bfloat16), torch.randn(n, n, dtype=torch.bfloat16)))
+    """sim_speed.py's programs, each once (its fp32-eager GEMM row compiles the same graph)."""
+    for name, fn, inputs, _ in workloads(quick=False):
+        if "eager run in fp32" not in name:
+            yield name, fn, inputs
 
 
 def _median_ms(fn) -> float:
-    samples = []
-    for _ in range(REPEATS):
-        start = time.perf_counter()
-        fn()
-        samples.append(time.perf_counter() - start)
-    return 1e3 * statistics.median(samples)
+    return 1e3 * median_seconds(fn, REPEATS)
 
 
 def main() -> None:

@@ -195,14 +195,14 @@ def lower_mlp_rows(em: Emitter, compute: list[ir.Operation], views: dict,
     # tiles' views from it, and `produce` locates their tokens by their offset.
     rows_views[mlp_value] = dataclasses.replace(HbmView.abstract((tokens, features)),
                                                 element_type_hint=value_type)
-    kind = "mlp_rows" if matmuls == 2 else "linear_rows"
+    kind, producer = ("an mlp_rows", "mlp") if matmuls == 2 else ("a linear_rows", "Linear")
     leaves = {mlp_value}
     for op in rows_body:
         if op.name in VIEW_OPS and op.operands[0] in leaves:
             # Only reshapes keep its row tiles whole rows one after another: another view
             # would have the rows' lowering load the storage-less view (trn-fuse rules it out).
             if op.name != "trn.reshape":
-                raise CompileError(f"an {kind} kernel's rows read the {kind[:-5]}'s output "
+                raise CompileError(f"{kind} kernel's rows read the {producer}'s output "
                                    f"only as it is or reshaped, not through '{op.name}'",
                                    op.location)
             leaves.add(op.results[0])
@@ -236,8 +236,8 @@ def lower_mlp_rows(em: Emitter, compute: list[ir.Operation], views: dict,
                 any(stride != expected for size, stride, expected in
                     zip(view.shape, view.strides, row_major_strides(tuple(view.shape)))
                     if size > 1):
-            raise CompileError(f"an {kind} kernel's row tile is not whole 128-token rows of "
-                               f"the {kind[:-5]}'s output", mlp.second.location)
+            raise CompileError(f"{kind} kernel's row tile is not whole 128-token rows of the "
+                               f"{producer}'s output", mlp.second.location)
         if t0 not in row_tiles:
             b0 = t0 - t0 % mlp.block_tokens
             evacuate(b0, min(mlp.block_tokens, tokens - b0))

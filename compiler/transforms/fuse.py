@@ -2013,8 +2013,7 @@ def merge_producer_rows(pair: tuple, kind: str) -> ir.Operation:
     op computing the producer's result carries PRODUCER_RESULT."""
     body = kernel_body(pair[0])
     body[-2].attributes[PRODUCER_RESULT] = ir.UnitAttr.get()
-    merged = merge_kernels(pair, kind)
-    return merged
+    return merge_kernels(pair, kind)
 
 
 def merge_kernels(kernels: tuple, kind: str, also: ir.Operation | None = None,

@@ -491,6 +491,7 @@ def _bound_matmul(ins, views: dict[int, np.ndarray], scans):
         # in one pass into a fresh contiguous array.
         return np.matmul(stationary.astype(F32).T, moving.astype(F32), out=into)
 
+    product = widened
     gemm = host_gemm.for_operands(stationary.dtype, moving.dtype)
     if stationary.dtype == F32 and moving.dtype == F32:
         stationary_t = stationary.T
@@ -504,17 +505,14 @@ def _bound_matmul(ins, views: dict[int, np.ndarray], scans):
                                                  scans(ins, 2, moving))
         call = gemm.bind(stationary, moving, out, accumulate=accumulating,
                          exponents=exponents)
-        if call is not None and not accumulating:
-            return lambda: call() or widened(out)
-
         if call is not None:
+            if not accumulating:
+                return lambda: call() or widened(out)
+
             def accumulate_bf16():
                 if not call():
                     np.add(widened(scratch), out, out=out)
             return accumulate_bf16
-        product = widened
-    else:
-        product = widened
     if not accumulating:
         return lambda: product(out)
 
