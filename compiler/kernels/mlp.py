@@ -103,7 +103,11 @@ class _Mlp:
         if x is None or b is None or (first is not None and a is None) or x.rank != 2:
             raise CompileError("mlp kernel operands must come from HBM",
                                (first or second).location)
+        self.x = x
         self.tokens, features = x.shape
+        # First token -> X's rows [128 tokens, all features] as X^T's staging loaded them
+        # (to turn on PE), kept for an mlp_rows kernel's rows that read the same rows.
+        self.x_rows: dict[int, Tile] = {}
         self.out_features = b.shape[1]
         self.etype2 = matmul_element_type(U.element_type(self.hidden_value), b.element_type)
         etype1 = matmul_element_type(x.element_type, a.element_type) if first is not None \
@@ -161,6 +165,10 @@ class _Mlp:
                               b_res.tile(j0, jn, n0, nn), accumulate=j0 > 0)
             if (j0 + jn) % b_res.panel_k == 0:    # B's row panels hold panel_k hidden units
                 b_res.panels.clear()
+        features = x_t.view.shape[0]
+        for (c0, cn, k_start), panel in x_t.panels.items():
+            if k_start == 0 and panel.free == features:
+                self.x_rows[c0] = panel
         x_t.release()
         return accs
 
@@ -224,9 +232,33 @@ def lower_mlp_rows(em: Emitter, compute: list[ir.Operation], views: dict,
                     em.copy(columns, results[mlp_value])
             row_tiles[r0] = row_tile
 
-    def produce(value: ir.Value, view: HbmView, scale: float | None = None):
-        if scale is not None or value not in leaves:
+    def x_rows(view: HbmView) -> Tile | None:
+        """The tile X's staging loaded for these rows of X, where `view` is whole rows of
+        the mlp's input X (a post-norm block's residual: its FFN reads the norm's output X
+        and adds X back), so that they are loaded once; None otherwise."""
+        x = mlp.x
+        if view.buffer is None or x.buffer is None or view.buffer != x.buffer:
             return None
+        rows = view.shape[0]
+        flat = view.reshape((rows, math.prod(view.shape[1:])))
+        step = x.strides[0]
+        if flat is None or step <= 0 or (flat.offset - x.offset) % step:
+            return None
+        t0 = (flat.offset - x.offset) // step
+        if t0 % mlp.tp or not 0 <= t0 < tokens or \
+                flat != x.slice(0, t0, min(rows, tokens - t0)):
+            return None
+        if t0 not in row_tiles:
+            b0 = t0 - t0 % mlp.block_tokens
+            evacuate(b0, min(mlp.block_tokens, tokens - b0))
+        tile = mlp.x_rows.get(t0)
+        return tile if tile is not None and tile.partitions == rows else None
+
+    def produce(value: ir.Value, view: HbmView, scale: float | None = None):
+        if scale is not None:
+            return None
+        if value not in leaves:
+            return x_rows(view)
         t0, column = divmod(view.offset, features)
         rows = math.prod(view.shape[:-1])
         # (Whole rows, one after another: a tile whose rows were strided would take other
