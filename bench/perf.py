@@ -59,7 +59,7 @@ from typing import Callable
 
 import torch
 
-from torchneuron import backend
+from torchneuron import backend, decompositions
 from torchneuron.sim.critical_path import critical_path
 from torchneuron.sim.critical_path import report as critical_path_report
 from torchneuron.target import get_target
@@ -562,7 +562,9 @@ def _warm_up(with_inductor: bool = True) -> None:
     - one small bf16 graph through our backend's compile path (`compile_fx_graph`, named
       "warm_up", so the rows' graphs keep their numbers), and one call of it: importing the
       compiler and MLIR's dialects took 0.8 s of the first row's compile time against 0.07 s
-      after, and the simulator's first call loads the host's bf16 GEMM and probes it;
+      after, and the simulator's first call loads the host's bf16 GEMM and probes it; and
+      the decomposition table our backend hands AOTAutograd (`decompositions.table()`,
+      built once per process, as Inductor's `select_decomp_table` is in its warm-up);
     - with `with_inductor`, one small graph with a pointwise kernel through Inductor's
       `compile_fx`, in a cache directory of its own: Inductor's first C++ kernel in a
       process probes the compiler and its flags and builds headers (mlp_fwd, the first row
@@ -579,6 +581,7 @@ def _warm_up(with_inductor: bool = True) -> None:
     with _environ(TORCHNEURON_CACHE_DIR="off"):
         backend.compile_fx_graph(make_fx(lambda a: torch.relu(a @ a) + 1)(x), [x], "warm_up",
                                  None)(x)
+    decompositions.table()
     x = x.float()
     if not with_inductor:
         torch._dynamo.reset()

@@ -177,6 +177,39 @@ def test_backend_is_found_by_name_with_only_torch_imported():
     assert result.returncode == 0, result.stderr[-2000:]
 
 
+def test_nested_set_aside_blocks_count_the_frozen_heap_once(monkeypatch):
+    """Counting frozen objects walks them all (tens of ms with PyTorch loaded): only the
+    outermost block counts; the heap stays frozen until the last block ends."""
+    import gc
+
+    from torchneuron import gc_pause
+
+    counts = []
+    real = gc.get_freeze_count
+
+    def counting():
+        counts.append(real())
+        return counts[-1]
+
+    monkeypatch.setattr(gc, "get_freeze_count", counting)
+    assert real() == 0
+    with gc_pause.older_objects_set_aside():
+        frozen = real()
+        assert frozen > 0
+        with gc_pause.older_objects_set_aside():
+            with gc_pause.older_objects_set_aside():
+                assert real() > 0
+        assert real() > 0                   # the outer block still holds the heap aside
+    assert real() == 0
+    assert counts == [0]
+    # After an error inside, the heap is handed back all the same.
+    with pytest.raises(RuntimeError):
+        with gc_pause.older_objects_set_aside():
+            with gc_pause.older_objects_set_aside():
+                raise RuntimeError("inside")
+    assert real() == 0 and gc_pause._set_aside_depth == 0
+
+
 def test_compiling_sets_the_older_heap_aside_from_the_cycle_collector(monkeypatch):
     """While the backend compiles, objects that existed before are frozen (a full collection
     would walk all of PyTorch's); afterwards they are handed back. A heap the program froze

@@ -148,7 +148,9 @@ def write_neff(neff: Neff) -> bytes:
         ],
         "metadata": neff.metadata,
     }
-    with zipfile.ZipFile(buf, "w", compression=zipfile.ZIP_DEFLATED, compresslevel=6) as zf:
+    # Level 1: an encoder layer's streams deflate in 8 ms instead of level 6's 20 ms (1% of
+    # its compile time), to 253 KB instead of 144 KB.
+    with zipfile.ZipFile(buf, "w", compression=zipfile.ZIP_DEFLATED, compresslevel=1) as zf:
         zf.writestr("def.json", json.dumps(definition, indent=1, sort_keys=True))
         for s in neff.streams:
             zf.writestr(f"streams/{s.name}.bin", s.records.tobytes())
