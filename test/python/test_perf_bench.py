@@ -90,3 +90,30 @@ def test_a_workload_with_nodes_on_the_cpu_is_an_error_row():
     assert "aten.sort" in result.error
     cells = perf.row(result)
     assert cells[0] == "sorted" and cells[-1].startswith("error: ")
+
+
+def test_dma_by_location_splits_the_programs_dma_bytes(tmp_path, monkeypatch):
+    """bench/dma_by_location.py: a Linear + LayerNorm program's DMA bytes by source location
+    add up to what the simulator counted, and the norm's gamma and beta, read by every
+    partition, show as broadcast loads."""
+    import torch
+
+    sys.path.insert(0, os.path.join(ROOT, "bench"))
+    try:
+        from dma_by_location import dma_bytes
+    finally:
+        sys.path.remove(os.path.join(ROOT, "bench"))
+    from torchneuron import backend
+
+    monkeypatch.setenv("TORCHNEURON_DUMP_DIR", str(tmp_path))
+    monkeypatch.setenv("TORCHNEURON_CACHE_DIR", "off")
+    torch._dynamo.reset()
+    model = torch.nn.Sequential(torch.nn.Linear(64, 96), torch.nn.LayerNorm(96)).eval()
+    with torch.no_grad():
+        torch.compile(model, backend="neuron")(torch.randn(256, 64))
+    graph = backend.compiled_graphs()[-1]
+    by_location = dma_bytes(str(tmp_path / f"{graph.name}.neff"))
+    assert sum(c["load"] + c["store"] for c in by_location.values()) == \
+        graph.last_profile.dma_bytes
+    assert sum(c["store"] for c in by_location.values()) == 256 * 96 * 4
+    assert sum(c["broadcast"] for c in by_location.values()) > 0
