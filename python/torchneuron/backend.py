@@ -561,6 +561,12 @@ def _import(import_fx_graph, sub, name: str) -> tuple[str | None, Exception | No
                 faulthandler.disable()     # an abort is the parent's to report
                 os.close(read_end)
                 os.dup2(err.fileno(), 2)
+                # torch-mlir's importer runs torch ops itself (its as_strided rewrite builds
+                # index tensors with torch.full and arange): a parallel op here waits for
+                # OpenMP workers that the fork did not copy, until the import times out.
+                # One thread runs them without the pool.
+                import torch
+                torch.set_num_threads(1)
                 try:
                     result = ("ok", import_fx_graph(sub, name))
                 except CompileError as exc:

@@ -176,6 +176,23 @@ def test_import_failure_falls_back_the_node_torch_mlir_cannot_lower():
     assert {"exp", "mul"} <= {n.node for n in report.compiled}
 
 
+def test_import_runs_torch_ops_in_the_child_after_the_thread_pool_started(monkeypatch):
+    """torch-mlir's importer runs torch ops of its own (as_strided is rewritten with index
+    tensors from torch.full and arange) in the forked child. After a parallel op in this
+    process started PyTorch's OpenMP pool, a parallel op there waited for workers the fork
+    did not copy until the import timed out, and the graph fell back to the CPU."""
+    if not backend.IMPORT_IN_CHILD or torch.get_num_threads() < 2:
+        pytest.skip("needs the forked import and two threads")
+    monkeypatch.setattr(backend, "IMPORT_TIMEOUT_S", 60)
+    torch.ones(1 << 22).mul_(2.0)          # a parallel op: the pool is started
+
+    def f(b):
+        return torch.relu(b.as_strided((512, 256), (128, 1))) * 2.0
+
+    (report,) = compile_and_check(f, torch.randn(600 * 256))
+    assert not report.fallbacks, str(report)
+
+
 # -- the static deny-list -----------------------------------------------------------------------
 
 def test_float64_falls_back_as_dtype():
