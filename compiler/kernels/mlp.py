@@ -232,6 +232,12 @@ def lower_mlp_rows(em: Emitter, compute: list[ir.Operation], views: dict,
                     em.copy(columns, results[mlp_value])
             row_tiles[r0] = row_tile
 
+    def evacuate_block_of(t0: int) -> None:
+        """Compute and evacuate the token block holding token t0, unless it is already."""
+        if t0 not in row_tiles:
+            b0 = t0 - t0 % mlp.block_tokens
+            evacuate(b0, min(mlp.block_tokens, tokens - b0))
+
     def x_rows(view: HbmView) -> Tile | None:
         """The tile X's staging loaded for these rows of X, where `view` is whole rows of
         the mlp's input X (a post-norm block's residual: its FFN reads the norm's output X
@@ -248,9 +254,7 @@ def lower_mlp_rows(em: Emitter, compute: list[ir.Operation], views: dict,
         if t0 % mlp.tp or not 0 <= t0 < tokens or \
                 flat != x.slice(0, t0, min(rows, tokens - t0)):
             return None
-        if t0 not in row_tiles:
-            b0 = t0 - t0 % mlp.block_tokens
-            evacuate(b0, min(mlp.block_tokens, tokens - b0))
+        evacuate_block_of(t0)
         tile = mlp.x_rows.get(t0)
         return tile if tile is not None and tile.partitions == rows else None
 
@@ -270,9 +274,7 @@ def lower_mlp_rows(em: Emitter, compute: list[ir.Operation], views: dict,
                     if size > 1):
             raise CompileError(f"{kind} kernel's row tile is not whole 128-token rows of the "
                                f"{producer}'s output", mlp.second.location)
-        if t0 not in row_tiles:
-            b0 = t0 - t0 % mlp.block_tokens
-            evacuate(b0, min(mlp.block_tokens, tokens - b0))
+        evacuate_block_of(t0)
         return row_tiles[t0]
 
     lower_rows(em, rows_body, rows_views, view_of, output, produce)
