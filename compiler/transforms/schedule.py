@@ -727,12 +727,15 @@ def _backward_pass(engines: list[str], costs: list[float], preds: list[list[int]
 def _cost(decoded: _Decoded, target, cost_model, known: dict) -> float:
     """Estimated ns an instruction occupies its engine (a DMA: its transfer time). `known`
     remembers the answer per what the cost model reads (cost_view): the op's name, engine,
-    ALU op, access patterns and buffer types."""
+    ALU op, operand roles, buffer types and access patterns but their offsets (the cost
+    model reads the shape of what an operand touches, not where it starts; keyed with the
+    offsets, nearly every instruction of a program missed)."""
     from torchneuron.compiler.codegen.neff_writer import cost_alu_attribute, instruction_cost
 
     op, engine = decoded.op, decoded.engine
     name, alu = op.name, cost_alu_attribute(op)
-    key = (name, engine, alu, decoded.aps, decoded.types)
+    key = (name, engine, alu, tuple(decoded.roles), tuple([ap[1:] for ap in decoded.aps]),
+           decoded.types)
     found = known.get(key)
     if found is not None:
         return found

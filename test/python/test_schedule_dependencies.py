@@ -183,3 +183,51 @@ def test_hbm_boxes_hold_every_element_their_pattern_touches():
                     r, c = divmod(element, length)
                     assert p0 <= r < p1 and b0 <= c * 4 and (c + 1) * 4 <= b1, \
                         (shape, ap, row, element, (p0, p1, b0, b1))
+
+
+def test_schedule_cost_memo_tells_operand_roles_and_ignores_offsets():
+    """trn-schedule remembers instruction costs per what the cost model reads. Two ACTIVATEs
+    on the same buffer types and patterns differ in cost when one sums into an `accum` tile
+    and the other reads a `bias` (the memo once keyed without roles and handed the first's
+    cost to the second); patterns that differ only in their offsets cost the same, and each
+    answer equals the cost model's for the op itself."""
+    from torch_mlir import ir
+
+    from torchneuron import cost_model
+    from torchneuron.compiler import ir_utils as U
+    from torchneuron.compiler.codegen.neff_writer import cost_view
+    from torchneuron.compiler.transforms.schedule import _cost, _Decoded
+    from torchneuron.dialects import make_context
+    from torchneuron.dialects.common import memref_info_cache
+    from torchneuron.target import TRN2
+
+    tile = 'memref<128x1536xf32, "sbuf">'
+    column = 'memref<128x1xf32, "sbuf">'
+    aps = ("[array<i64: {o}, 1536, 128, 1, 768>, array<i64: {o}, 1536, 128, 1, 768>, "
+           "array<i64: 0, 1, 128, 1, 1>]")
+    activation = ('"nisa.activation"(%t, %t, %c) {{aps = {aps}, engine = "act", '
+                  'func = "exp", operandSegmentSizes = array<i32: 1, 1, {segments}>, '
+                  'scale = 1.0 : f32}} : ({tile}, {tile}, {column}) -> ()')
+    text = f"""
+    func.func @f() {{
+      %t = "nisa.alloc"() {{memory = "sbuf"}} : () -> {tile}
+      %c = "nisa.alloc"() {{memory = "sbuf"}} : () -> {column}
+      {activation.format(aps=aps.format(o=0), segments="0, 0, 1", tile=tile, column=column)}
+      {activation.format(aps=aps.format(o=0), segments="1, 0, 0", tile=tile, column=column)}
+      {activation.format(aps=aps.format(o=0), segments="1, 0, 0", tile=tile, column=column)}
+      {activation.format(aps=aps.format(o=0), segments="0, 0, 1", tile=tile, column=column)}
+      {activation.format(aps=aps.format(o=768), segments="0, 0, 1", tile=tile, column=column)}
+      return
+    }}"""
+    with make_context(), memref_info_cache():
+        module = ir.Module.parse(text)
+        func = next(U.functions(module.operation))
+        ops = [op for op in U.body_ops(func) if op.name == "nisa.activation"]
+        known: dict = {}
+        costs = [_cost(_Decoded(op), TRN2, cost_model, known) for op in ops]
+        expected = [cost_model.compute_cycles(cost_view(op), TRN2) / TRN2.engine_ghz("act")
+                    for op in ops]
+    assert costs == expected
+    assert costs[0] != costs[1]          # accum against bias
+    assert costs[0] == costs[3] == costs[4] and costs[1] == costs[2]
+    assert len(known) == 2
