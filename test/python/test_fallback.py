@@ -193,6 +193,37 @@ def test_import_runs_torch_ops_in_the_child_after_the_thread_pool_started(monkey
     assert not report.fallbacks, str(report)
 
 
+def test_import_child_that_dies_is_reported_and_every_child_is_collected():
+    """The forked import hands back what the importer returned; a child killed by a signal
+    (torch-mlir aborting) becomes an ImportFailure naming the signal, not cached. A child
+    that sent its result is collected by a thread after the result is in, so that its exit
+    (unmapping its copy of this process) does not hold up the compilation: none is left
+    behind either way."""
+    import os
+    import threading
+
+    if not backend.IMPORT_IN_CHILD:
+        pytest.skip("needs the forked import")
+
+    def reapers():
+        return [t for t in threading.enumerate() if t.name == "torchneuron-import-reaper"]
+
+    text, error, _ = backend._import(lambda sub, name: f"module @{name} {{}}", None, "g")
+    assert error is None and text == "module @g {}"
+    for thread in reapers():
+        thread.join(timeout=30)
+
+    def abort(sub, name):
+        os.abort()
+
+    text, error, _ = backend._import(abort, None, "g")
+    assert text is None and isinstance(error, backend.ImportFailure)
+    assert "crashed (killed by signal 6)" in str(error) and error.transient
+    assert not reapers()
+    with pytest.raises(ChildProcessError):       # no child left, not even a zombie
+        os.waitpid(-1, os.WNOHANG)
+
+
 # -- the static deny-list -----------------------------------------------------------------------
 
 def test_float64_falls_back_as_dtype():
