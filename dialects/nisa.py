@@ -104,6 +104,57 @@ def _check_pattern(ap: list[int], buffer_type: ir.Type, role: str, dynamic_rows:
             raise VerifyError(f"{role} free pattern of {ap} runs past the end of a partition")
 
 
+def _pattern_reach(tail: tuple[int, ...], buffer_type: ir.Type, dynamic_rows: bool
+                   ) -> tuple[int, int, int, int, int] | None:
+    """What `_check_pattern` checks of a pattern apart from its offset, from the pattern
+    without it (`tail`): None when that part alone breaks a rule; else the lowest and highest
+    element the pattern reaches relative to its offset, the buffer's element count, its tile
+    row (0 in HBM) and the free pattern's extent within a row."""
+    memory = memory_of_type(buffer_type)
+    shape = memref_info(buffer_type).shape
+    if not (len(tail) >= 2 and len(tail) % 2 == 0) or len(tail) // 2 - 1 > MAX_FREE_DIMS:
+        return None
+    dims = [(tail[i], tail[i + 1]) for i in range(0, len(tail), 2)]
+    if not all(size >= 1 for _, size in dims):
+        return None
+    reach = dims[1:] if dynamic_rows else dims
+    low = sum(min(0, stride * (size - 1)) for stride, size in reach)
+    high = sum(max(0, stride * (size - 1)) for stride, size in reach)
+    if memory == "hbm":
+        return low, high, math.prod(shape), 0, 0
+    if not all(stride >= 0 for stride, _ in dims) or len(shape) != 2:
+        return None
+    row = shape[1]
+    pstride, partitions = dims[0]
+    if not (pstride == row or partitions == 1):
+        return None
+    return low, high, math.prod(shape), row, sum(stride * (size - 1) for stride, size in dims[1:])
+
+
+def _check_pattern_remembered(ap: tuple[int, ...], buffer_type: ir.Type, role: str,
+                              dynamic_rows: bool, reaches: dict | None) -> None:
+    """`_check_pattern`, with what does not depend on the offset remembered in `reaches` per
+    buffer type and pattern without its offset: patterns recur with other offsets across
+    a program's instructions (tiles of one shape at many addresses). A pattern that breaks
+    a rule goes through `_check_pattern` for its message."""
+    if reaches is None:
+        _check_pattern(list(ap), buffer_type, role, dynamic_rows)
+        return
+    key = (buffer_type, ap[1:], dynamic_rows)
+    found = reaches.get(key, False)
+    if found is False:
+        found = reaches[key] = _pattern_reach(ap[1:], buffer_type, dynamic_rows)
+    if found is not None:
+        offset = ap[0]
+        low, high, numel, row, free_extent = found
+        if 0 <= offset + low and offset + high < numel and (
+                not row or offset % row + free_extent < row):
+            return
+    _check_pattern(list(ap), buffer_type, role, dynamic_rows)
+    raise AssertionError(f"{role} access pattern {ap}: _pattern_reach and _check_pattern "
+                         "disagree")
+
+
 # Instruction specs: roles (operand names in order; '?' marks optional), engines allowed, and
 # the memories each role may live in. Verified for every instruction op.
 _ONCHIP = ("sbuf", "psum")
@@ -214,9 +265,7 @@ def _check_operands(op, engine: str, memories: dict) -> None:
         raise VerifyError("attribute 'aps' must be an array of array<i64: ...>") from None
     if len(aps) != len(present):
         raise VerifyError(f"has {len(present)} buffer operands but {len(aps)} access patterns")
-    # One pattern on one buffer type recurs across instructions of different keys: each is
-    # checked once per compilation (the outcome, a message or "", remembered).
-    patterns = memo("nisa.patterns")
+    reaches = memo("nisa.pattern_reaches")
     for role, value, ap in zip(present, op.operands, aps):
         value_type = value.type
         memory = memory_of_type(value_type)
@@ -225,19 +274,8 @@ def _check_operands(op, engine: str, memories: dict) -> None:
         if memory not in allowed:
             raise VerifyError(f"{role} is in {memory}; {engine} may use {role} only in "
                               f"{', '.join(allowed)}")
-        dynamic_rows = op.name == "nisa.dma_indirect" and memory == "hbm"
-        key = (role, value_type, ap, dynamic_rows)
-        found = patterns.get(key) if patterns is not None else None
-        if found is None:
-            try:
-                _check_pattern(list(ap), value_type, role, dynamic_rows)
-                found = ""
-            except VerifyError as exc:
-                found = str(exc)
-            if patterns is not None:
-                patterns[key] = found
-        if found:
-            raise VerifyError(found)
+        _check_pattern_remembered(ap, value_type, role,
+                                  op.name == "nisa.dma_indirect" and memory == "hbm", reaches)
 
 
 def _instruction_verifier(extra=None):
