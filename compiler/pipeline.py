@@ -85,6 +85,10 @@ class CompileOptions:
     # trn-layout concat-reader-order: a concatenation its readers split and transpose alike
     # (a QKV gradient read as token rows) built in that order
     concat_reader_order: bool = True
+    # trn-fuse-attention-output: a token-major attention kernel read only by a linear_rows
+    # kernel (the output projection, residual add and norm) merges into it; the attention
+    # output's token rows stay on chip as the projection's operand
+    fuse_attention_output: bool = True
     kernel_order: bool = True         # trn-order: kernels on the longest chain of work first
     # trn-order co-run: an attention kernel and an independent PE-bound kernel run side by
     # side, in disjoint parts of SBUF and PSUM (trn-plan-memory)
@@ -166,12 +170,15 @@ def stages(options: CompileOptions) -> list[Stage]:
               f"{str(options.attention_token_major).lower()} concat-reader-order="
               f"{str(options.concat_reader_order).lower()}}}," if options.layout_assignment
               else "")
+    attention_output = (f"trn-fuse-attention-output{{target={target}}},"
+                        if options.fuse_attention_output else "")
     order = (f"trn-order{{target={target} co-run={str(options.co_run).lower()}}},"
              if options.kernel_order else "")
     db = f" tuning-db={options.tuning_db_path}" if options.tuning_db_path else ""
     return [
         Stage("trn", "recognise engine ops, fuse kernels, choose layouts and tiles",
-              f"convert-linalg-to-trn,{fuse},{layout}{order}trn-tile{{target={target}{db}}}"),
+              f"convert-linalg-to-trn,{fuse},{layout}{attention_output}{order}"
+              f"trn-tile{{target={target}{db}}}"),
         Stage("isa", "tile into instructions, place buffers, synchronise engines",
               f"convert-trn-to-nisa{{target={target} masked-keys="
               f"{str(options.attention_masked_keys).lower()} scale-into-q="

@@ -51,6 +51,7 @@ GRAPH_OPTIONS = {
     "fuse_weight_gradients": bool,
     "fuse_mlp_rows": bool,
     "fuse_linear_rows": bool,
+    "fuse_attention_output": bool,
 }
 
 

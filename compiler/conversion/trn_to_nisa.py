@@ -34,6 +34,9 @@ from torchneuron.compiler.kernels.views import (
 )
 from torchneuron.compiler.passes import Pass, register
 from torchneuron.compiler.transforms.fuse import PRODUCER_RESULT, outline
+from torchneuron.compiler.transforms.fuse_attention_output import (
+    ATTENTION_OUTPUT, KIND as ATTENTION_LINEAR_ROWS,
+)
 from torchneuron.compiler.transforms.tile import annotate, kernel_body
 from torchneuron.target import get_target
 
@@ -371,12 +374,38 @@ class _FunctionLowering:
         finally:
             self.em.reuse_group = None
 
+    def _lower_attention_output(self, kernel: ir.Operation, body: list[ir.Operation]
+                                ) -> tuple[list[ir.Operation], dict, dict]:
+        """The attention part of an attention_linear_rows kernel, lowered with its output's
+        token rows kept on chip. Returns the rest of the body (the linear_rows kernel's ops
+        and the yield), those rows by first token, and a storage-less view of the output for
+        the rest's views to derive from."""
+        marked = [i for i, op in enumerate(body) if ATTENTION_OUTPUT in op.attributes]
+        if len(marked) != 1 or not marked[0] < len(body) - 2:
+            raise CompileError(f"an {ATTENTION_LINEAR_ROWS} kernel needs one op marked "
+                               f"{ATTENTION_OUTPUT}, not its last", kernel.location)
+        value = body[marked[0]].results[0]
+        view = dataclasses.replace(HbmView.abstract(tuple(U.shape(value))),
+                                   element_type_hint=U.element_type(value))
+        rows: dict = {}
+        self.em.discount_engine_work(ATTENTION_CARRY_OVER)
+        lower_attention(self.em, body[:marked[0] + 1], self.views, self._batched_view,
+                        (value, view), masked_keys=self.masked_keys,
+                        scale_into_q=self.scale_into_q, token_rows=rows)
+        return body[marked[0] + 1:], rows, {value: view}
+
     def _lower_kernel(self, kernel: ir.Operation, out: HbmView, also: list[HbmView]) -> None:
         """Lower `kernel` writing its result to `out` and its second result, if it has one, to
         `also`'s view."""
         annotate(kernel, self.em.target)
         body = kernel_body(kernel)
         kind = U.str_attr(kernel, "kind")
+        given_rows, given_views = None, {}
+        if kind == ATTENTION_LINEAR_ROWS and not also:
+            # The attention's part first, its output kept on chip as token rows; the rest is
+            # the linear_rows kernel that reads them (trn-fuse-attention-output).
+            body, given_rows, given_views = self._lower_attention_output(kernel, body)
+            kind = "linear_rows"
         if kind == "attention":
             # Bound by ACT and DVE, an attention kernel runs mostly on its own (a sixth of an
             # encoder layer's time): what earlier kernels gave each engine is largely done by
@@ -405,6 +434,7 @@ class _FunctionLowering:
             split = marked[0] + 1
             body, rows_body = body[:split] + [body[-1]], body[split:]
         views = dict(self.views)
+        views.update(given_views)
         compute = []
         yielded = body[-1].operands[0]
         stored_view = _stored_transpose(body) if not extra and rows_body is None else None
@@ -458,7 +488,7 @@ class _FunctionLowering:
             # took 601.7 us against 571.7.)
             lower_mlp_rows(self.em, compute, views, body[-2].results[0], rows_body[:-1],
                            self._view, (rows_body[-1].operands[0], out),
-                           matmuls=2 if kind == "mlp_rows" else 1)
+                           matmuls=2 if kind == "mlp_rows" else 1, given_x_rows=given_rows)
             return
         if kind == "weight_gradient":
             lower_weight_gradient(self.em, compute, views, [(yielded, out)] + extra)

@@ -75,7 +75,8 @@ def lower_attention(em: Emitter, body: list[ir.Operation], views: dict,
                     view_of: Callable[[ir.Operation, HbmView], HbmView],
                     output: tuple[ir.Value, HbmView], masked_keys: bool = True,
                     saved: tuple[ir.Value, HbmView] | None = None,
-                    scale_into_q: bool = True) -> None:
+                    scale_into_q: bool = True,
+                    token_rows: dict[int, Tile] | None = None) -> None:
     """`body`: the kernel's ops without trn.yield; `views`: HbmViews of values defined above
     the kernel; `view_of(op, source)`: the view a view op makes (batch dims a reshape cannot
     merge stay unmerged: operands are indexed by a flat batch index); `output`: (yielded
@@ -85,7 +86,11 @@ def lower_attention(em: Emitter, body: list[ir.Operation], views: dict,
     row tile is stored as the row-wise body leaves it, divided and rounded, and P @ V reads
     that same tile (no deferred division, every key computed); `scale_into_q`: a
     power-of-two scaling of the row part's linear result is applied to Q^T instead
-    (`_scale_into_q`)."""
+    (`_scale_into_q`); `token_rows`: where given, the token-major output is kept on chip, not
+    stored: each query block's tile of all heads' values [rows, H * Dv] goes into it under
+    its first token (counted over batch and sequence, the rows of O as [B * S, H * Dv]) once
+    its last head is in, for a later part of the kernel to read (`output`'s view may then
+    be storage-less)."""
     if masked_keys:
         body = _mask_before_scale(body, views, view_of)
     matmuls = [op for op in body if op.name == "trn.matmul"]
@@ -385,7 +390,10 @@ def lower_attention(em: Emitter, body: list[ir.Operation], views: dict,
         entry = rows_tiles[outer, q0]
         entry[1] += 1
         if entry[1] == out_heads:
-            store_tile(em, pick(rows_out, outer).slice(0, q0, qn), entry[0])
+            if token_rows is not None:
+                token_rows[outer * sq + q0] = entry[0]
+            else:
+                store_tile(em, pick(rows_out, outer).slice(0, q0, qn), entry[0])
             del rows_tiles[outer, q0]
 
     # All heads' outputs of a query block as whole token rows, where the output holds head
@@ -399,6 +407,10 @@ def lower_attention(em: Emitter, body: list[ir.Operation], views: dict,
             U.element_bytes(out_view.element_type) <= quarter:
         rows_out = out_view.merge_heads(-1)
         out_heads = out_view.shape[-3] if rows_out is not None else 1
+    if token_rows is not None and (rows_out is None or saved is not None or
+                                   third is not None or not token_major):
+        raise CompileError("an attention kernel keeps its output on chip only as token rows "
+                           "of all heads, with no second result", first.location)
 
     # The scores and probabilities never get a buffer: storage-less row-major views of them
     # tell the row-wise lowering their layout, and `locate` their rows.

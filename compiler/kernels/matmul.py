@@ -64,6 +64,11 @@ class _Staged:
         # A factor the tiles of a transposed operand are multiplied by as they are copied out
         # of PSUM (no extra pass): an attention kernel's scaling folded into Q.
         self.scale: float | None = None
+        # Row panels of a transposed operand that an earlier part of the kernel computed on
+        # chip, by first row of X^T (an attention's token rows for the output projection,
+        # kernels/attention_projection.py): [rows, all of K] tiles that take the place of
+        # loads and outlive `release`.
+        self.given_rows: dict[int, Tile] = {}
 
     def tile(self, k0: int, kn: int, f0: int, fn: int) -> Tile:
         key = (k0, f0, fn)
@@ -204,6 +209,14 @@ class _Staged:
         if panel is None:
             k = self.view.shape[0]
             width = min(self.panel_k, k - start)
+            given = self.given_rows.get(c0)
+            if given is not None:
+                if given.partitions != cn or given.free != k:
+                    raise CompileError(f"rows {c0}..{c0 + cn} of a matmul operand computed on "
+                                       f"chip as [{given.partitions}, {given.free}], not "
+                                       f"[{cn}, {k}]")
+                panel = self.panels[key] = given.columns(start, width)
+                return panel, start
             rows = self.view.slice(0, start, width).slice(1, c0, cn).transpose([1, 0])
             panel = self.em.alloc("sbuf", cn, width, self.view.element_type)
             self.em.load(panel, rows, 0, [1])

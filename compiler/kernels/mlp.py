@@ -186,7 +186,8 @@ def lower_mlp(em: Emitter, compute: list[ir.Operation], views: dict,
 def lower_mlp_rows(em: Emitter, compute: list[ir.Operation], views: dict,
                    mlp_value: ir.Value, rows_body: list[ir.Operation],
                    view_of: Callable[[ir.Operation, HbmView], HbmView],
-                   output: tuple[ir.Value, HbmView], matmuls: int = 2) -> None:
+                   output: tuple[ir.Value, HbmView], matmuls: int = 2,
+                   given_x_rows: dict[int, Tile] | None = None) -> None:
     """An mlp_rows kernel (trn-fuse; with `matmuls` = 1, a linear_rows kernel, its producer
     one Linear): the producer part `compute` (as for `lower_mlp`) computes `mlp_value`
     [tokens, features], which the row-wise part `rows_body` (trn.yield left out) reads,
@@ -194,8 +195,13 @@ def lower_mlp_rows(em: Emitter, compute: list[ir.Operation], views: dict,
     asks for each row tile's values (kernels/rows.py `produce`); the first ask within a
     token block computes the block, and its output tiles are evacuated, through the mlp's
     second epilogue, into whole-row SBUF tiles of 128 tokens, handed to the rows as they
-    ask: `mlp_value` never reaches HBM. `output`: (yielded value, destination view)."""
+    ask: `mlp_value` never reaches HBM. `output`: (yielded value, destination view).
+    `given_x_rows`: the rows of the input X [tokens, features] as SBUF tiles computed on
+    chip by an earlier part of the kernel, by first token (an attention's output,
+    trn-fuse-attention-output), turned on PE where they would have been loaded."""
     mlp = _Mlp(em, compute, views, mlp_value, matmuls)
+    if given_x_rows:
+        mlp.x_t.given_rows = given_x_rows
     tokens, features = mlp.tokens, mlp.out_features
     value_type = U.element_type(mlp_value)
     rows_views = dict(views)

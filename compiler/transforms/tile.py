@@ -79,7 +79,7 @@ def annotate(kernel: ir.Operation, target: Target) -> None:
     kept (so a user or autotuner can override them)."""
     body = kernel_body(kernel)
     if U.str_attr(kernel, "kind") in ("attention", "matmul_rows", "mlp", "mlp_rows", "linear_rows",
-                                      "weight_gradient"):
+                                      "attention_linear_rows", "weight_gradient"):
         return          # its lowering fixes its tiling (compiler/kernels/attention.py, mlp.py,
         #                 weight_gradient.py)
     if any(op.name == "trn.matmul" for op in body):

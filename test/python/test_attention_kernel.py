@@ -277,6 +277,61 @@ def test_token_major_attention_output_gives_the_same_bits_in_fewer_transfers(
     assert transfers(on_profile) < transfers(off_profile)
 
 
+class PostNormAttentionBlock(PackedAttention):
+    """An encoder layer's attention half: the output projection, the residual add and the
+    layer norm after the attention (with `also_context`, the heads' merged output is returned
+    too)."""
+
+    def __init__(self, d: int, heads: int, also_context: bool = False):
+        super().__init__(d, heads, causal=False)
+        self.proj = torch.nn.Linear(d, d)
+        self.norm = torch.nn.LayerNorm(d)
+        self.also_context = also_context
+
+    def forward(self, x):
+        context = super().forward(x)
+        y = self.norm(x + self.proj(context))
+        return (y, context) if self.also_context else y
+
+
+@pytest.mark.parametrize("d,heads,batch,seq", [(128, 2, 2, 128), (256, 4, 3, 256)])
+def test_attention_output_stays_on_chip_for_the_projection(d, heads, batch, seq, tmp_path,
+                                                           monkeypatch):
+    """trn-fuse-attention-output: the attention kernel and the projection's linear_rows
+    kernel (Linear, residual, layer norm) become one kernel; the attention output's token
+    rows go from the one part to the other in SBUF. The same instructions turn the same
+    values on PE, so the output is the unfused kernels' bit for bit, and the output's
+    store and load (B * S * d elements each) are gone."""
+    torch.manual_seed(0)
+    model = PostNormAttentionBlock(d, heads).to(torch.bfloat16).eval()
+    x = torch.randn(batch, seq, d).to(torch.bfloat16)
+    fused, fused_profile, fused_trn = _run(model, x, tmp_path / "on", monkeypatch)
+    torch._dynamo.reset()
+    unfused, unfused_profile, unfused_trn = _run(model, x, tmp_path / "off", monkeypatch,
+                                                 fuse_attention_output=False)
+    assert 'kind = "attention_linear_rows"' in fused_trn
+    assert 'kind = "attention"' not in fused_trn and 'kind = "linear_rows"' not in fused_trn
+    assert 'kind = "attention"' in unfused_trn and 'kind = "linear_rows"' in unfused_trn
+    torch.testing.assert_close(fused, unfused, atol=0, rtol=0)
+    with torch.no_grad():
+        torch.testing.assert_close(fused, model(x), atol=3e-2, rtol=3e-2)
+    assert unfused_profile.dma_bytes - fused_profile.dma_bytes == 2 * batch * seq * d * 2
+
+
+def test_attention_output_read_elsewhere_keeps_its_own_kernel(tmp_path, monkeypatch):
+    """An attention output that is also a result (a training step saves it; here the model
+    returns it) is stored by its own kernel, and the projection loads it."""
+    torch.manual_seed(0)
+    model = PostNormAttentionBlock(128, 2, also_context=True).to(torch.bfloat16).eval()
+    x = torch.randn(2, 128, 128).to(torch.bfloat16)
+    (y, context), _, trn = _run(model, x, tmp_path, monkeypatch)
+    assert 'kind = "attention_linear_rows"' not in trn and 'kind = "linear_rows"' in trn
+    with torch.no_grad():
+        expected_y, expected_context = model(x)
+    torch.testing.assert_close(y, expected_y, atol=3e-2, rtol=3e-2)
+    torch.testing.assert_close(context, expected_context, atol=2e-2, rtol=2e-2)
+
+
 def test_fully_masked_rows_give_zeros_without_a_select(tmp_path, monkeypatch):
     """SDPA with a mask zeroes rows whose every key is masked (max = -inf): the lowering does
     it by clamping the exp's bias and the divisor on [P, 1] columns (rows.py _safe_softmax),

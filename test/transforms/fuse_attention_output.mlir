@@ -1,0 +1,184 @@
+// RUN: neuron-opt --split-input-file --trn-fuse-attention-output %s | FileCheck %s
+// RUN: neuron-opt --split-input-file --trn-fuse-attention-output --convert-trn-to-nisa %s | FileCheck %s --check-prefix=ISA
+// RUN: neuron-opt --split-input-file --convert-trn-to-nisa %s | FileCheck %s --check-prefix=UNFUSED
+// RUN: not neuron-opt --trn-fuse-attention-output --convert-trn-to-nisa %S/Inputs/fuse_attention_output-invalid.mlir 2>&1 | FileCheck %s --check-prefix=ERR
+
+// A merged kernel whose attention part has lost its mark is an error naming the kernel.
+// ERR: fuse_attention_output-invalid.mlir:{{[0-9]+}}:{{[0-9]+}}: error: convert-trn-to-nisa: an attention_linear_rows kernel needs one op marked trn.attention_output, not its last
+
+
+// Tests that a token-major attention kernel read only by the output projection's
+// linear_rows kernel (Linear, residual add, layer norm) merges into it: one kernel of kind
+// attention_linear_rows, the attention's ops first, the op computing its output marked.
+// CHECK-LABEL: func.func @attention_then_projection
+// CHECK: "trn.kernel"() ({
+// CHECK: }) {{{.*}}kind = "matmul"{{.*}}}
+// CHECK-NEXT: %[[K:.*]] = "trn.kernel"() ({
+// CHECK: %[[O:.*]] = "trn.transpose"(%{{.*}}) {permutation = array<i64: 0, 2, 1, 3>, trn.attention_output} : (tensor<1x2x128x64xbf16>) -> tensor<1x128x2x64xbf16>
+// CHECK-NEXT: "trn.reshape"(%[[O]]) : (tensor<1x128x2x64xbf16>) -> tensor<128x128xbf16>
+// CHECK: "trn.convert"(%{{.*}}) {trn.producer_result}
+// CHECK: }) {kind = "attention_linear_rows"} : () -> tensor<1x128x128xbf16>
+// CHECK-NEXT: return %[[K]]
+// The attention output never reaches HBM: no buffer holds it (no DMA stores it or loads it
+// back); unfused, the attention kernel stores it and the projection loads it.
+// ISA-LABEL: func.func @attention_then_projection
+// ISA-NOT: memref<1x128x2x64xbf16, "hbm">
+// ISA: return
+// UNFUSED-LABEL: func.func @attention_then_projection
+// UNFUSED: "nisa.dma"(%{{.*}}) {{.*}} : (memref<1x128x2x64xbf16, "hbm">, memref<128x128xbf16, "sbuf">)
+// UNFUSED: "nisa.dma"(%{{.*}}) {{.*}} : (memref<128x128xbf16, "sbuf">, memref<1x128x2x64xbf16, "hbm">)
+func.func @attention_then_projection(%arg0: tensor<1x128x128xbf16>, %arg1: tensor<384xbf16>, %arg2: tensor<128x384xbf16>, %arg3: tensor<128xbf16>, %arg4: tensor<128x128xbf16>, %arg5: tensor<128xbf16>, %arg6: tensor<128xbf16>) -> tensor<1x128x128xbf16> {
+  %0 = "trn.kernel"() ({
+    %3 = "trn.reshape"(%arg0) : (tensor<1x128x128xbf16>) -> tensor<128x128xbf16>
+    %4 = "trn.broadcast"(%arg1) {dimensions = array<i64: 0>} : (tensor<384xbf16>) -> tensor<128x384xbf16>
+    %5 = "trn.matmul"(%3, %arg2) : (tensor<128x128xbf16>, tensor<128x384xbf16>) -> tensor<128x384xf32>
+    %6 = "trn.tensor_tensor"(%4, %5) {op = "add"} : (tensor<128x384xbf16>, tensor<128x384xf32>) -> tensor<128x384xf32>
+    %7 = "trn.convert"(%6) : (tensor<128x384xf32>) -> tensor<128x384xbf16>
+    "trn.yield"(%7) : (tensor<128x384xbf16>) -> ()
+  }) {kind = "matmul"} : () -> tensor<128x384xbf16>
+  %1 = "trn.kernel"() ({
+    %3 = "trn.reshape"(%0) : (tensor<128x384xbf16>) -> tensor<1x128x3x2x64xbf16>
+    %4 = "trn.transpose"(%3) {permutation = array<i64: 2, 0, 3, 1, 4>} : (tensor<1x128x3x2x64xbf16>) -> tensor<3x1x2x128x64xbf16>
+    %5 = "trn.view"(%4) {indexing_map = affine_map<(d0, d1, d2, d3, d4) -> (d0, d1, d2, d3, d4)>} : (tensor<3x1x2x128x64xbf16>) -> tensor<1x1x2x128x64xbf16>
+    %6 = "trn.reshape"(%5) : (tensor<1x1x2x128x64xbf16>) -> tensor<2x128x64xbf16>
+    %7 = "trn.view"(%4) {indexing_map = affine_map<(d0, d1, d2, d3, d4) -> (d0 + 1, d1, d2, d3, d4)>} : (tensor<3x1x2x128x64xbf16>) -> tensor<1x1x2x128x64xbf16>
+    %8 = "trn.reshape"(%7) : (tensor<1x1x2x128x64xbf16>) -> tensor<1x2x128x64xbf16>
+    %9 = "trn.transpose"(%8) {permutation = array<i64: 0, 1, 3, 2>} : (tensor<1x2x128x64xbf16>) -> tensor<1x2x64x128xbf16>
+    %10 = "trn.reshape"(%9) : (tensor<1x2x64x128xbf16>) -> tensor<2x64x128xbf16>
+    %11 = "trn.matmul"(%6, %10) : (tensor<2x128x64xbf16>, tensor<2x64x128xbf16>) -> tensor<2x128x128xf32>
+    %12 = "trn.convert"(%11) : (tensor<2x128x128xf32>) -> tensor<2x128x128xbf16>
+    %13 = "trn.reshape"(%12) : (tensor<2x128x128xbf16>) -> tensor<1x2x128x128xbf16>
+    %14 = "trn.tensor_scalar"(%13) {op = "mul", reverse = false, scalar = 1.250000e-01 : f32} : (tensor<1x2x128x128xbf16>) -> tensor<1x2x128x128xf32>
+    %15 = "trn.reduce"(%14) {dimensions = array<i64: 3>, op = "max"} : (tensor<1x2x128x128xf32>) -> tensor<1x2x128xf32>
+    %16 = "trn.broadcast"(%15) {dimensions = array<i64: 3>} : (tensor<1x2x128xf32>) -> tensor<1x2x128x128xf32>
+    %17 = "trn.tensor_tensor"(%14, %16) {op = "sub"} : (tensor<1x2x128x128xf32>, tensor<1x2x128x128xf32>) -> tensor<1x2x128x128xf32>
+    %18 = "trn.activation"(%17) {bias = 0.000000e+00 : f32, func = "exp", scale = 1.000000e+00 : f32} : (tensor<1x2x128x128xf32>) -> tensor<1x2x128x128xf32>
+    %19 = "trn.reduce"(%18) {dimensions = array<i64: 3>, op = "add"} : (tensor<1x2x128x128xf32>) -> tensor<1x2x128xf32>
+    %20 = "trn.broadcast"(%19) {dimensions = array<i64: 3>} : (tensor<1x2x128xf32>) -> tensor<1x2x128x128xf32>
+    %21 = "trn.tensor_tensor"(%18, %20) {op = "div"} : (tensor<1x2x128x128xf32>, tensor<1x2x128x128xf32>) -> tensor<1x2x128x128xf32>
+    %22 = "trn.convert"(%21) : (tensor<1x2x128x128xf32>) -> tensor<1x2x128x128xbf16>
+    %23 = "trn.reshape"(%22) : (tensor<1x2x128x128xbf16>) -> tensor<2x128x128xbf16>
+    %24 = "trn.reshape"(%0) : (tensor<128x384xbf16>) -> tensor<1x128x3x2x64xbf16>
+    %25 = "trn.transpose"(%24) {permutation = array<i64: 2, 0, 3, 1, 4>} : (tensor<1x128x3x2x64xbf16>) -> tensor<3x1x2x128x64xbf16>
+    %26 = "trn.view"(%25) {indexing_map = affine_map<(d0, d1, d2, d3, d4) -> (d0 + 2, d1, d2, d3, d4)>} : (tensor<3x1x2x128x64xbf16>) -> tensor<1x1x2x128x64xbf16>
+    %27 = "trn.reshape"(%26) : (tensor<1x1x2x128x64xbf16>) -> tensor<2x128x64xbf16>
+    %28 = "trn.matmul"(%23, %27) : (tensor<2x128x128xbf16>, tensor<2x128x64xbf16>) -> tensor<2x128x64xf32>
+    %29 = "trn.convert"(%28) : (tensor<2x128x64xf32>) -> tensor<2x128x64xbf16>
+    %30 = "trn.reshape"(%29) : (tensor<2x128x64xbf16>) -> tensor<1x2x128x64xbf16>
+    %31 = "trn.transpose"(%30) {permutation = array<i64: 0, 2, 1, 3>} : (tensor<1x2x128x64xbf16>) -> tensor<1x128x2x64xbf16>
+    "trn.yield"(%31) : (tensor<1x128x2x64xbf16>) -> ()
+  }) {kind = "attention"} : () -> tensor<1x128x2x64xbf16>
+  %2 = "trn.kernel"() ({
+    %3 = "trn.reshape"(%1) : (tensor<1x128x2x64xbf16>) -> tensor<128x128xbf16>
+    %4 = "trn.broadcast"(%arg3) {dimensions = array<i64: 0>} : (tensor<128xbf16>) -> tensor<128x128xbf16>
+    %5 = "trn.matmul"(%3, %arg4) : (tensor<128x128xbf16>, tensor<128x128xbf16>) -> tensor<128x128xf32>
+    %6 = "trn.tensor_tensor"(%4, %5) {op = "add"} : (tensor<128x128xbf16>, tensor<128x128xf32>) -> tensor<128x128xf32>
+    %7 = "trn.convert"(%6) {trn.producer_result} : (tensor<128x128xf32>) -> tensor<128x128xbf16>
+    %8 = "trn.reshape"(%7) : (tensor<128x128xbf16>) -> tensor<1x128x128xbf16>
+    %9 = "trn.broadcast"(%arg5) {dimensions = array<i64: 0, 1>} : (tensor<128xbf16>) -> tensor<1x128x128xbf16>
+    %10 = "trn.broadcast"(%arg6) {dimensions = array<i64: 0, 1>} : (tensor<128xbf16>) -> tensor<1x128x128xbf16>
+    %11 = "trn.tensor_tensor"(%arg0, %8) {op = "add"} : (tensor<1x128x128xbf16>, tensor<1x128x128xbf16>) -> tensor<1x128x128xf32>
+    %12 = "trn.convert"(%11) : (tensor<1x128x128xf32>) -> tensor<1x128x128xbf16>
+    %13 = "trn.reduce"(%12) {dimensions = array<i64: 2>, op = "add"} : (tensor<1x128x128xbf16>) -> tensor<1x128xbf16>
+    %14 = "trn.tensor_scalar"(%13) {op = "mul", reverse = false, scalar = 7.812500e-03 : f32} : (tensor<1x128xbf16>) -> tensor<1x128xf32>
+    %15 = "trn.convert"(%14) : (tensor<1x128xf32>) -> tensor<1x128xbf16>
+    %16 = "trn.broadcast"(%15) {dimensions = array<i64: 2>} : (tensor<1x128xbf16>) -> tensor<1x128x128xbf16>
+    %17 = "trn.tensor_tensor"(%12, %16) {op = "sub"} : (tensor<1x128x128xbf16>, tensor<1x128x128xbf16>) -> tensor<1x128x128xf32>
+    %18 = "trn.tensor_tensor"(%17, %17) {op = "mul"} : (tensor<1x128x128xf32>, tensor<1x128x128xf32>) -> tensor<1x128x128xf32>
+    %19 = "trn.convert"(%18) : (tensor<1x128x128xf32>) -> tensor<1x128x128xbf16>
+    %20 = "trn.reduce"(%19) {dimensions = array<i64: 2>, op = "add"} : (tensor<1x128x128xbf16>) -> tensor<1x128xbf16>
+    %21 = "trn.tensor_scalar"(%20) {op = "mul", reverse = false, scalar = 7.812500e-03 : f32} : (tensor<1x128xbf16>) -> tensor<1x128xf32>
+    %22 = "trn.tensor_scalar"(%21) {op = "add", reverse = false, scalar = 9.99999974E-6 : f32} : (tensor<1x128xf32>) -> tensor<1x128xf32>
+    %23 = "trn.activation"(%22) {bias = 0.000000e+00 : f32, func = "rsqrt", scale = 1.000000e+00 : f32} : (tensor<1x128xf32>) -> tensor<1x128xf32>
+    %24 = "trn.convert"(%23) : (tensor<1x128xf32>) -> tensor<1x128xbf16>
+    %25 = "trn.broadcast"(%24) {dimensions = array<i64: 2>} : (tensor<1x128xbf16>) -> tensor<1x128x128xbf16>
+    %26 = "trn.tensor_tensor"(%17, %25) {op = "mul"} : (tensor<1x128x128xf32>, tensor<1x128x128xbf16>) -> tensor<1x128x128xf32>
+    %27 = "trn.tensor_tensor"(%26, %9) {op = "mul"} : (tensor<1x128x128xf32>, tensor<1x128x128xbf16>) -> tensor<1x128x128xf32>
+    %28 = "trn.tensor_tensor"(%27, %10) {op = "add"} : (tensor<1x128x128xf32>, tensor<1x128x128xbf16>) -> tensor<1x128x128xf32>
+    %29 = "trn.convert"(%28) : (tensor<1x128x128xf32>) -> tensor<1x128x128xbf16>
+    "trn.yield"(%29) : (tensor<1x128x128xbf16>) -> ()
+  }) {kind = "linear_rows"} : () -> tensor<1x128x128xbf16>
+  return %2 : tensor<1x128x128xbf16>
+}
+
+// -----
+
+// Tests that an attention output something else reads too (here the function returns it)
+// is left to its own kernel.
+// CHECK-LABEL: func.func @attention_output_also_returned
+// CHECK: }) {kind = "attention"} : () -> tensor<1x128x2x64xbf16>
+// CHECK: }) {kind = "linear_rows"} : () -> tensor<1x128x128xbf16>
+// CHECK-NOT: attention_linear_rows
+func.func @attention_output_also_returned(%arg0: tensor<1x128x128xbf16>, %arg1: tensor<384xbf16>, %arg2: tensor<128x384xbf16>, %arg3: tensor<128xbf16>, %arg4: tensor<128x128xbf16>, %arg5: tensor<128xbf16>, %arg6: tensor<128xbf16>) -> (tensor<1x128x128xbf16>, tensor<1x128x2x64xbf16>) {
+  %0 = "trn.kernel"() ({
+    %3 = "trn.reshape"(%arg0) : (tensor<1x128x128xbf16>) -> tensor<128x128xbf16>
+    %4 = "trn.broadcast"(%arg1) {dimensions = array<i64: 0>} : (tensor<384xbf16>) -> tensor<128x384xbf16>
+    %5 = "trn.matmul"(%3, %arg2) : (tensor<128x128xbf16>, tensor<128x384xbf16>) -> tensor<128x384xf32>
+    %6 = "trn.tensor_tensor"(%4, %5) {op = "add"} : (tensor<128x384xbf16>, tensor<128x384xf32>) -> tensor<128x384xf32>
+    %7 = "trn.convert"(%6) : (tensor<128x384xf32>) -> tensor<128x384xbf16>
+    "trn.yield"(%7) : (tensor<128x384xbf16>) -> ()
+  }) {kind = "matmul"} : () -> tensor<128x384xbf16>
+  %1 = "trn.kernel"() ({
+    %3 = "trn.reshape"(%0) : (tensor<128x384xbf16>) -> tensor<1x128x3x2x64xbf16>
+    %4 = "trn.transpose"(%3) {permutation = array<i64: 2, 0, 3, 1, 4>} : (tensor<1x128x3x2x64xbf16>) -> tensor<3x1x2x128x64xbf16>
+    %5 = "trn.view"(%4) {indexing_map = affine_map<(d0, d1, d2, d3, d4) -> (d0, d1, d2, d3, d4)>} : (tensor<3x1x2x128x64xbf16>) -> tensor<1x1x2x128x64xbf16>
+    %6 = "trn.reshape"(%5) : (tensor<1x1x2x128x64xbf16>) -> tensor<2x128x64xbf16>
+    %7 = "trn.view"(%4) {indexing_map = affine_map<(d0, d1, d2, d3, d4) -> (d0 + 1, d1, d2, d3, d4)>} : (tensor<3x1x2x128x64xbf16>) -> tensor<1x1x2x128x64xbf16>
+    %8 = "trn.reshape"(%7) : (tensor<1x1x2x128x64xbf16>) -> tensor<1x2x128x64xbf16>
+    %9 = "trn.transpose"(%8) {permutation = array<i64: 0, 1, 3, 2>} : (tensor<1x2x128x64xbf16>) -> tensor<1x2x64x128xbf16>
+    %10 = "trn.reshape"(%9) : (tensor<1x2x64x128xbf16>) -> tensor<2x64x128xbf16>
+    %11 = "trn.matmul"(%6, %10) : (tensor<2x128x64xbf16>, tensor<2x64x128xbf16>) -> tensor<2x128x128xf32>
+    %12 = "trn.convert"(%11) : (tensor<2x128x128xf32>) -> tensor<2x128x128xbf16>
+    %13 = "trn.reshape"(%12) : (tensor<2x128x128xbf16>) -> tensor<1x2x128x128xbf16>
+    %14 = "trn.tensor_scalar"(%13) {op = "mul", reverse = false, scalar = 1.250000e-01 : f32} : (tensor<1x2x128x128xbf16>) -> tensor<1x2x128x128xf32>
+    %15 = "trn.reduce"(%14) {dimensions = array<i64: 3>, op = "max"} : (tensor<1x2x128x128xf32>) -> tensor<1x2x128xf32>
+    %16 = "trn.broadcast"(%15) {dimensions = array<i64: 3>} : (tensor<1x2x128xf32>) -> tensor<1x2x128x128xf32>
+    %17 = "trn.tensor_tensor"(%14, %16) {op = "sub"} : (tensor<1x2x128x128xf32>, tensor<1x2x128x128xf32>) -> tensor<1x2x128x128xf32>
+    %18 = "trn.activation"(%17) {bias = 0.000000e+00 : f32, func = "exp", scale = 1.000000e+00 : f32} : (tensor<1x2x128x128xf32>) -> tensor<1x2x128x128xf32>
+    %19 = "trn.reduce"(%18) {dimensions = array<i64: 3>, op = "add"} : (tensor<1x2x128x128xf32>) -> tensor<1x2x128xf32>
+    %20 = "trn.broadcast"(%19) {dimensions = array<i64: 3>} : (tensor<1x2x128xf32>) -> tensor<1x2x128x128xf32>
+    %21 = "trn.tensor_tensor"(%18, %20) {op = "div"} : (tensor<1x2x128x128xf32>, tensor<1x2x128x128xf32>) -> tensor<1x2x128x128xf32>
+    %22 = "trn.convert"(%21) : (tensor<1x2x128x128xf32>) -> tensor<1x2x128x128xbf16>
+    %23 = "trn.reshape"(%22) : (tensor<1x2x128x128xbf16>) -> tensor<2x128x128xbf16>
+    %24 = "trn.reshape"(%0) : (tensor<128x384xbf16>) -> tensor<1x128x3x2x64xbf16>
+    %25 = "trn.transpose"(%24) {permutation = array<i64: 2, 0, 3, 1, 4>} : (tensor<1x128x3x2x64xbf16>) -> tensor<3x1x2x128x64xbf16>
+    %26 = "trn.view"(%25) {indexing_map = affine_map<(d0, d1, d2, d3, d4) -> (d0 + 2, d1, d2, d3, d4)>} : (tensor<3x1x2x128x64xbf16>) -> tensor<1x1x2x128x64xbf16>
+    %27 = "trn.reshape"(%26) : (tensor<1x1x2x128x64xbf16>) -> tensor<2x128x64xbf16>
+    %28 = "trn.matmul"(%23, %27) : (tensor<2x128x128xbf16>, tensor<2x128x64xbf16>) -> tensor<2x128x64xf32>
+    %29 = "trn.convert"(%28) : (tensor<2x128x64xf32>) -> tensor<2x128x64xbf16>
+    %30 = "trn.reshape"(%29) : (tensor<2x128x64xbf16>) -> tensor<1x2x128x64xbf16>
+    %31 = "trn.transpose"(%30) {permutation = array<i64: 0, 2, 1, 3>} : (tensor<1x2x128x64xbf16>) -> tensor<1x128x2x64xbf16>
+    "trn.yield"(%31) : (tensor<1x128x2x64xbf16>) -> ()
+  }) {kind = "attention"} : () -> tensor<1x128x2x64xbf16>
+  %2 = "trn.kernel"() ({
+    %3 = "trn.reshape"(%1) : (tensor<1x128x2x64xbf16>) -> tensor<128x128xbf16>
+    %4 = "trn.broadcast"(%arg3) {dimensions = array<i64: 0>} : (tensor<128xbf16>) -> tensor<128x128xbf16>
+    %5 = "trn.matmul"(%3, %arg4) : (tensor<128x128xbf16>, tensor<128x128xbf16>) -> tensor<128x128xf32>
+    %6 = "trn.tensor_tensor"(%4, %5) {op = "add"} : (tensor<128x128xbf16>, tensor<128x128xf32>) -> tensor<128x128xf32>
+    %7 = "trn.convert"(%6) {trn.producer_result} : (tensor<128x128xf32>) -> tensor<128x128xbf16>
+    %8 = "trn.reshape"(%7) : (tensor<128x128xbf16>) -> tensor<1x128x128xbf16>
+    %9 = "trn.broadcast"(%arg5) {dimensions = array<i64: 0, 1>} : (tensor<128xbf16>) -> tensor<1x128x128xbf16>
+    %10 = "trn.broadcast"(%arg6) {dimensions = array<i64: 0, 1>} : (tensor<128xbf16>) -> tensor<1x128x128xbf16>
+    %11 = "trn.tensor_tensor"(%arg0, %8) {op = "add"} : (tensor<1x128x128xbf16>, tensor<1x128x128xbf16>) -> tensor<1x128x128xf32>
+    %12 = "trn.convert"(%11) : (tensor<1x128x128xf32>) -> tensor<1x128x128xbf16>
+    %13 = "trn.reduce"(%12) {dimensions = array<i64: 2>, op = "add"} : (tensor<1x128x128xbf16>) -> tensor<1x128xbf16>
+    %14 = "trn.tensor_scalar"(%13) {op = "mul", reverse = false, scalar = 7.812500e-03 : f32} : (tensor<1x128xbf16>) -> tensor<1x128xf32>
+    %15 = "trn.convert"(%14) : (tensor<1x128xf32>) -> tensor<1x128xbf16>
+    %16 = "trn.broadcast"(%15) {dimensions = array<i64: 2>} : (tensor<1x128xbf16>) -> tensor<1x128x128xbf16>
+    %17 = "trn.tensor_tensor"(%12, %16) {op = "sub"} : (tensor<1x128x128xbf16>, tensor<1x128x128xbf16>) -> tensor<1x128x128xf32>
+    %18 = "trn.tensor_tensor"(%17, %17) {op = "mul"} : (tensor<1x128x128xf32>, tensor<1x128x128xf32>) -> tensor<1x128x128xf32>
+    %19 = "trn.convert"(%18) : (tensor<1x128x128xf32>) -> tensor<1x128x128xbf16>
+    %20 = "trn.reduce"(%19) {dimensions = array<i64: 2>, op = "add"} : (tensor<1x128x128xbf16>) -> tensor<1x128xbf16>
+    %21 = "trn.tensor_scalar"(%20) {op = "mul", reverse = false, scalar = 7.812500e-03 : f32} : (tensor<1x128xbf16>) -> tensor<1x128xf32>
+    %22 = "trn.tensor_scalar"(%21) {op = "add", reverse = false, scalar = 9.99999974E-6 : f32} : (tensor<1x128xf32>) -> tensor<1x128xf32>
+    %23 = "trn.activation"(%22) {bias = 0.000000e+00 : f32, func = "rsqrt", scale = 1.000000e+00 : f32} : (tensor<1x128xf32>) -> tensor<1x128xf32>
+    %24 = "trn.convert"(%23) : (tensor<1x128xf32>) -> tensor<1x128xbf16>
+    %25 = "trn.broadcast"(%24) {dimensions = array<i64: 2>} : (tensor<1x128xbf16>) -> tensor<1x128x128xbf16>
+    %26 = "trn.tensor_tensor"(%17, %25) {op = "mul"} : (tensor<1x128x128xf32>, tensor<1x128x128xbf16>) -> tensor<1x128x128xf32>
+    %27 = "trn.tensor_tensor"(%26, %9) {op = "mul"} : (tensor<1x128x128xf32>, tensor<1x128x128xbf16>) -> tensor<1x128x128xf32>
+    %28 = "trn.tensor_tensor"(%27, %10) {op = "add"} : (tensor<1x128x128xf32>, tensor<1x128x128xbf16>) -> tensor<1x128x128xf32>
+    %29 = "trn.convert"(%28) : (tensor<1x128x128xf32>) -> tensor<1x128x128xbf16>
+    "trn.yield"(%29) : (tensor<1x128x128xbf16>) -> ()
+  }) {kind = "linear_rows"} : () -> tensor<1x128x128xbf16>
+  return %2, %1 : tensor<1x128x128xbf16>, tensor<1x128x2x64xbf16>
+}
