@@ -89,6 +89,9 @@ class CompileOptions:
     # kernel (the output projection, residual add and norm) merges into it; the attention
     # output's token rows stay on chip as the projection's operand
     fuse_attention_output: bool = True
+    # trn-fuse-attention-output qkv: the QKV projection joins that kernel in front; each
+    # batch index's Q, K and V rows are computed on chip as the attention stages them
+    fuse_attention_qkv: bool = True
     kernel_order: bool = True         # trn-order: kernels on the longest chain of work first
     # trn-order co-run: an attention kernel and an independent PE-bound kernel run side by
     # side, in disjoint parts of SBUF and PSUM (trn-plan-memory)
@@ -170,7 +173,8 @@ def stages(options: CompileOptions) -> list[Stage]:
               f"{str(options.attention_token_major).lower()} concat-reader-order="
               f"{str(options.concat_reader_order).lower()}}}," if options.layout_assignment
               else "")
-    attention_output = (f"trn-fuse-attention-output{{target={target}}},"
+    attention_output = (f"trn-fuse-attention-output{{target={target} qkv="
+                        f"{str(options.fuse_attention_qkv).lower()}}},"
                         if options.fuse_attention_output else "")
     order = (f"trn-order{{target={target} co-run={str(options.co_run).lower()}}},"
              if options.kernel_order else "")

@@ -52,6 +52,7 @@ GRAPH_OPTIONS = {
     "fuse_mlp_rows": bool,
     "fuse_linear_rows": bool,
     "fuse_attention_output": bool,
+    "fuse_attention_qkv": bool,
 }
 
 

@@ -7,8 +7,9 @@ configuration in a tuning database that later compilations read.
 GRAPH is a `.trn.mlir` (what TORCHNEURON_DUMP_DIR leaves for every compiled graph; the trn
 stage) or a `.linalg.mlir`. For a linalg graph the fusion and layout choices come first: the
 default pipeline and each of matmul-epilogue fusion, elementwise fusion, layout assignment, mlp
-fusion, weight-gradient fusion, mlp-rows and linear-rows fusion and the attention output's
-fusion into its projection turned off are compiled and simulated, and the fastest is stored
+fusion, weight-gradient fusion, mlp-rows and linear-rows fusion, the attention output's
+fusion into its projection and the QKV projection's into the attention turned off are
+compiled and simulated, and the fastest is stored
 as the graph's entry (keyed by the linalg IR; compile_linalg applies it); its kernels are
 then tuned as below. For each kernel, in program
 order, candidate configurations are set on it as attributes (the other kernels keep the best
@@ -331,7 +332,8 @@ def tune(text: str, db_path: str, target: str = "", max_candidates: int = 12,
 GRAPH_VARIANTS = ({}, {"fuse_matmul_epilogue": False}, {"fuse_elementwise": False},
                   {"layout_assignment": False}, {"fuse_mlp": False},
                   {"fuse_weight_gradients": False}, {"fuse_mlp_rows": False},
-                  {"fuse_linear_rows": False}, {"fuse_attention_output": False})
+                  {"fuse_linear_rows": False}, {"fuse_attention_output": False},
+                  {"fuse_attention_qkv": False})
 
 
 def _tune_graph(text: str, target: str, progress: Progress) -> tuple[KernelResult, str]:

@@ -23,7 +23,7 @@ from torchneuron.compiler.kernels.conv import Padding, lower_conv, lower_pool
 from torchneuron.compiler.kernels.emitter import Emitter
 from torchneuron.compiler.kernels.gather import lower_gather
 from torchneuron.compiler.kernels.matmul import column_sum_ops, lower_matmul
-from torchneuron.compiler.kernels.mlp import lower_mlp, lower_mlp_rows
+from torchneuron.compiler.kernels.mlp import RowTiles, _Mlp, lower_mlp, lower_mlp_rows
 from torchneuron.compiler.kernels.scan import lower_scan
 from torchneuron.compiler.kernels.reduce import lower_reduce
 from torchneuron.compiler.kernels.rows import lower_rows
@@ -35,7 +35,7 @@ from torchneuron.compiler.kernels.views import (
 from torchneuron.compiler.passes import Pass, register
 from torchneuron.compiler.transforms.fuse import PRODUCER_RESULT, outline
 from torchneuron.compiler.transforms.fuse_attention_output import (
-    ATTENTION_OUTPUT, KIND as ATTENTION_LINEAR_ROWS,
+    ATTENTION_INPUT, ATTENTION_OUTPUT, KIND as ATTENTION_LINEAR_ROWS,
 )
 from torchneuron.compiler.transforms.tile import annotate, kernel_body
 from torchneuron.target import get_target
@@ -376,22 +376,43 @@ class _FunctionLowering:
 
     def _lower_attention_output(self, kernel: ir.Operation, body: list[ir.Operation]
                                 ) -> tuple[list[ir.Operation], dict, dict]:
-        """The attention part of an attention_linear_rows kernel, lowered with its output's
-        token rows kept on chip. Returns the rest of the body (the linear_rows kernel's ops
-        and the yield), those rows by first token, and a storage-less view of the output for
-        the rest's views to derive from."""
+        """The attention part of an attention_linear_rows kernel (and the QKV projection in
+        front of it, where the kernel starts with one), lowered with its output's token rows
+        kept on chip. Returns the rest of the body (the linear_rows kernel's ops and the
+        yield), those rows by first token, and a storage-less view of the output for the
+        rest's views to derive from."""
         marked = [i for i, op in enumerate(body) if ATTENTION_OUTPUT in op.attributes]
-        if len(marked) != 1 or not marked[0] < len(body) - 2:
+        first = [i for i, op in enumerate(body) if ATTENTION_INPUT in op.attributes]
+        if len(marked) != 1 or not marked[0] < len(body) - 2 or len(first) > 1 or \
+                (first and not first[0] < marked[0]):
             raise CompileError(f"an {ATTENTION_LINEAR_ROWS} kernel needs one op marked "
-                               f"{ATTENTION_OUTPUT}, not its last", kernel.location)
+                               f"{ATTENTION_OUTPUT}, not its last, and at most one before it "
+                               f"marked {ATTENTION_INPUT}", kernel.location)
+        views, computed, start = self.views, None, 0
+        if first:
+            # The QKV projection: its rows computed as the attention stages each batch index.
+            start = first[0] + 1
+            views = dict(self.views)
+            compute = []
+            for op in body[:start]:
+                if op.name in SOURCE_OPS:
+                    views[op.results[0]] = source_view(op)
+                elif op.name in VIEW_OPS:
+                    views[op.results[0]] = self._view(op, views[op.operands[0]])
+                else:
+                    compute.append(op)
+            qkv = body[first[0]].results[0]
+            computed = RowTiles(_Mlp(self.em, compute, views, qkv, 1), qkv)
+            views[qkv] = dataclasses.replace(HbmView.abstract(tuple(U.shape(qkv))),
+                                             element_type_hint=U.element_type(qkv))
         value = body[marked[0]].results[0]
         view = dataclasses.replace(HbmView.abstract(tuple(U.shape(value))),
                                    element_type_hint=U.element_type(value))
         rows: dict = {}
         self.em.discount_engine_work(ATTENTION_CARRY_OVER)
-        lower_attention(self.em, body[:marked[0] + 1], self.views, self._batched_view,
+        lower_attention(self.em, body[start:marked[0] + 1], views, self._batched_view,
                         (value, view), masked_keys=self.masked_keys,
-                        scale_into_q=self.scale_into_q, token_rows=rows)
+                        scale_into_q=self.scale_into_q, token_rows=rows, computed=computed)
         return body[marked[0] + 1:], rows, {value: view}
 
     def _lower_kernel(self, kernel: ir.Operation, out: HbmView, also: list[HbmView]) -> None:

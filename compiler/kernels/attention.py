@@ -63,6 +63,7 @@ from torchneuron.compiler.errors import CompileError
 from torchneuron.compiler.kernels.emitter import Emitter, Tile
 from torchneuron.compiler.kernels.epilogue import Epilogue
 from torchneuron.compiler.kernels.matmul import _Staged, matmul_element_type
+from torchneuron.compiler.kernels.mlp import ComputedRows, RowTiles
 from torchneuron.compiler.kernels.rows import lower_rows
 from torchneuron.compiler.kernels.tile_ops import (
     SOURCE_OPS, UNARY_OPS, VIEW_OPS, emit_elementwise, power_of_two,
@@ -76,7 +77,8 @@ def lower_attention(em: Emitter, body: list[ir.Operation], views: dict,
                     output: tuple[ir.Value, HbmView], masked_keys: bool = True,
                     saved: tuple[ir.Value, HbmView] | None = None,
                     scale_into_q: bool = True,
-                    token_rows: dict[int, Tile] | None = None) -> None:
+                    token_rows: dict[int, Tile] | None = None,
+                    computed: RowTiles | None = None) -> None:
     """`body`: the kernel's ops without trn.yield; `views`: HbmViews of values defined above
     the kernel; `view_of(op, source)`: the view a view op makes (batch dims a reshape cannot
     merge stay unmerged: operands are indexed by a flat batch index); `output`: (yielded
@@ -90,7 +92,10 @@ def lower_attention(em: Emitter, body: list[ir.Operation], views: dict,
     stored: each query block's tile of all heads' values [rows, H * Dv] goes into it under
     its first token (counted over batch and sequence, the rows of O as [B * S, H * Dv]) once
     its last head is in, for a later part of the kernel to read (`output`'s view may then
-    be storage-less)."""
+    be storage-less); `computed`: the row tiles of the value Q, K and V are views of, where
+    an earlier part of the kernel computes it (the QKV projection): their views are then
+    storage-less, and each batch index's operands take its token rows from it as it comes
+    (`ComputedRows`) instead of loading them."""
     if masked_keys:
         body = _mask_before_scale(body, views, view_of)
     matmuls = [op for op in body if op.name == "trn.matmul"]
@@ -225,8 +230,14 @@ def lower_attention(em: Emitter, body: list[ir.Operation], views: dict,
             # (What follows reads from `body` only the ops after the third matmul.)
             folded.erase()
 
+    def from_computed(staged: _Staged | None) -> _Staged | None:
+        """`staged`, taking its rows from `computed` where its view has no storage."""
+        if staged is not None and computed is not None and staged.view.buffer is None:
+            staged.given_rows = ComputedRows(computed, staged.view)
+        return staged
+
     def q_staged(view: HbmView) -> _Staged:
-        q_t = _Staged(em, view.transpose([1, 0]), etype1)
+        q_t = from_computed(_Staged(em, view.transpose([1, 0]), etype1))
         q_t.scale = q_scale
         return q_t
 
@@ -243,8 +254,8 @@ def lower_attention(em: Emitter, body: list[ir.Operation], views: dict,
         outer, head = divmod(b, heads)
         if outer not in staged:
             release(staged)
-            staged[outer] = (_Staged(em, pick(kt_view, outer), etype1),
-                             _Staged(em, pick(v_view, outer), etype2)
+            staged[outer] = (from_computed(_Staged(em, pick(kt_view, outer), etype1)),
+                             from_computed(_Staged(em, pick(v_view, outer), etype2))
                              if v_view is not None else None)
             if q_heads == heads:
                 release(staged_q)

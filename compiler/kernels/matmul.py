@@ -64,10 +64,11 @@ class _Staged:
         # A factor the tiles of a transposed operand are multiplied by as they are copied out
         # of PSUM (no extra pass): an attention kernel's scaling folded into Q.
         self.scale: float | None = None
-        # Row panels of a transposed operand that an earlier part of the kernel computed on
-        # chip, by first row of X^T (an attention's token rows for the output projection,
-        # kernels/attention_projection.py): [rows, all of K] tiles that take the place of
-        # loads and outlive `release`.
+        # Rows that an earlier part of the kernel computed on chip, by first row, in place of
+        # loads (they outlive `release`): of a transposed operand X^T, rows of X [rows, all
+        # of K], turned on PE (an attention's token rows for the output projection); of
+        # another, its own rows [K-tile, all of F] (the QKV projection's rows for an
+        # attention, `ComputedRows`). Anything with `get(first row)`.
         self.given_rows: dict[int, Tile] = {}
 
     def tile(self, k0: int, kn: int, f0: int, fn: int) -> Tile:
@@ -79,6 +80,8 @@ class _Staged:
                         else None) or self._transposed_tile(k0, kn, f0, fn)
             elif self.interleave > 1:
                 tile = self._part_of_group(k0, kn, f0, fn)
+            elif self.given_rows:
+                tile = self._part_of_given_rows(k0, kn, f0, fn)
             else:
                 tile = self._part_of_row_panel(k0, kn, f0, fn) or \
                     load_tile(self.em, self.view.slice(0, k0, kn).slice(1, f0, fn),
@@ -99,6 +102,14 @@ class _Staged:
                 k0 - kb not in self.em.target.allowed_start_partitions(kn):
             return None
         return self.tile(kb, tk, f0, fn).partition_slice(k0 - kb, kn)
+
+    def _part_of_given_rows(self, k0: int, kn: int, f0: int, fn: int) -> Tile:
+        """Columns f0..f0+fn of rows k0..k0+kn from the given row tile holding them."""
+        given = self.given_rows.get(k0)
+        if given is None or given.partitions != kn or f0 + fn > given.free:
+            raise CompileError(f"rows {k0}..{k0 + kn} of a matmul operand are not a row tile "
+                               "computed on chip")
+        return given.columns(f0, fn)
 
     def _part_of_row_panel(self, k0: int, kn: int, f0: int, fn: int) -> Tile | None:
         """Columns f0..f0+fn of rows k0..k0+kn, from the row panel [kn, panel_f columns]

@@ -173,6 +173,73 @@ class _Mlp:
         return accs
 
 
+class RowTiles:
+    """An mlp's (or a Linear's) output [tokens, features] as whole-row SBUF tiles of 128
+    tokens, for a part of the same kernel that reads it on chip: the first ask for a token
+    computes its token block (`_Mlp.block`), and the block's output tiles are evacuated
+    through the second epilogue into row tiles in the output's type."""
+
+    def __init__(self, mlp: _Mlp, value: ir.Value):
+        self.mlp, self.value = mlp, value
+        self.value_type = U.element_type(value)
+        self.tiles: dict[int, Tile] = {}         # first token -> its evacuated row tile
+
+    def of(self, t0: int) -> Tile:
+        """The row tile of the 128 tokens from t0 (a multiple of 128)."""
+        if t0 not in self.tiles:
+            mlp = self.mlp
+            b0 = t0 - t0 % mlp.block_tokens
+            self._evacuate(b0, min(mlp.block_tokens, mlp.tokens - b0))
+        return self.tiles[t0]
+
+    def _evacuate(self, t0: int, tn: int) -> None:
+        mlp, em = self.mlp, self.mlp.em
+        accs = mlp.block(t0, tn)
+        for r0 in range(t0, t0 + tn, mlp.tp):
+            rn = min(mlp.tp, t0 + tn - r0)
+            row_tile = em.alloc("sbuf", rn, mlp.out_features, self.value_type)
+            for n0, nn in mlp.n_tiles:
+                columns = row_tile.columns(n0, nn)
+                results = mlp.epilogue2.run(
+                    accs[(r0, n0)], (r0, rn),
+                    lambda view, r0=r0, rn=rn, n0=n0, nn=nn:
+                        view.slice(0, r0, rn).slice(1, n0, nn),
+                    into={self.value: columns})
+                if results[self.value] is not columns:
+                    em.copy(columns, results[self.value])
+            self.tiles[r0] = row_tile
+
+
+class ComputedRows:
+    """Rows of a 2-D view of a `RowTiles` value [tokens, features], as a `_Staged` operand
+    takes them (`given_rows`): row r is the row tile of token `token0` + r, its columns
+    [col0, col0 + width). A view that runs along the tokens (rows) reads them so; a
+    transposed one [width features, tokens] turns them on PE, as it turns loaded rows."""
+
+    def __init__(self, rows: RowTiles, view: HbmView):
+        features = rows.mlp.out_features
+        self.rows = rows
+        self.token0, self.col0 = divmod(view.offset, features)
+        if len(view.shape) != 2 or view.strides not in ((features, 1), (1, features)):
+            raise CompileError(f"a view {view.shape} with strides {view.strides} of a value "
+                               f"computed as [tokens, {features}] rows")
+        if view.strides == (1, features):       # [width features, tokens]
+            self.width, tokens = view.shape
+        else:                                   # [tokens, width features]
+            tokens, self.width = view.shape
+        if self.col0 + self.width > features or self.token0 % rows.mlp.tp or \
+                self.token0 + tokens > rows.mlp.tokens:
+            raise CompileError(f"a view of tokens {self.token0}..{self.token0 + tokens}, "
+                               f"columns {self.col0}..{self.col0 + self.width} of a value "
+                               "computed as 128-token row tiles")
+
+    def get(self, r: int) -> Tile | None:
+        token = self.token0 + r
+        if token % self.rows.mlp.tp:
+            return None
+        return self.rows.of(token).columns(self.col0, self.width)
+
+
 def lower_mlp(em: Emitter, compute: list[ir.Operation], views: dict,
               output: tuple[ir.Value, HbmView]) -> None:
     """`compute`: the kernel's ops but views, sources and trn.yield (those are in `views`);
@@ -220,29 +287,7 @@ def lower_mlp_rows(em: Emitter, compute: list[ir.Operation], views: dict,
                                    f"only as it is or reshaped, not through '{op.name}'",
                                    op.location)
             leaves.add(op.results[0])
-    row_tiles: dict[int, Tile] = {}          # first token -> its evacuated row tile
-
-    def evacuate(t0: int, tn: int) -> None:
-        accs = mlp.block(t0, tn)
-        for r0 in range(t0, t0 + tn, mlp.tp):
-            rn = min(mlp.tp, t0 + tn - r0)
-            row_tile = em.alloc("sbuf", rn, features, value_type)
-            for n0, nn in mlp.n_tiles:
-                columns = row_tile.columns(n0, nn)
-                results = mlp.epilogue2.run(
-                    accs[(r0, n0)], (r0, rn),
-                    lambda view, r0=r0, rn=rn, n0=n0, nn=nn:
-                        view.slice(0, r0, rn).slice(1, n0, nn),
-                    into={mlp_value: columns})
-                if results[mlp_value] is not columns:
-                    em.copy(columns, results[mlp_value])
-            row_tiles[r0] = row_tile
-
-    def evacuate_block_of(t0: int) -> None:
-        """Compute and evacuate the token block holding token t0, unless it is already."""
-        if t0 not in row_tiles:
-            b0 = t0 - t0 % mlp.block_tokens
-            evacuate(b0, min(mlp.block_tokens, tokens - b0))
+    row_tiles = RowTiles(mlp, mlp_value)
 
     def x_rows(view: HbmView) -> Tile | None:
         """The tile X's staging loaded for these rows of X, where `view` is whole rows of
@@ -260,7 +305,7 @@ def lower_mlp_rows(em: Emitter, compute: list[ir.Operation], views: dict,
         if t0 % mlp.tp or not 0 <= t0 < tokens or \
                 flat != x.slice(0, t0, min(rows, tokens - t0)):
             return None
-        evacuate_block_of(t0)
+        row_tiles.of(t0)          # (the block's staging loads X's rows)
         tile = mlp.x_rows.get(t0)
         return tile if tile is not None and tile.partitions == rows else None
 
@@ -280,7 +325,6 @@ def lower_mlp_rows(em: Emitter, compute: list[ir.Operation], views: dict,
                     if size > 1):
             raise CompileError(f"{kind} kernel's row tile is not whole 128-token rows of the "
                                f"{producer}'s output", mlp.second.location)
-        evacuate_block_of(t0)
-        return row_tiles[t0]
+        return row_tiles.of(t0)
 
     lower_rows(em, rows_body, rows_views, view_of, output, produce)

@@ -1,5 +1,5 @@
 """trn-fuse-attention-output: hand an attention kernel's output to the output projection on
-chip.
+chip, and the QKV projection's output to the attention.
 
 After trn-layout, an attention kernel whose output O [B, S, H, Dv] is stored token-major
 (each token's row holding all heads' values side by side) is, in a transformer layer, read
@@ -19,6 +19,16 @@ is the same bit for bit. Every tile of the attention output stays live until the
 has read it, so the pair merges only where all of them take at most OUTPUT_SBUF_SHARE of
 SBUF; the sequence must be whole query blocks of 128 tokens, which are the projection's row
 panels.
+
+Option `qkv` (on by default): the Linear that computes Q, K and V (a matmul kernel
+of one 2-D matmul with its epilogue, [tokens, 3 * H * D] read only by the attention as
+views of its columns) joins the kernel in front, its result op marked
+`trn.attention_input`. Its output never reaches HBM either (2 x 9.4 MB for BERT-base over
+2048 tokens): its weight stays resident, and each batch index's token rows are computed,
+128 tokens at a time, when the attention stages that batch index's operands
+(kernels/mlp.py `RowTiles`, `ComputedRows`), then transposed on PE where Q^T and K^T
+loaded them (the same values, the same bits). The weight's K-tiles must take at most
+WEIGHT_SBUF_SHARE of SBUF.
 """
 
 from __future__ import annotations
@@ -28,6 +38,8 @@ import dataclasses
 from torch_mlir import ir
 
 from torchneuron.compiler import ir_utils as U
+from torchneuron.compiler.kernels import mlp as mlp_kernel
+from torchneuron.compiler.kernels.tile_ops import SOURCE_OPS, VIEW_OPS
 from torchneuron.compiler.passes import Pass, register
 from torchneuron.compiler.transforms.fuse import merge_kernels
 from torchneuron.compiler.transforms.layout import TOKEN_MAJOR
@@ -38,6 +50,10 @@ KIND = "attention_linear_rows"
 # Marks the op of an attention_linear_rows kernel that computes the attention's output: the
 # attention's ops end there and the linear_rows kernel's begin.
 ATTENTION_OUTPUT = "trn.attention_output"
+# Marks the op that computes the QKV projection's output, where the kernel starts with it.
+ATTENTION_INPUT = "trn.attention_input"
+# The share of SBUF the QKV projection's resident weight may take.
+WEIGHT_SBUF_SHARE = 0.2
 # The share of SBUF (bytes per partition) the attention output's tiles, all live until the
 # projection reads them, may take: the rest holds the attention's staged operands (at most a
 # quarter, kernels/attention.py) and then the projection's resident weight and row tiles.
@@ -51,12 +67,18 @@ class FuseAttentionOutput(Pass):
     SUMMARY = ("Merge a token-major attention kernel into the linear_rows kernel (output "
                "projection, residual, norm) that alone reads its output")
     target: str = ""
+    # The QKV projection joins the kernel too (see the module docstring).
+    qkv: bool = True
 
     def run(self, module: ir.Operation) -> None:
         target = get_target(self.target or None)
         for func in U.functions(module):
             for attention, projection in attention_output_pairs(func, target):
-                merge_attention_output(attention, projection)
+                merged = merge_attention_output(attention, projection)
+                qkv = _qkv_projection_of(merged, target) if self.qkv else None
+                if qkv is not None:
+                    kernel_body(qkv)[-2].attributes[ATTENTION_INPUT] = ir.UnitAttr.get()
+                    merge_kernels((qkv, merged), KIND)
 
 
 def attention_output_pairs(func: ir.Operation, target) -> list[tuple]:
@@ -112,3 +134,67 @@ def merge_attention_output(attention: ir.Operation, projection: ir.Operation) ->
     ATTENTION_OUTPUT, then the projection's."""
     kernel_body(attention)[-2].attributes[ATTENTION_OUTPUT] = ir.UnitAttr.get()
     return merge_kernels((attention, projection), KIND)
+
+
+def _qkv_projection_of(kernel: ir.Operation, target) -> ir.Operation | None:
+    """The matmul kernel computing the value [tokens, features] that the attention part of
+    `kernel` (an attention_linear_rows kernel) alone reads, through view ops only, as the
+    operands of its matmuls, when it can join the kernel in front (one 2-D matmul, nothing
+    computed ahead of it, its epilogue ending the body; whole 128-token row tiles; its
+    weight resident within WEIGHT_SBUF_SHARE of SBUF); else None."""
+    body = kernel_body(kernel)
+    end = next((i for i, op in enumerate(body) if ATTENTION_OUTPUT in op.attributes), None)
+    if end is None:
+        return None
+    attention_ops = set(body[:end + 1])
+    producers = {U.defining_op(v) for op in body[:end + 1] for v in op.operands}
+    found = [p for p in producers if p is not None and p.name == "trn.kernel" and
+             U.str_attr(p, "kind") == "matmul" and len(p.results) == 1 and
+             p.parent == kernel.parent]
+    for producer in found:
+        if _read_as_attention_operands(producer.results[0], attention_ops) and \
+                _computable_as_rows(producer, target):
+            return producer
+    return None
+
+
+def _read_as_attention_operands(value: ir.Value, attention_ops: set) -> bool:
+    """Whether only ops of the attention part read `value`, through chains of view ops that
+    end as operands of its matmuls."""
+    pending, seen = [value], 0
+    while seen < len(pending):
+        for use in pending[seen].uses:
+            reader = U.operation(use.owner)
+            if reader not in attention_ops:
+                return False
+            if reader.name in VIEW_OPS:
+                pending.append(reader.results[0])
+            elif reader.name != "trn.matmul":
+                return False
+        seen += 1
+    return True
+
+
+def _computable_as_rows(producer: ir.Operation, target) -> bool:
+    """Whether kernels/mlp.py `RowTiles` can compute `producer`'s result: one 2-D matmul
+    [tokens, K] x [K, features] after view and source ops only, its epilogue ending the body
+    with the yielded value; 128-token row tiles whose token block fits PSUM; the weight's
+    K-tiles within WEIGHT_SBUF_SHARE of SBUF."""
+    body = kernel_body(producer)
+    matmuls = [op for op in body if op.name == "trn.matmul"]
+    shape = U.shape(producer.results[0])
+    if len(matmuls) != 1 or len(shape) != 2 or len(body) < 2 or \
+            body[-1].operands[0] != body[-2].results[0] or \
+            body[-2].name in VIEW_OPS + SOURCE_OPS or \
+            any(len(U.shape(v)) != 2 for v in (*matmuls[0].operands, matmuls[0].results[0])) or \
+            any(op.name not in VIEW_OPS + SOURCE_OPS for op in body[:body.index(matmuls[0])]):
+        return False
+    tokens, features = shape
+    if tokens % target.pe_cols or \
+            mlp_kernel.tokens_per_block(target, tokens, features) is None:
+        return False
+    k = U.shape(matmuls[0].operands[1])[0]
+    itemsize = U.element_bytes(U.element_type(matmuls[0].operands[1]))
+    return itemsize * -(-k // target.pe_rows) * features <= \
+        target.sbuf_partition_bytes * WEIGHT_SBUF_SHARE
+

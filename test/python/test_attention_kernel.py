@@ -282,8 +282,8 @@ class PostNormAttentionBlock(PackedAttention):
     layer norm after the attention (with `also_context`, the heads' merged output is returned
     too)."""
 
-    def __init__(self, d: int, heads: int, also_context: bool = False):
-        super().__init__(d, heads, causal=False)
+    def __init__(self, d: int, heads: int, also_context: bool = False, causal: bool = False):
+        super().__init__(d, heads, causal=causal)
         self.proj = torch.nn.Linear(d, d)
         self.norm = torch.nn.LayerNorm(d)
         self.also_context = also_context
@@ -294,28 +294,40 @@ class PostNormAttentionBlock(PackedAttention):
         return (y, context) if self.also_context else y
 
 
-@pytest.mark.parametrize("d,heads,batch,seq", [(128, 2, 2, 128), (256, 4, 3, 256)])
-def test_attention_output_stays_on_chip_for_the_projection(d, heads, batch, seq, tmp_path,
-                                                           monkeypatch):
+@pytest.mark.parametrize("d,heads,batch,seq,causal", [(128, 2, 2, 128, False),
+                                                      (256, 4, 3, 256, False),
+                                                      (192, 3, 2, 256, True)])
+def test_attention_output_stays_on_chip_for_the_projection(d, heads, batch, seq, causal,
+                                                           tmp_path, monkeypatch):
     """trn-fuse-attention-output: the attention kernel and the projection's linear_rows
-    kernel (Linear, residual, layer norm) become one kernel; the attention output's token
-    rows go from the one part to the other in SBUF. The same instructions turn the same
-    values on PE, so the output is the unfused kernels' bit for bit, and the output's
-    store and load (B * S * d elements each) are gone."""
+    kernel (Linear, residual, layer norm) become one kernel, the attention output's token
+    rows going from the one part to the other in SBUF; and (option fuse_attention_qkv) the
+    QKV projection joins in front, each batch index's Q, K and V rows computed on chip as
+    the attention stages them. The same instructions turn the same values on PE, so the
+    output is the unfused kernels' bit for bit; the attention output's store and load
+    (B * S * d elements each) and then Q, K and V's (3 * B * S * d) are gone."""
     torch.manual_seed(0)
-    model = PostNormAttentionBlock(d, heads).to(torch.bfloat16).eval()
+    model = PostNormAttentionBlock(d, heads, causal=causal).to(torch.bfloat16).eval()
     x = torch.randn(batch, seq, d).to(torch.bfloat16)
     fused, fused_profile, fused_trn = _run(model, x, tmp_path / "on", monkeypatch)
     torch._dynamo.reset()
+    no_qkv, no_qkv_profile, no_qkv_trn = _run(model, x, tmp_path / "noqkv", monkeypatch,
+                                              fuse_attention_qkv=False)
+    torch._dynamo.reset()
     unfused, unfused_profile, unfused_trn = _run(model, x, tmp_path / "off", monkeypatch,
                                                  fuse_attention_output=False)
-    assert 'kind = "attention_linear_rows"' in fused_trn
-    assert 'kind = "attention"' not in fused_trn and 'kind = "linear_rows"' not in fused_trn
+    assert fused_trn.count('"trn.kernel"') == 1 and \
+        'kind = "attention_linear_rows"' in fused_trn and "trn.attention_input" in fused_trn
+    assert no_qkv_trn.count('"trn.kernel"') == 2 and \
+        'kind = "attention_linear_rows"' in no_qkv_trn and 'kind = "matmul"' in no_qkv_trn
     assert 'kind = "attention"' in unfused_trn and 'kind = "linear_rows"' in unfused_trn
     torch.testing.assert_close(fused, unfused, atol=0, rtol=0)
+    torch.testing.assert_close(no_qkv, unfused, atol=0, rtol=0)
     with torch.no_grad():
         torch.testing.assert_close(fused, model(x), atol=3e-2, rtol=3e-2)
-    assert unfused_profile.dma_bytes - fused_profile.dma_bytes == 2 * batch * seq * d * 2
+    elements = batch * seq * d
+    assert unfused_profile.dma_bytes - no_qkv_profile.dma_bytes == 2 * elements * 2
+    assert no_qkv_profile.dma_bytes - fused_profile.dma_bytes == 2 * 3 * elements * 2
 
 
 def test_attention_output_read_elsewhere_keeps_its_own_kernel(tmp_path, monkeypatch):

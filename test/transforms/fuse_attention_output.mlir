@@ -1,30 +1,47 @@
 // RUN: neuron-opt --split-input-file --trn-fuse-attention-output %s | FileCheck %s
+// RUN: neuron-opt --split-input-file --trn-fuse-attention-output="qkv=false" %s | FileCheck %s --check-prefix=NOQKV
 // RUN: neuron-opt --split-input-file --trn-fuse-attention-output --convert-trn-to-nisa %s | FileCheck %s --check-prefix=ISA
+// RUN: neuron-opt --split-input-file --trn-fuse-attention-output="qkv=false" --convert-trn-to-nisa %s | FileCheck %s --check-prefix=ISA-NOQKV
 // RUN: neuron-opt --split-input-file --convert-trn-to-nisa %s | FileCheck %s --check-prefix=UNFUSED
 // RUN: not neuron-opt --trn-fuse-attention-output --convert-trn-to-nisa %S/Inputs/fuse_attention_output-invalid.mlir 2>&1 | FileCheck %s --check-prefix=ERR
 
 // A merged kernel whose attention part has lost its mark is an error naming the kernel.
-// ERR: fuse_attention_output-invalid.mlir:{{[0-9]+}}:{{[0-9]+}}: error: convert-trn-to-nisa: an attention_linear_rows kernel needs one op marked trn.attention_output, not its last
-
+// ERR: fuse_attention_output-invalid.mlir:{{[0-9]+}}:{{[0-9]+}}: error: convert-trn-to-nisa: an attention_linear_rows kernel needs one op marked trn.attention_output, not its last, and at most one before it marked trn.attention_input
 
 // Tests that a token-major attention kernel read only by the output projection's
-// linear_rows kernel (Linear, residual add, layer norm) merges into it: one kernel of kind
-// attention_linear_rows, the attention's ops first, the op computing its output marked.
+// linear_rows kernel (Linear, residual add, layer norm) merges into it, and the QKV
+// projection that only the attention reads joins in front: one kernel of kind
+// attention_linear_rows, the projection's ops first (the op computing Q, K and V marked
+// trn.attention_input), then the attention's (the op computing its output marked
+// trn.attention_output), then the linear_rows kernel's. With qkv=false the projection keeps
+// its own kernel.
 // CHECK-LABEL: func.func @attention_then_projection
-// CHECK: "trn.kernel"() ({
-// CHECK: }) {{{.*}}kind = "matmul"{{.*}}}
 // CHECK-NEXT: %[[K:.*]] = "trn.kernel"() ({
+// CHECK: %[[QKV:.*]] = "trn.convert"(%{{.*}}) {trn.attention_input} : (tensor<128x384xf32>) -> tensor<128x384xbf16>
+// CHECK-NEXT: "trn.reshape"(%[[QKV]]) : (tensor<128x384xbf16>) -> tensor<1x128x3x2x64xbf16>
 // CHECK: %[[O:.*]] = "trn.transpose"(%{{.*}}) {permutation = array<i64: 0, 2, 1, 3>, trn.attention_output} : (tensor<1x2x128x64xbf16>) -> tensor<1x128x2x64xbf16>
 // CHECK-NEXT: "trn.reshape"(%[[O]]) : (tensor<1x128x2x64xbf16>) -> tensor<128x128xbf16>
 // CHECK: "trn.convert"(%{{.*}}) {trn.producer_result}
 // CHECK: }) {kind = "attention_linear_rows"} : () -> tensor<1x128x128xbf16>
 // CHECK-NEXT: return %[[K]]
-// The attention output never reaches HBM: no buffer holds it (no DMA stores it or loads it
-// back); unfused, the attention kernel stores it and the projection loads it.
+// NOQKV-LABEL: func.func @attention_then_projection
+// NOQKV: }) {{{.*}}kind = "matmul"{{.*}}} : () -> tensor<128x384xbf16>
+// NOQKV-NEXT: "trn.kernel"() ({
+// NOQKV-NOT: trn.attention_input
+// NOQKV: trn.attention_output
+// NOQKV: }) {kind = "attention_linear_rows"} : () -> tensor<1x128x128xbf16>
+// Neither the attention output nor (fused) Q, K and V reach HBM: no scratch buffer holds
+// them; with qkv=false Q, K and V do; unfused, both are stored and loaded back.
 // ISA-LABEL: func.func @attention_then_projection
-// ISA-NOT: memref<1x128x2x64xbf16, "hbm">
+// ISA-NOT: "nisa.alloc"() {memory = "hbm"}
 // ISA: return
+// ISA-NOQKV-LABEL: func.func @attention_then_projection
+// ISA-NOQKV: "nisa.alloc"() {memory = "hbm"} : () -> memref<128x384xbf16, "hbm">
+// ISA-NOQKV-NOT: "nisa.alloc"() {memory = "hbm"}
+// ISA-NOQKV: return
 // UNFUSED-LABEL: func.func @attention_then_projection
+// UNFUSED: "nisa.alloc"() {memory = "hbm"} : () -> memref<128x384xbf16, "hbm">
+// UNFUSED: "nisa.alloc"() {memory = "hbm"} : () -> memref<1x128x2x64xbf16, "hbm">
 // UNFUSED: "nisa.dma"(%{{.*}}) {{.*}} : (memref<1x128x2x64xbf16, "hbm">, memref<128x128xbf16, "sbuf">)
 // UNFUSED: "nisa.dma"(%{{.*}}) {{.*}} : (memref<128x128xbf16, "sbuf">, memref<1x128x2x64xbf16, "hbm">)
 func.func @attention_then_projection(%arg0: tensor<1x128x128xbf16>, %arg1: tensor<384xbf16>, %arg2: tensor<128x384xbf16>, %arg3: tensor<128xbf16>, %arg4: tensor<128x128xbf16>, %arg5: tensor<128xbf16>, %arg6: tensor<128xbf16>) -> tensor<1x128x128xbf16> {
