@@ -92,6 +92,9 @@ class CompileOptions:
     # trn-fuse-attention-output qkv: the QKV projection joins that kernel in front; each
     # batch index's Q, K and V rows are computed on chip as the attention stages them
     fuse_attention_qkv: bool = True
+    # trn-fuse-attention-output ffn: the post-norm FFN's mlp_rows kernel that reads that
+    # kernel's result (the first layer norm's) joins it behind; the norm's rows stay on chip
+    fuse_attention_ffn: bool = True
     kernel_order: bool = True         # trn-order: kernels on the longest chain of work first
     # trn-order co-run: an attention kernel and an independent PE-bound kernel run side by
     # side, in disjoint parts of SBUF and PSUM (trn-plan-memory)
@@ -174,7 +177,8 @@ def stages(options: CompileOptions) -> list[Stage]:
               f"{str(options.concat_reader_order).lower()}}}," if options.layout_assignment
               else "")
     attention_output = (f"trn-fuse-attention-output{{target={target} qkv="
-                        f"{str(options.fuse_attention_qkv).lower()}}},"
+                        f"{str(options.fuse_attention_qkv).lower()} ffn="
+                        f"{str(options.fuse_attention_ffn).lower()}}},"
                         if options.fuse_attention_output else "")
     order = (f"trn-order{{target={target} co-run={str(options.co_run).lower()}}},"
              if options.kernel_order else "")

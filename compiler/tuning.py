@@ -53,6 +53,7 @@ GRAPH_OPTIONS = {
     "fuse_linear_rows": bool,
     "fuse_attention_output": bool,
     "fuse_attention_qkv": bool,
+    "fuse_attention_ffn": bool,
 }
 
 

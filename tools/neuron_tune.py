@@ -8,8 +8,8 @@ GRAPH is a `.trn.mlir` (what TORCHNEURON_DUMP_DIR leaves for every compiled grap
 stage) or a `.linalg.mlir`. For a linalg graph the fusion and layout choices come first: the
 default pipeline and each of matmul-epilogue fusion, elementwise fusion, layout assignment, mlp
 fusion, weight-gradient fusion, mlp-rows and linear-rows fusion, the attention output's
-fusion into its projection and the QKV projection's into the attention turned off are
-compiled and simulated, and the fastest is stored
+fusion into its projection, the QKV projection's into the attention and the FFN's behind
+them turned off are compiled and simulated, and the fastest is stored
 as the graph's entry (keyed by the linalg IR; compile_linalg applies it); its kernels are
 then tuned as below. For each kernel, in program
 order, candidate configurations are set on it as attributes (the other kernels keep the best
@@ -333,7 +333,7 @@ GRAPH_VARIANTS = ({}, {"fuse_matmul_epilogue": False}, {"fuse_elementwise": Fals
                   {"layout_assignment": False}, {"fuse_mlp": False},
                   {"fuse_weight_gradients": False}, {"fuse_mlp_rows": False},
                   {"fuse_linear_rows": False}, {"fuse_attention_output": False},
-                  {"fuse_attention_qkv": False})
+                  {"fuse_attention_qkv": False}, {"fuse_attention_ffn": False})
 
 
 def _tune_graph(text: str, target: str, progress: Progress) -> tuple[KernelResult, str]:

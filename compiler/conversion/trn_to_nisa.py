@@ -35,7 +35,7 @@ from torchneuron.compiler.kernels.views import (
 from torchneuron.compiler.passes import Pass, register
 from torchneuron.compiler.transforms.fuse import PRODUCER_RESULT, outline
 from torchneuron.compiler.transforms.fuse_attention_output import (
-    ATTENTION_INPUT, ATTENTION_OUTPUT, KIND as ATTENTION_LINEAR_ROWS,
+    ATTENTION_INPUT, ATTENTION_OUTPUT, KIND as ATTENTION_LINEAR_ROWS, ROWS_HANDED_ON,
 )
 from torchneuron.compiler.transforms.tile import annotate, kernel_body
 from torchneuron.target import get_target
@@ -374,6 +374,36 @@ class _FunctionLowering:
         finally:
             self.em.reuse_group = None
 
+    def _views_and_compute(self, ops: list[ir.Operation], views: dict, kind: str
+                           ) -> tuple[list[ir.Operation], dict]:
+        """Record in `views` the view of every view and source op of a kernel's `ops`;
+        returns the other ops and the views whose batch dims stay unmerged."""
+        compute, unmerged = [], {}
+        for op in ops:
+            if op.name in SOURCE_OPS:
+                views[op.results[0]] = source_view(op)
+            elif op.name in VIEW_OPS:
+                source = views.get(op.operands[0])
+                if source is None and kind == "weight_gradient":
+                    continue      # the transpose of the product it keeps on chip (it reads
+                    #               that product's tiles as they are)
+                if source is None:
+                    raise UnsupportedOpError(f"'{op.name}' of a value computed inside the kernel",
+                                             op.location)
+                if source.buffer is None and apply_view_op(op, source) is None:
+                    raise UnsupportedOpError(f"'{op.name}' of a generated value that no strided "
+                                             "view expresses", op.location)
+                if _merges_matmul_batch(op) and apply_view_op(op, source) is None:
+                    # Batch dims no single stride spans (heads split out of a projection):
+                    # the matmul loops over them as they are instead of copying them.
+                    views[op.results[0]] = _without_unit_batch_dims(source)
+                    unmerged[op.results[0]] = op
+                    continue
+                views[op.results[0]] = self._view(op, source)
+            else:
+                compute.append(op)
+        return compute, unmerged
+
     def _lower_attention_output(self, kernel: ir.Operation, body: list[ir.Operation]
                                 ) -> tuple[list[ir.Operation], dict, dict]:
         """The attention part of an attention_linear_rows kernel (and the QKV projection in
@@ -393,14 +423,7 @@ class _FunctionLowering:
             # The QKV projection: its rows computed as the attention stages each batch index.
             start = first[0] + 1
             views = dict(self.views)
-            compute = []
-            for op in body[:start]:
-                if op.name in SOURCE_OPS:
-                    views[op.results[0]] = source_view(op)
-                elif op.name in VIEW_OPS:
-                    views[op.results[0]] = self._view(op, views[op.operands[0]])
-                else:
-                    compute.append(op)
+            compute, _ = self._views_and_compute(body[:start], views, ATTENTION_LINEAR_ROWS)
             qkv = body[first[0]].results[0]
             computed = RowTiles(_Mlp(self.em, compute, views, qkv, 1), qkv)
             views[qkv] = dataclasses.replace(HbmView.abstract(tuple(U.shape(qkv))),
@@ -415,18 +438,59 @@ class _FunctionLowering:
                         scale_into_q=self.scale_into_q, token_rows=rows, computed=computed)
         return body[marked[0] + 1:], rows, {value: view}
 
+    def _lower_linear_rows_part(self, kernel: ir.Operation, body: list[ir.Operation],
+                                handed_on: list[int], given_rows: dict, given_views: dict
+                                ) -> tuple[list[ir.Operation], dict, dict, ir.Value]:
+        """The linear_rows part of an attention_linear_rows kernel whose rows' result the
+        mlp_rows part after it reads (trn-fuse-attention-output), lowered with that result
+        kept on chip, 128 token rows per tile. Returns the rest of the body (the mlp_rows
+        ops and the yield), those tiles by first token, a storage-less view of the result,
+        and the result."""
+        marked = [i for i, op in enumerate(body[:handed_on[0]])
+                  if PRODUCER_RESULT in op.attributes]
+        if len(handed_on) != 1 or len(marked) != 1 or not handed_on[0] < len(body) - 2:
+            raise CompileError(f"an {ATTENTION_LINEAR_ROWS} kernel hands on the rows of one "
+                               f"linear_rows part: one op marked {ROWS_HANDED_ON} after one "
+                               f"marked {PRODUCER_RESULT}, and not its last", kernel.location)
+        end = handed_on[0] + 1
+        value = body[handed_on[0]].results[0]
+        shape = tuple(U.shape(value))
+        view = dataclasses.replace(HbmView.abstract(shape), element_type_hint=U.element_type(value))
+        views = dict(self.views)
+        views.update(given_views)
+        compute, _ = self._views_and_compute(body[:marked[0] + 1], views, "linear_rows")
+        kept: dict = {}
+
+        def keep(tile, rows_view: HbmView, divisor) -> None:
+            t0, column = divmod(rows_view.offset, shape[-1])
+            if divisor is not None or column or tile.free != shape[-1]:
+                raise CompileError("a linear_rows part hands on whole rows only",
+                                   kernel.location)
+            kept[t0] = tile
+
+        lower_mlp_rows(self.em, compute, views, body[marked[0]].results[0],
+                       body[marked[0] + 1:end], self._view, (value, view), matmuls=1,
+                       given_x_rows=given_rows, consume=keep)
+        return body[end:], kept, {value: view}, value
+
     def _lower_kernel(self, kernel: ir.Operation, out: HbmView, also: list[HbmView]) -> None:
         """Lower `kernel` writing its result to `out` and its second result, if it has one, to
         `also`'s view."""
         annotate(kernel, self.em.target)
         body = kernel_body(kernel)
         kind = U.str_attr(kernel, "kind")
-        given_rows, given_views = None, {}
+        given_rows, given_views, given_x = None, {}, None
         if kind == ATTENTION_LINEAR_ROWS and not also:
             # The attention's part first, its output kept on chip as token rows; the rest is
-            # the linear_rows kernel that reads them (trn-fuse-attention-output).
+            # the linear_rows kernel that reads them (trn-fuse-attention-output), and where
+            # that one's rows are handed on, the mlp_rows kernel that reads those.
             body, given_rows, given_views = self._lower_attention_output(kernel, body)
             kind = "linear_rows"
+            handed_on = [i for i, op in enumerate(body) if ROWS_HANDED_ON in op.attributes]
+            if handed_on:
+                body, given_rows, given_views, given_x = self._lower_linear_rows_part(
+                    kernel, body, handed_on, given_rows, given_views)
+                kind = "mlp_rows"
         if kind == "attention":
             # Bound by ACT and DVE, an attention kernel runs mostly on its own (a sixth of an
             # encoder layer's time): what earlier kernels gave each engine is largely done by
@@ -472,32 +536,9 @@ class _FunctionLowering:
                 stored_views.append(split)
                 yielded = split.operands[0]
                 out = out.reshape(tuple(U.shape(yielded))) or out
-        unmerged: dict = {}
-        for op in body[:-1]:
-            if stored_view is not None and op in stored_views:
-                continue
-            if op.name in SOURCE_OPS:
-                views[op.results[0]] = source_view(op)
-            elif op.name in VIEW_OPS:
-                source = views.get(op.operands[0])
-                if source is None and kind == "weight_gradient":
-                    continue      # the transpose of the product it keeps on chip (it reads
-                    #               that product's tiles as they are)
-                if source is None:
-                    raise UnsupportedOpError(f"'{op.name}' of a value computed inside the kernel",
-                                             op.location)
-                if source.buffer is None and apply_view_op(op, source) is None:
-                    raise UnsupportedOpError(f"'{op.name}' of a generated value that no strided "
-                                             "view expresses", op.location)
-                if _merges_matmul_batch(op) and apply_view_op(op, source) is None:
-                    # Batch dims no single stride spans (heads split out of a projection):
-                    # the matmul loops over them as they are instead of copying them.
-                    views[op.results[0]] = _without_unit_batch_dims(source)
-                    unmerged[op.results[0]] = op
-                    continue
-                views[op.results[0]] = self._view(op, source)
-            else:
-                compute.append(op)
+        compute, unmerged = self._views_and_compute(
+            [op for op in body[:-1] if stored_view is None or op not in stored_views], views,
+            kind)
         if kind == "mlp":
             lower_mlp(self.em, compute, views, (yielded, out))
             return
@@ -509,7 +550,8 @@ class _FunctionLowering:
             # took 601.7 us against 571.7.)
             lower_mlp_rows(self.em, compute, views, body[-2].results[0], rows_body[:-1],
                            self._view, (rows_body[-1].operands[0], out),
-                           matmuls=2 if kind == "mlp_rows" else 1, given_x_rows=given_rows)
+                           matmuls=2 if kind == "mlp_rows" else 1, given_x_rows=given_rows,
+                           given_x=given_x)
             return
         if kind == "weight_gradient":
             lower_weight_gradient(self.em, compute, views, [(yielded, out)] + extra)

@@ -254,7 +254,10 @@ def lower_mlp_rows(em: Emitter, compute: list[ir.Operation], views: dict,
                    mlp_value: ir.Value, rows_body: list[ir.Operation],
                    view_of: Callable[[ir.Operation, HbmView], HbmView],
                    output: tuple[ir.Value, HbmView], matmuls: int = 2,
-                   given_x_rows: dict[int, Tile] | None = None) -> None:
+                   given_x_rows: dict[int, Tile] | None = None,
+                   given_x: ir.Value | None = None,
+                   consume: Callable[[Tile, HbmView, Tile | None], None] | None = None
+                   ) -> None:
     """An mlp_rows kernel (trn-fuse; with `matmuls` = 1, a linear_rows kernel, its producer
     one Linear): the producer part `compute` (as for `lower_mlp`) computes `mlp_value`
     [tokens, features], which the row-wise part `rows_body` (trn.yield left out) reads,
@@ -264,11 +267,18 @@ def lower_mlp_rows(em: Emitter, compute: list[ir.Operation], views: dict,
     second epilogue, into whole-row SBUF tiles of 128 tokens, handed to the rows as they
     ask: `mlp_value` never reaches HBM. `output`: (yielded value, destination view).
     `given_x_rows`: the rows of the input X [tokens, features] as SBUF tiles computed on
-    chip by an earlier part of the kernel, by first token (an attention's output,
-    trn-fuse-attention-output), turned on PE where they would have been loaded."""
+    chip by an earlier part of the kernel, by first token (an attention's output, a layer
+    norm's: trn-fuse-attention-output), turned on PE where they would have been loaded;
+    `given_x`, the value they hold, where the rows read it too (a post-norm FFN's residual):
+    its row tiles are those. `consume(tile, view, divisor)`: where given, the rows' result
+    tiles go to it instead of being stored (`lower_rows`)."""
     mlp = _Mlp(em, compute, views, mlp_value, matmuls)
     if given_x_rows:
         mlp.x_t.given_rows = given_x_rows
+    given_values = {given_x} if given_x is not None and given_x_rows else set()
+    for op in rows_body:
+        if op.name == "trn.reshape" and op.operands[0] in given_values:
+            given_values.add(op.results[0])
     tokens, features = mlp.tokens, mlp.out_features
     value_type = U.element_type(mlp_value)
     rows_views = dict(views)
@@ -309,22 +319,32 @@ def lower_mlp_rows(em: Emitter, compute: list[ir.Operation], views: dict,
         tile = mlp.x_rows.get(t0)
         return tile if tile is not None and tile.partitions == rows else None
 
-    def produce(value: ir.Value, view: HbmView, scale: float | None = None):
-        if scale is not None:
-            return None
-        if value not in leaves:
-            return x_rows(view)
-        t0, column = divmod(view.offset, features)
+    def whole_rows(view: HbmView, width: int, what: str) -> int:
+        """The first token of a row tile's view of a [tokens, `width`] value; a CompileError
+        unless it is whole 128-token rows, one after another (a tile whose rows were strided
+        would take other tokens' values from the tile held for them)."""
+        t0, column = divmod(view.offset, width)
         rows = math.prod(view.shape[:-1])
-        # (Whole rows, one after another: a tile whose rows were strided would take other
-        # tokens' values from the evacuated tile.)
-        if column or view.shape[-1] != features or t0 % mlp.tp or \
+        if column or view.shape[-1] != width or t0 % mlp.tp or \
                 (rows != mlp.tp and t0 + rows != tokens) or \
                 any(stride != expected for size, stride, expected in
                     zip(view.shape, view.strides, row_major_strides(tuple(view.shape)))
                     if size > 1):
-            raise CompileError(f"{kind} kernel's row tile is not whole 128-token rows of the "
-                               f"{producer}'s output", mlp.second.location)
-        return row_tiles.of(t0)
+            raise CompileError(f"{kind} kernel's row tile is not whole 128-token rows of "
+                               f"{what}", mlp.second.location)
+        return t0
 
-    lower_rows(em, rows_body, rows_views, view_of, output, produce)
+    def produce(value: ir.Value, view: HbmView, scale: float | None = None):
+        if scale is not None:
+            return None
+        if value in given_values:
+            given = given_x_rows.get(whole_rows(view, mlp.x.shape[1], "its input"))
+            if given is None or given.partitions != math.prod(view.shape[:-1]):
+                raise CompileError(f"{kind} kernel's input rows are not the row tiles computed "
+                                   "on chip for it", mlp.second.location)
+            return given
+        if value not in leaves:
+            return x_rows(view)
+        return row_tiles.of(whole_rows(view, features, f"the {producer}'s output"))
+
+    lower_rows(em, rows_body, rows_views, view_of, output, produce, consume)

@@ -29,11 +29,21 @@ views of its columns) joins the kernel in front, its result op marked
 (kernels/mlp.py `RowTiles`, `ComputedRows`), then transposed on PE where Q^T and K^T
 loaded them (the same values, the same bits). The weight's K-tiles must take at most
 WEIGHT_SBUF_SHARE of SBUF.
+
+Option `ffn` (on by default): the mlp_rows kernel after it (a post-norm FFN, then its
+residual add and layer norm) that alone reads the kernel's result (the first layer norm's
+output, [B, S, d]) -- as its first matmul's left operand through a reshape to [B * S, d],
+and as it is in its rows (the residual) -- joins behind, the linear_rows part's result op
+marked `trn.rows_handed_on`. The first layer norm's row tiles then stay in SBUF: the FFN
+turns them on PE where it loaded them and adds them back as its residual (3.1 MB stored and
+loaded back twice for BERT-base over 2048 tokens). Where the QKV projection joined too, the
+whole layer is one kernel.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 
 from torch_mlir import ir
 
@@ -41,7 +51,7 @@ from torchneuron.compiler import ir_utils as U
 from torchneuron.compiler.kernels import mlp as mlp_kernel
 from torchneuron.compiler.kernels.tile_ops import SOURCE_OPS, VIEW_OPS
 from torchneuron.compiler.passes import Pass, register
-from torchneuron.compiler.transforms.fuse import merge_kernels
+from torchneuron.compiler.transforms.fuse import PRODUCER_RESULT, merge_kernels
 from torchneuron.compiler.transforms.layout import TOKEN_MAJOR
 from torchneuron.compiler.transforms.tile import kernel_body
 from torchneuron.target import get_target
@@ -52,6 +62,8 @@ KIND = "attention_linear_rows"
 ATTENTION_OUTPUT = "trn.attention_output"
 # Marks the op that computes the QKV projection's output, where the kernel starts with it.
 ATTENTION_INPUT = "trn.attention_input"
+# Marks the op that computes the linear_rows part's result, where an mlp_rows part reads it.
+ROWS_HANDED_ON = "trn.rows_handed_on"
 # The share of SBUF the QKV projection's resident weight may take.
 WEIGHT_SBUF_SHARE = 0.2
 # The share of SBUF (bytes per partition) the attention output's tiles, all live until the
@@ -67,8 +79,10 @@ class FuseAttentionOutput(Pass):
     SUMMARY = ("Merge a token-major attention kernel into the linear_rows kernel (output "
                "projection, residual, norm) that alone reads its output")
     target: str = ""
-    # The QKV projection joins the kernel too (see the module docstring).
+    # The QKV projection joins the kernel too (see the module docstring) ...
     qkv: bool = True
+    # ... and the FFN's mlp_rows kernel that reads its result.
+    ffn: bool = True
 
     def run(self, module: ir.Operation) -> None:
         target = get_target(self.target or None)
@@ -78,7 +92,11 @@ class FuseAttentionOutput(Pass):
                 qkv = _qkv_projection_of(merged, target) if self.qkv else None
                 if qkv is not None:
                     kernel_body(qkv)[-2].attributes[ATTENTION_INPUT] = ir.UnitAttr.get()
-                    merge_kernels((qkv, merged), KIND)
+                    merged = merge_kernels((qkv, merged), KIND)
+                ffn = _ffn_reading(merged, target) if self.ffn else None
+                if ffn is not None:
+                    kernel_body(merged)[-2].attributes[ROWS_HANDED_ON] = ir.UnitAttr.get()
+                    merge_kernels((merged, ffn), KIND)
 
 
 def attention_output_pairs(func: ir.Operation, target) -> list[tuple]:
@@ -197,4 +215,46 @@ def _computable_as_rows(producer: ir.Operation, target) -> bool:
     itemsize = U.element_bytes(U.element_type(matmuls[0].operands[1]))
     return itemsize * -(-k // target.pe_rows) * features <= \
         target.sbuf_partition_bytes * WEIGHT_SBUF_SHARE
+
+
+def _ffn_reading(kernel: ir.Operation, target) -> ir.Operation | None:
+    """The mlp_rows kernel that alone reads `kernel`'s result [B, S, d] (the first layer
+    norm's output): as its first matmul's left operand, through one reshape to [B * S, d]
+    read by nothing else, and in its rows part as it is or reshaped (the residual); where
+    the result's 128-token row tiles take at most OUTPUT_SBUF_SHARE of SBUF; else None."""
+    result = kernel.results[0]
+    uses = list(result.uses)
+    if not uses or len(kernel.results) != 1:
+        return None
+    ffn = U.operation(U.operation(uses[0].owner).parent)
+    if ffn.name != "trn.kernel" or U.str_attr(ffn, "kind") != "mlp_rows" or \
+            len(ffn.results) != 1 or ffn.parent != kernel.parent:
+        return None
+    body = kernel_body(ffn)
+    split = next((i for i, op in enumerate(body) if PRODUCER_RESULT in op.attributes), None)
+    matmuls = [op for op in body if op.name == "trn.matmul"]
+    shape = U.shape(result)
+    if split is None or not matmuls or len(shape) < 2 or \
+            math.prod(shape[:-1]) % target.pe_cols:
+        return None
+    rows_part = set(body[split + 1:])
+    tokens, width = math.prod(shape[:-1]), shape[-1]
+    for use in uses:
+        reader = U.operation(use.owner)
+        if U.operation(reader.parent) != ffn:
+            return None
+        if reader in rows_part:
+            if reader.name in VIEW_OPS and reader.name != "trn.reshape":
+                return None
+            continue
+        readers = [U.operation(u.owner) for u in reader.results[0].uses] \
+            if reader.name == "trn.reshape" else []
+        if U.shape(reader.results[0]) != [tokens, width] or readers != [matmuls[0]] or \
+                matmuls[0].operands[0] != reader.results[0] or \
+                matmuls[0].operands[1] == reader.results[0]:
+            return None
+    row_bytes = tokens * width * U.element_bytes(U.element_type(result)) // target.pe_cols
+    if row_bytes > target.sbuf_partition_bytes * OUTPUT_SBUF_SHARE:
+        return None
+    return ffn
 

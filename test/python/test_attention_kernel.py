@@ -330,6 +330,51 @@ def test_attention_output_stays_on_chip_for_the_projection(d, heads, batch, seq,
     assert no_qkv_profile.dma_bytes - fused_profile.dma_bytes == 2 * 3 * elements * 2
 
 
+class PostNormEncoderLayer(PostNormAttentionBlock):
+    """A whole post-norm encoder layer: the attention half, then the FFN, its residual add
+    and layer norm."""
+
+    def __init__(self, d: int, heads: int, hidden: int):
+        super().__init__(d, heads)
+        self.fc1, self.fc2 = torch.nn.Linear(d, hidden), torch.nn.Linear(hidden, d)
+        self.norm2 = torch.nn.LayerNorm(d)
+
+    def forward(self, x):
+        x = super().forward(x)
+        return self.norm2(x + self.fc2(torch.nn.functional.gelu(self.fc1(x))))
+
+
+@pytest.mark.parametrize("d,heads,hidden,batch,seq", [(128, 2, 256, 2, 128),
+                                                      (256, 4, 512, 1, 256)])
+def test_encoder_layer_is_one_kernel_and_moves_only_its_compulsory_bytes(
+        d, heads, hidden, batch, seq, tmp_path, monkeypatch):
+    """trn-fuse-attention-output ffn: the FFN's mlp_rows kernel joins the attention
+    kernel, taking the first layer norm's row tiles from SBUF for its first matmul and its
+    residual. The layer is one kernel; bit for bit the kernels' result with the FFN apart,
+    which stores the norm's output and loads it back (B * S * d elements each way); and
+    what moves is the layer's input twice (for the QKV projection and for the first
+    residual), its output and each weight once, and the partition-broadcast loads of its
+    biases and norm weights ([128, n] each; the first FFN Linear's bias goes to ACT's bias
+    port, one value per partition of its hidden units, loaded once)."""
+    torch.manual_seed(0)
+    model = PostNormEncoderLayer(d, heads, hidden).to(torch.bfloat16).eval()
+    x = torch.randn(batch, seq, d).to(torch.bfloat16)
+    fused, fused_profile, fused_trn = _run(model, x, tmp_path / "on", monkeypatch)
+    torch._dynamo.reset()
+    apart, apart_profile, apart_trn = _run(model, x, tmp_path / "off", monkeypatch,
+                                           fuse_attention_ffn=False)
+    assert fused_trn.count('"trn.kernel"') == 1 and "trn.rows_handed_on" in fused_trn
+    assert apart_trn.count('"trn.kernel"') == 2 and 'kind = "mlp_rows"' in apart_trn
+    torch.testing.assert_close(fused, apart, atol=0, rtol=0)
+    with torch.no_grad():
+        torch.testing.assert_close(fused, model(x), atol=5e-2, rtol=5e-2)
+    assert apart_profile.dma_bytes - fused_profile.dma_bytes == 2 * batch * seq * d * 2
+    weights = sum(p.numel() for n, p in model.named_parameters() if p.dim() == 2)
+    vectors = sum(p.numel() for n, p in model.named_parameters() if p.dim() == 1)
+    assert fused_profile.dma_bytes == 2 * (3 * batch * seq * d + weights +
+                                           128 * (vectors - hidden) + hidden)
+
+
 def test_attention_output_read_elsewhere_keeps_its_own_kernel(tmp_path, monkeypatch):
     """An attention output that is also a result (a training step saves it; here the model
     returns it) is stored by its own kernel, and the projection loads it."""

@@ -3,6 +3,7 @@
 // RUN: neuron-opt --split-input-file --trn-fuse-attention-output --convert-trn-to-nisa %s | FileCheck %s --check-prefix=ISA
 // RUN: neuron-opt --split-input-file --trn-fuse-attention-output="qkv=false" --convert-trn-to-nisa %s | FileCheck %s --check-prefix=ISA-NOQKV
 // RUN: neuron-opt --split-input-file --convert-trn-to-nisa %s | FileCheck %s --check-prefix=UNFUSED
+// RUN: neuron-opt --split-input-file --trn-fuse-attention-output="ffn=false" %s | FileCheck %s --check-prefix=NOFFN
 // RUN: not neuron-opt --trn-fuse-attention-output --convert-trn-to-nisa %S/Inputs/fuse_attention_output-invalid.mlir 2>&1 | FileCheck %s --check-prefix=ERR
 
 // A merged kernel whose attention part has lost its mark is an error naming the kernel.
@@ -198,4 +199,137 @@ func.func @attention_output_also_returned(%arg0: tensor<1x128x128xbf16>, %arg1: 
     "trn.yield"(%29) : (tensor<1x128x128xbf16>) -> ()
   }) {kind = "linear_rows"} : () -> tensor<1x128x128xbf16>
   return %2, %1 : tensor<1x128x128xbf16>, tensor<1x128x2x64xbf16>
+}
+
+// -----
+
+// Tests that a whole post-norm encoder layer becomes one kernel: the QKV projection, the
+// attention, the output projection with the first layer norm (its result op marked
+// trn.rows_handed_on), then the FFN's mlp_rows kernel that reads that result as its first
+// matmul's input and as its residual. Nothing but the layer's input, weights and output
+// crosses HBM: no scratch buffer at all. With ffn=false the FFN keeps its own kernel.
+// CHECK-LABEL: func.func @encoder_layer
+// CHECK-NEXT: %[[K:.*]] = "trn.kernel"() ({
+// CHECK: trn.attention_input
+// CHECK: trn.attention_output
+// CHECK: %[[N:.*]] = "trn.convert"(%{{.*}}) {trn.rows_handed_on} : (tensor<1x128x128xf32>) -> tensor<1x128x128xbf16>
+// CHECK-NEXT: "trn.reshape"(%[[N]]) : (tensor<1x128x128xbf16>) -> tensor<128x128xbf16>
+// CHECK: "trn.tensor_tensor"(%[[N]], %{{.*}}) {op = "add"}
+// CHECK: }) {kind = "attention_linear_rows"} : () -> tensor<1x128x128xbf16>
+// CHECK-NEXT: return %[[K]]
+// ISA-LABEL: func.func @encoder_layer
+// ISA-NOT: "nisa.alloc"() {memory = "hbm"}
+// ISA: return
+// NOFFN-LABEL: func.func @encoder_layer
+// NOFFN-NOT: trn.rows_handed_on
+// NOFFN: }) {kind = "attention_linear_rows"} : () -> tensor<1x128x128xbf16>
+// NOFFN-NEXT: "trn.kernel"() ({
+// NOFFN: }) {kind = "mlp_rows"} : () -> tensor<1x128x128xbf16>
+func.func @encoder_layer(%arg0: tensor<1x128x128xbf16>, %arg1: tensor<384xbf16>, %arg2: tensor<128x384xbf16>, %arg3: tensor<128xbf16>, %arg4: tensor<128x128xbf16>, %arg5: tensor<128xbf16>, %arg6: tensor<128xbf16>, %arg7: tensor<256xbf16>, %arg8: tensor<128x256xbf16>, %arg9: tensor<128xbf16>, %arg10: tensor<256x128xbf16>, %arg11: tensor<128xbf16>, %arg12: tensor<128xbf16>) -> tensor<1x128x128xbf16> {
+  %0 = "trn.kernel"() ({
+    %4 = "trn.reshape"(%arg0) : (tensor<1x128x128xbf16>) -> tensor<128x128xbf16>
+    %5 = "trn.broadcast"(%arg1) {dimensions = array<i64: 0>} : (tensor<384xbf16>) -> tensor<128x384xbf16>
+    %6 = "trn.matmul"(%4, %arg2) : (tensor<128x128xbf16>, tensor<128x384xbf16>) -> tensor<128x384xf32>
+    %7 = "trn.tensor_tensor"(%5, %6) {op = "add"} : (tensor<128x384xbf16>, tensor<128x384xf32>) -> tensor<128x384xf32>
+    %8 = "trn.convert"(%7) : (tensor<128x384xf32>) -> tensor<128x384xbf16>
+    "trn.yield"(%8) : (tensor<128x384xbf16>) -> ()
+  }) {kind = "matmul"} : () -> tensor<128x384xbf16>
+  %1 = "trn.kernel"() ({
+    %4 = "trn.reshape"(%0) : (tensor<128x384xbf16>) -> tensor<1x128x3x2x64xbf16>
+    %5 = "trn.transpose"(%4) {permutation = array<i64: 2, 0, 3, 1, 4>} : (tensor<1x128x3x2x64xbf16>) -> tensor<3x1x2x128x64xbf16>
+    %6 = "trn.view"(%5) {indexing_map = affine_map<(d0, d1, d2, d3, d4) -> (d0, d1, d2, d3, d4)>} : (tensor<3x1x2x128x64xbf16>) -> tensor<1x1x2x128x64xbf16>
+    %7 = "trn.reshape"(%6) : (tensor<1x1x2x128x64xbf16>) -> tensor<2x128x64xbf16>
+    %8 = "trn.view"(%5) {indexing_map = affine_map<(d0, d1, d2, d3, d4) -> (d0 + 1, d1, d2, d3, d4)>} : (tensor<3x1x2x128x64xbf16>) -> tensor<1x1x2x128x64xbf16>
+    %9 = "trn.reshape"(%8) : (tensor<1x1x2x128x64xbf16>) -> tensor<1x2x128x64xbf16>
+    %10 = "trn.transpose"(%9) {permutation = array<i64: 0, 1, 3, 2>} : (tensor<1x2x128x64xbf16>) -> tensor<1x2x64x128xbf16>
+    %11 = "trn.reshape"(%10) : (tensor<1x2x64x128xbf16>) -> tensor<2x64x128xbf16>
+    %12 = "trn.matmul"(%7, %11) : (tensor<2x128x64xbf16>, tensor<2x64x128xbf16>) -> tensor<2x128x128xf32>
+    %13 = "trn.convert"(%12) : (tensor<2x128x128xf32>) -> tensor<2x128x128xbf16>
+    %14 = "trn.reshape"(%13) : (tensor<2x128x128xbf16>) -> tensor<1x2x128x128xbf16>
+    %15 = "trn.tensor_scalar"(%14) {op = "mul", reverse = false, scalar = 1.250000e-01 : f32} : (tensor<1x2x128x128xbf16>) -> tensor<1x2x128x128xf32>
+    %16 = "trn.reduce"(%15) {dimensions = array<i64: 3>, op = "max"} : (tensor<1x2x128x128xf32>) -> tensor<1x2x128xf32>
+    %17 = "trn.broadcast"(%16) {dimensions = array<i64: 3>} : (tensor<1x2x128xf32>) -> tensor<1x2x128x128xf32>
+    %18 = "trn.tensor_tensor"(%15, %17) {op = "sub"} : (tensor<1x2x128x128xf32>, tensor<1x2x128x128xf32>) -> tensor<1x2x128x128xf32>
+    %19 = "trn.activation"(%18) {bias = 0.000000e+00 : f32, func = "exp", scale = 1.000000e+00 : f32} : (tensor<1x2x128x128xf32>) -> tensor<1x2x128x128xf32>
+    %20 = "trn.reduce"(%19) {dimensions = array<i64: 3>, op = "add"} : (tensor<1x2x128x128xf32>) -> tensor<1x2x128xf32>
+    %21 = "trn.broadcast"(%20) {dimensions = array<i64: 3>} : (tensor<1x2x128xf32>) -> tensor<1x2x128x128xf32>
+    %22 = "trn.tensor_tensor"(%19, %21) {op = "div"} : (tensor<1x2x128x128xf32>, tensor<1x2x128x128xf32>) -> tensor<1x2x128x128xf32>
+    %23 = "trn.convert"(%22) : (tensor<1x2x128x128xf32>) -> tensor<1x2x128x128xbf16>
+    %24 = "trn.reshape"(%23) : (tensor<1x2x128x128xbf16>) -> tensor<2x128x128xbf16>
+    %25 = "trn.reshape"(%0) : (tensor<128x384xbf16>) -> tensor<1x128x3x2x64xbf16>
+    %26 = "trn.transpose"(%25) {permutation = array<i64: 2, 0, 3, 1, 4>} : (tensor<1x128x3x2x64xbf16>) -> tensor<3x1x2x128x64xbf16>
+    %27 = "trn.view"(%26) {indexing_map = affine_map<(d0, d1, d2, d3, d4) -> (d0 + 2, d1, d2, d3, d4)>} : (tensor<3x1x2x128x64xbf16>) -> tensor<1x1x2x128x64xbf16>
+    %28 = "trn.reshape"(%27) : (tensor<1x1x2x128x64xbf16>) -> tensor<2x128x64xbf16>
+    %29 = "trn.matmul"(%24, %28) : (tensor<2x128x128xbf16>, tensor<2x128x64xbf16>) -> tensor<2x128x64xf32>
+    %30 = "trn.convert"(%29) : (tensor<2x128x64xf32>) -> tensor<2x128x64xbf16>
+    %31 = "trn.reshape"(%30) : (tensor<2x128x64xbf16>) -> tensor<1x2x128x64xbf16>
+    %32 = "trn.transpose"(%31) {permutation = array<i64: 0, 2, 1, 3>} : (tensor<1x2x128x64xbf16>) -> tensor<1x128x2x64xbf16>
+    "trn.yield"(%32) : (tensor<1x128x2x64xbf16>) -> ()
+  }) {kind = "attention"} : () -> tensor<1x128x2x64xbf16>
+  %2 = "trn.kernel"() ({
+    %4 = "trn.reshape"(%1) : (tensor<1x128x2x64xbf16>) -> tensor<128x128xbf16>
+    %5 = "trn.broadcast"(%arg3) {dimensions = array<i64: 0>} : (tensor<128xbf16>) -> tensor<128x128xbf16>
+    %6 = "trn.matmul"(%4, %arg4) : (tensor<128x128xbf16>, tensor<128x128xbf16>) -> tensor<128x128xf32>
+    %7 = "trn.tensor_tensor"(%5, %6) {op = "add"} : (tensor<128x128xbf16>, tensor<128x128xf32>) -> tensor<128x128xf32>
+    %8 = "trn.convert"(%7) {trn.producer_result} : (tensor<128x128xf32>) -> tensor<128x128xbf16>
+    %9 = "trn.reshape"(%8) : (tensor<128x128xbf16>) -> tensor<1x128x128xbf16>
+    %10 = "trn.broadcast"(%arg5) {dimensions = array<i64: 0, 1>} : (tensor<128xbf16>) -> tensor<1x128x128xbf16>
+    %11 = "trn.broadcast"(%arg6) {dimensions = array<i64: 0, 1>} : (tensor<128xbf16>) -> tensor<1x128x128xbf16>
+    %12 = "trn.tensor_tensor"(%arg0, %9) {op = "add"} : (tensor<1x128x128xbf16>, tensor<1x128x128xbf16>) -> tensor<1x128x128xf32>
+    %13 = "trn.convert"(%12) : (tensor<1x128x128xf32>) -> tensor<1x128x128xbf16>
+    %14 = "trn.reduce"(%13) {dimensions = array<i64: 2>, op = "add"} : (tensor<1x128x128xbf16>) -> tensor<1x128xbf16>
+    %15 = "trn.tensor_scalar"(%14) {op = "mul", reverse = false, scalar = 7.812500e-03 : f32} : (tensor<1x128xbf16>) -> tensor<1x128xf32>
+    %16 = "trn.convert"(%15) : (tensor<1x128xf32>) -> tensor<1x128xbf16>
+    %17 = "trn.broadcast"(%16) {dimensions = array<i64: 2>} : (tensor<1x128xbf16>) -> tensor<1x128x128xbf16>
+    %18 = "trn.tensor_tensor"(%13, %17) {op = "sub"} : (tensor<1x128x128xbf16>, tensor<1x128x128xbf16>) -> tensor<1x128x128xf32>
+    %19 = "trn.tensor_tensor"(%18, %18) {op = "mul"} : (tensor<1x128x128xf32>, tensor<1x128x128xf32>) -> tensor<1x128x128xf32>
+    %20 = "trn.convert"(%19) : (tensor<1x128x128xf32>) -> tensor<1x128x128xbf16>
+    %21 = "trn.reduce"(%20) {dimensions = array<i64: 2>, op = "add"} : (tensor<1x128x128xbf16>) -> tensor<1x128xbf16>
+    %22 = "trn.tensor_scalar"(%21) {op = "mul", reverse = false, scalar = 7.812500e-03 : f32} : (tensor<1x128xbf16>) -> tensor<1x128xf32>
+    %23 = "trn.tensor_scalar"(%22) {op = "add", reverse = false, scalar = 9.99999974E-6 : f32} : (tensor<1x128xf32>) -> tensor<1x128xf32>
+    %24 = "trn.activation"(%23) {bias = 0.000000e+00 : f32, func = "rsqrt", scale = 1.000000e+00 : f32} : (tensor<1x128xf32>) -> tensor<1x128xf32>
+    %25 = "trn.convert"(%24) : (tensor<1x128xf32>) -> tensor<1x128xbf16>
+    %26 = "trn.broadcast"(%25) {dimensions = array<i64: 2>} : (tensor<1x128xbf16>) -> tensor<1x128x128xbf16>
+    %27 = "trn.tensor_tensor"(%18, %26) {op = "mul"} : (tensor<1x128x128xf32>, tensor<1x128x128xbf16>) -> tensor<1x128x128xf32>
+    %28 = "trn.tensor_tensor"(%27, %10) {op = "mul"} : (tensor<1x128x128xf32>, tensor<1x128x128xbf16>) -> tensor<1x128x128xf32>
+    %29 = "trn.tensor_tensor"(%28, %11) {op = "add"} : (tensor<1x128x128xf32>, tensor<1x128x128xbf16>) -> tensor<1x128x128xf32>
+    %30 = "trn.convert"(%29) : (tensor<1x128x128xf32>) -> tensor<1x128x128xbf16>
+    "trn.yield"(%30) : (tensor<1x128x128xbf16>) -> ()
+  }) {kind = "linear_rows"} : () -> tensor<1x128x128xbf16>
+  %3 = "trn.kernel"() ({
+    %4 = "trn.reshape"(%2) : (tensor<1x128x128xbf16>) -> tensor<128x128xbf16>
+    %5 = "trn.broadcast"(%arg7) {dimensions = array<i64: 0>} : (tensor<256xbf16>) -> tensor<128x256xbf16>
+    %6 = "trn.matmul"(%4, %arg8) : (tensor<128x128xbf16>, tensor<128x256xbf16>) -> tensor<128x256xf32>
+    %7 = "trn.tensor_tensor"(%5, %6) {op = "add"} : (tensor<128x256xbf16>, tensor<128x256xf32>) -> tensor<128x256xf32>
+    %8 = "trn.activation"(%7) {bias = 0.000000e+00 : f32, func = "gelu", scale = 1.000000e+00 : f32} : (tensor<128x256xf32>) -> tensor<128x256xf32>
+    %9 = "trn.convert"(%8) : (tensor<128x256xf32>) -> tensor<128x256xbf16>
+    %10 = "trn.broadcast"(%arg9) {dimensions = array<i64: 0>} : (tensor<128xbf16>) -> tensor<128x128xbf16>
+    %11 = "trn.matmul"(%9, %arg10) : (tensor<128x256xbf16>, tensor<256x128xbf16>) -> tensor<128x128xf32>
+    %12 = "trn.tensor_tensor"(%10, %11) {op = "add"} : (tensor<128x128xbf16>, tensor<128x128xf32>) -> tensor<128x128xf32>
+    %13 = "trn.convert"(%12) {trn.producer_result} : (tensor<128x128xf32>) -> tensor<128x128xbf16>
+    %14 = "trn.reshape"(%13) : (tensor<128x128xbf16>) -> tensor<1x128x128xbf16>
+    %15 = "trn.broadcast"(%arg11) {dimensions = array<i64: 0, 1>} : (tensor<128xbf16>) -> tensor<1x128x128xbf16>
+    %16 = "trn.broadcast"(%arg12) {dimensions = array<i64: 0, 1>} : (tensor<128xbf16>) -> tensor<1x128x128xbf16>
+    %17 = "trn.tensor_tensor"(%2, %14) {op = "add"} : (tensor<1x128x128xbf16>, tensor<1x128x128xbf16>) -> tensor<1x128x128xf32>
+    %18 = "trn.convert"(%17) : (tensor<1x128x128xf32>) -> tensor<1x128x128xbf16>
+    %19 = "trn.reduce"(%18) {dimensions = array<i64: 2>, op = "add"} : (tensor<1x128x128xbf16>) -> tensor<1x128xbf16>
+    %20 = "trn.tensor_scalar"(%19) {op = "mul", reverse = false, scalar = 7.812500e-03 : f32} : (tensor<1x128xbf16>) -> tensor<1x128xf32>
+    %21 = "trn.convert"(%20) : (tensor<1x128xf32>) -> tensor<1x128xbf16>
+    %22 = "trn.broadcast"(%21) {dimensions = array<i64: 2>} : (tensor<1x128xbf16>) -> tensor<1x128x128xbf16>
+    %23 = "trn.tensor_tensor"(%18, %22) {op = "sub"} : (tensor<1x128x128xbf16>, tensor<1x128x128xbf16>) -> tensor<1x128x128xf32>
+    %24 = "trn.tensor_tensor"(%23, %23) {op = "mul"} : (tensor<1x128x128xf32>, tensor<1x128x128xf32>) -> tensor<1x128x128xf32>
+    %25 = "trn.convert"(%24) : (tensor<1x128x128xf32>) -> tensor<1x128x128xbf16>
+    %26 = "trn.reduce"(%25) {dimensions = array<i64: 2>, op = "add"} : (tensor<1x128x128xbf16>) -> tensor<1x128xbf16>
+    %27 = "trn.tensor_scalar"(%26) {op = "mul", reverse = false, scalar = 7.812500e-03 : f32} : (tensor<1x128xbf16>) -> tensor<1x128xf32>
+    %28 = "trn.tensor_scalar"(%27) {op = "add", reverse = false, scalar = 9.99999974E-6 : f32} : (tensor<1x128xf32>) -> tensor<1x128xf32>
+    %29 = "trn.activation"(%28) {bias = 0.000000e+00 : f32, func = "rsqrt", scale = 1.000000e+00 : f32} : (tensor<1x128xf32>) -> tensor<1x128xf32>
+    %30 = "trn.convert"(%29) : (tensor<1x128xf32>) -> tensor<1x128xbf16>
+    %31 = "trn.broadcast"(%30) {dimensions = array<i64: 2>} : (tensor<1x128xbf16>) -> tensor<1x128x128xbf16>
+    %32 = "trn.tensor_tensor"(%23, %31) {op = "mul"} : (tensor<1x128x128xf32>, tensor<1x128x128xbf16>) -> tensor<1x128x128xf32>
+    %33 = "trn.tensor_tensor"(%32, %15) {op = "mul"} : (tensor<1x128x128xf32>, tensor<1x128x128xbf16>) -> tensor<1x128x128xf32>
+    %34 = "trn.tensor_tensor"(%33, %16) {op = "add"} : (tensor<1x128x128xf32>, tensor<1x128x128xbf16>) -> tensor<1x128x128xf32>
+    %35 = "trn.convert"(%34) : (tensor<1x128x128xf32>) -> tensor<1x128x128xbf16>
+    "trn.yield"(%35) : (tensor<1x128x128xbf16>) -> ()
+  }) {kind = "mlp_rows"} : () -> tensor<1x128x128xbf16>
+  return %3 : tensor<1x128x128xbf16>
 }
