@@ -405,12 +405,13 @@ class _FunctionLowering:
         return compute, unmerged
 
     def _lower_attention_output(self, kernel: ir.Operation, body: list[ir.Operation]
-                                ) -> tuple[list[ir.Operation], dict, dict]:
+                                ) -> tuple[list[ir.Operation], dict, dict, tuple]:
         """The attention part of an attention_linear_rows kernel (and the QKV projection in
         front of it, where the kernel starts with one), lowered with its output's token rows
         kept on chip. Returns the rest of the body (the linear_rows kernel's ops and the
-        yield), those rows by first token, and a storage-less view of the output for the
-        rest's views to derive from."""
+        yield), those rows by first token, a storage-less view of the output for the rest's
+        views to derive from, and the QKV projection's RowTiles (whose loaded input rows
+        the first residual reads), if any."""
         marked = [i for i, op in enumerate(body) if ATTENTION_OUTPUT in op.attributes]
         first = [i for i, op in enumerate(body) if ATTENTION_INPUT in op.attributes]
         if len(marked) != 1 or not marked[0] < len(body) - 2 or len(first) > 1 or \
@@ -436,14 +437,16 @@ class _FunctionLowering:
         lower_attention(self.em, body[start:marked[0] + 1], views, self._batched_view,
                         (value, view), masked_keys=self.masked_keys,
                         scale_into_q=self.scale_into_q, token_rows=rows, computed=computed)
-        return body[marked[0] + 1:], rows, {value: view}
+        return body[marked[0] + 1:], rows, {value: view}, (computed,) if computed else ()
 
     def _lower_linear_rows_part(self, kernel: ir.Operation, body: list[ir.Operation],
-                                handed_on: list[int], given_rows: dict, given_views: dict
-                                ) -> tuple[list[ir.Operation], dict, dict, ir.Value]:
+                                handed_on: list[int], given_rows: dict, given_views: dict,
+                                inputs_loaded: tuple) -> tuple[list[ir.Operation], dict, dict,
+                                                               ir.Value]:
         """The linear_rows part of an attention_linear_rows kernel whose rows' result the
         mlp_rows part after it reads (trn-fuse-attention-output), lowered with that result
-        kept on chip, 128 token rows per tile. Returns the rest of the body (the mlp_rows
+        kept on chip, 128 token rows per tile (`inputs_loaded`: the QKV projection's
+        RowTiles, whose loaded input rows its residual reads). Returns the rest of the body (the mlp_rows
         ops and the yield), those tiles by first token, a storage-less view of the result,
         and the result."""
         marked = [i for i, op in enumerate(body[:handed_on[0]])
@@ -470,7 +473,7 @@ class _FunctionLowering:
 
         lower_mlp_rows(self.em, compute, views, body[marked[0]].results[0],
                        body[marked[0] + 1:end], self._view, (value, view), matmuls=1,
-                       given_x_rows=given_rows, consume=keep)
+                       given_x_rows=given_rows, consume=keep, input_rows_of=inputs_loaded)
         return body[end:], kept, {value: view}, value
 
     def _lower_kernel(self, kernel: ir.Operation, out: HbmView, also: list[HbmView]) -> None:
@@ -479,18 +482,19 @@ class _FunctionLowering:
         annotate(kernel, self.em.target)
         body = kernel_body(kernel)
         kind = U.str_attr(kernel, "kind")
-        given_rows, given_views, given_x = None, {}, None
+        given_rows, given_views, given_x, inputs_loaded = None, {}, None, ()
         if kind == ATTENTION_LINEAR_ROWS and not also:
             # The attention's part first, its output kept on chip as token rows; the rest is
             # the linear_rows kernel that reads them (trn-fuse-attention-output), and where
             # that one's rows are handed on, the mlp_rows kernel that reads those.
-            body, given_rows, given_views = self._lower_attention_output(kernel, body)
+            body, given_rows, given_views, inputs_loaded = self._lower_attention_output(
+                kernel, body)
             kind = "linear_rows"
             handed_on = [i for i, op in enumerate(body) if ROWS_HANDED_ON in op.attributes]
             if handed_on:
                 body, given_rows, given_views, given_x = self._lower_linear_rows_part(
-                    kernel, body, handed_on, given_rows, given_views)
-                kind = "mlp_rows"
+                    kernel, body, handed_on, given_rows, given_views, inputs_loaded)
+                kind, inputs_loaded = "mlp_rows", ()
         if kind == "attention":
             # Bound by ACT and DVE, an attention kernel runs mostly on its own (a sixth of an
             # encoder layer's time): what earlier kernels gave each engine is largely done by
@@ -551,7 +555,7 @@ class _FunctionLowering:
             lower_mlp_rows(self.em, compute, views, body[-2].results[0], rows_body[:-1],
                            self._view, (rows_body[-1].operands[0], out),
                            matmuls=2 if kind == "mlp_rows" else 1, given_x_rows=given_rows,
-                           given_x=given_x)
+                           given_x=given_x, input_rows_of=inputs_loaded)
             return
         if kind == "weight_gradient":
             lower_weight_gradient(self.em, compute, views, [(yielded, out)] + extra)

@@ -184,6 +184,27 @@ class RowTiles:
         self.value_type = U.element_type(value)
         self.tiles: dict[int, Tile] = {}         # first token -> its evacuated row tile
 
+    def input_rows(self, view: HbmView) -> Tile | None:
+        """The tile the mlp's X^T staging loaded for these rows of its input X, where `view`
+        is whole 128-token rows of X (a post-norm block's residual: its FFN reads the norm's
+        output X and adds X back), so that they are loaded once; None otherwise."""
+        mlp = self.mlp
+        x = mlp.x
+        if view.buffer is None or x.buffer is None or view.buffer != x.buffer:
+            return None
+        rows = view.shape[0]
+        flat = view.reshape((rows, math.prod(view.shape[1:])))
+        step = x.strides[0]
+        if flat is None or step <= 0 or (flat.offset - x.offset) % step:
+            return None
+        t0 = (flat.offset - x.offset) // step
+        if t0 % mlp.tp or not 0 <= t0 < mlp.tokens or \
+                flat != x.slice(0, t0, min(rows, mlp.tokens - t0)):
+            return None
+        self.of(t0)          # (the block's staging loads X's rows)
+        tile = mlp.x_rows.get(t0)
+        return tile if tile is not None and tile.partitions == rows else None
+
     def of(self, t0: int) -> Tile:
         """The row tile of the 128 tokens from t0 (a multiple of 128)."""
         if t0 not in self.tiles:
@@ -256,8 +277,8 @@ def lower_mlp_rows(em: Emitter, compute: list[ir.Operation], views: dict,
                    output: tuple[ir.Value, HbmView], matmuls: int = 2,
                    given_x_rows: dict[int, Tile] | None = None,
                    given_x: ir.Value | None = None,
-                   consume: Callable[[Tile, HbmView, Tile | None], None] | None = None
-                   ) -> None:
+                   consume: Callable[[Tile, HbmView, Tile | None], None] | None = None,
+                   input_rows_of: tuple["RowTiles", ...] = ()) -> None:
     """An mlp_rows kernel (trn-fuse; with `matmuls` = 1, a linear_rows kernel, its producer
     one Linear): the producer part `compute` (as for `lower_mlp`) computes `mlp_value`
     [tokens, features], which the row-wise part `rows_body` (trn.yield left out) reads,
@@ -271,7 +292,8 @@ def lower_mlp_rows(em: Emitter, compute: list[ir.Operation], views: dict,
     norm's: trn-fuse-attention-output), turned on PE where they would have been loaded;
     `given_x`, the value they hold, where the rows read it too (a post-norm FFN's residual):
     its row tiles are those. `consume(tile, view, divisor)`: where given, the rows' result
-    tiles go to it instead of being stored (`lower_rows`)."""
+    tiles go to it instead of being stored (`lower_rows`). `input_rows_of`: other producers
+    of the kernel whose loaded input rows the rows may read (`RowTiles.input_rows`)."""
     mlp = _Mlp(em, compute, views, mlp_value, matmuls)
     if given_x_rows:
         mlp.x_t.given_rows = given_x_rows
@@ -299,26 +321,6 @@ def lower_mlp_rows(em: Emitter, compute: list[ir.Operation], views: dict,
             leaves.add(op.results[0])
     row_tiles = RowTiles(mlp, mlp_value)
 
-    def x_rows(view: HbmView) -> Tile | None:
-        """The tile X's staging loaded for these rows of X, where `view` is whole rows of
-        the mlp's input X (a post-norm block's residual: its FFN reads the norm's output X
-        and adds X back), so that they are loaded once; None otherwise."""
-        x = mlp.x
-        if view.buffer is None or x.buffer is None or view.buffer != x.buffer:
-            return None
-        rows = view.shape[0]
-        flat = view.reshape((rows, math.prod(view.shape[1:])))
-        step = x.strides[0]
-        if flat is None or step <= 0 or (flat.offset - x.offset) % step:
-            return None
-        t0 = (flat.offset - x.offset) // step
-        if t0 % mlp.tp or not 0 <= t0 < tokens or \
-                flat != x.slice(0, t0, min(rows, tokens - t0)):
-            return None
-        row_tiles.of(t0)          # (the block's staging loads X's rows)
-        tile = mlp.x_rows.get(t0)
-        return tile if tile is not None and tile.partitions == rows else None
-
     def whole_rows(view: HbmView, width: int, what: str) -> int:
         """The first token of a row tile's view of a [tokens, `width`] value; a CompileError
         unless it is whole 128-token rows, one after another (a tile whose rows were strided
@@ -344,7 +346,11 @@ def lower_mlp_rows(em: Emitter, compute: list[ir.Operation], views: dict,
                                    "on chip for it", mlp.second.location)
             return given
         if value not in leaves:
-            return x_rows(view)
+            # Rows of an input some part of the kernel loaded (the mlp's X, or the QKV
+            # projection's for the first residual of an encoder layer), else loaded here.
+            return next((tile for tile in (rows.input_rows(view)
+                                           for rows in (row_tiles, *input_rows_of))
+                         if tile is not None), None)
         return row_tiles.of(whole_rows(view, features, f"the {producer}'s output"))
 
     lower_rows(em, rows_body, rows_views, view_of, output, produce, consume)

@@ -27,8 +27,10 @@ views of its columns) joins the kernel in front, its result op marked
 2048 tokens): its weight stays resident, and each batch index's token rows are computed,
 128 tokens at a time, when the attention stages that batch index's operands
 (kernels/mlp.py `RowTiles`, `ComputedRows`), then transposed on PE where Q^T and K^T
-loaded them (the same values, the same bits). The weight's K-tiles must take at most
-WEIGHT_SBUF_SHARE of SBUF.
+loaded them (the same values, the same bits). The rows of its input it loads (the layer's
+input x) are the rows the first residual adds back (`RowTiles.input_rows`), not loaded
+again. The weight's K-tiles must take at most WEIGHT_SBUF_SHARE of SBUF, and the input's
+row tiles OUTPUT_SBUF_SHARE.
 
 Option `ffn` (on by default): the mlp_rows kernel after it (a post-norm FFN, then its
 residual add and layer norm) that alone reads the kernel's result (the first layer norm's
@@ -159,7 +161,8 @@ def _qkv_projection_of(kernel: ir.Operation, target) -> ir.Operation | None:
     `kernel` (an attention_linear_rows kernel) alone reads, through view ops only, as the
     operands of its matmuls, when it can join the kernel in front (one 2-D matmul, nothing
     computed ahead of it, its epilogue ending the body; whole 128-token row tiles; its
-    weight resident within WEIGHT_SBUF_SHARE of SBUF); else None."""
+    weight resident within WEIGHT_SBUF_SHARE of SBUF, its input's row tiles within
+    OUTPUT_SBUF_SHARE); else None."""
     body = kernel_body(kernel)
     end = next((i for i, op in enumerate(body) if ATTENTION_OUTPUT in op.attributes), None)
     if end is None:
@@ -213,8 +216,12 @@ def _computable_as_rows(producer: ir.Operation, target) -> bool:
         return False
     k = U.shape(matmuls[0].operands[1])[0]
     itemsize = U.element_bytes(U.element_type(matmuls[0].operands[1]))
+    # (Its input's row tiles may stay too, until the first residual reads them.)
+    x_bytes = tokens // target.pe_cols * k * U.element_bytes(
+        U.element_type(matmuls[0].operands[0]))
     return itemsize * -(-k // target.pe_rows) * features <= \
-        target.sbuf_partition_bytes * WEIGHT_SBUF_SHARE
+        target.sbuf_partition_bytes * WEIGHT_SBUF_SHARE and \
+        x_bytes <= target.sbuf_partition_bytes * OUTPUT_SBUF_SHARE
 
 
 def _ffn_reading(kernel: ir.Operation, target) -> ir.Operation | None:
