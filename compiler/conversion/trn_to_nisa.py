@@ -426,7 +426,9 @@ class _FunctionLowering:
             views = dict(self.views)
             compute, _ = self._views_and_compute(body[:start], views, ATTENTION_LINEAR_ROWS)
             qkv = body[first[0]].results[0]
-            computed = RowTiles(_Mlp(self.em, compute, views, qkv, 1), qkv)
+            # (Each part's instructions carry its own location, the profile's attribution.)
+            computed = RowTiles(_Mlp(self.em, compute, views, qkv, 1), qkv,
+                                body[first[0]].location)
             views[qkv] = dataclasses.replace(HbmView.abstract(tuple(U.shape(qkv))),
                                              element_type_hint=U.element_type(qkv))
         value = body[marked[0]].results[0]
@@ -434,9 +436,11 @@ class _FunctionLowering:
                                    element_type_hint=U.element_type(value))
         rows: dict = {}
         self.em.discount_engine_work(ATTENTION_CARRY_OVER)
-        lower_attention(self.em, body[start:marked[0] + 1], views, self._batched_view,
-                        (value, view), masked_keys=self.masked_keys,
-                        scale_into_q=self.scale_into_q, token_rows=rows, computed=computed)
+        with body[marked[0]].location:
+            lower_attention(self.em, body[start:marked[0] + 1], views, self._batched_view,
+                            (value, view), masked_keys=self.masked_keys,
+                            scale_into_q=self.scale_into_q, token_rows=rows,
+                            computed=computed)
         return body[marked[0] + 1:], rows, {value: view}, (computed,) if computed else ()
 
     def _lower_linear_rows_part(self, kernel: ir.Operation, body: list[ir.Operation],
@@ -471,9 +475,10 @@ class _FunctionLowering:
                                    kernel.location)
             kept[t0] = tile
 
-        lower_mlp_rows(self.em, compute, views, body[marked[0]].results[0],
-                       body[marked[0] + 1:end], self._view, (value, view), matmuls=1,
-                       given_x_rows=given_rows, consume=keep, input_rows_of=inputs_loaded)
+        with body[handed_on[0]].location:
+            lower_mlp_rows(self.em, compute, views, body[marked[0]].results[0],
+                           body[marked[0] + 1:end], self._view, (value, view), matmuls=1,
+                           given_x_rows=given_rows, consume=keep, input_rows_of=inputs_loaded)
         return body[end:], kept, {value: view}, value
 
     def _lower_kernel(self, kernel: ir.Operation, out: HbmView, also: list[HbmView]) -> None:

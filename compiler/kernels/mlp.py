@@ -19,6 +19,7 @@ the weights and Y once.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 from typing import Callable
@@ -179,8 +180,10 @@ class RowTiles:
     computes its token block (`_Mlp.block`), and the block's output tiles are evacuated
     through the second epilogue into row tiles in the output's type."""
 
-    def __init__(self, mlp: _Mlp, value: ir.Value):
-        self.mlp, self.value = mlp, value
+    def __init__(self, mlp: _Mlp, value: ir.Value, location: ir.Location | None = None):
+        """`location`: the instructions' location, where it is not the enclosing one (a
+        part of a merged kernel computed while another part is lowered)."""
+        self.mlp, self.value, self.location = mlp, value, location
         self.value_type = U.element_type(value)
         self.tiles: dict[int, Tile] = {}         # first token -> its evacuated row tile
 
@@ -210,7 +213,8 @@ class RowTiles:
         if t0 not in self.tiles:
             mlp = self.mlp
             b0 = t0 - t0 % mlp.block_tokens
-            self._evacuate(b0, min(mlp.block_tokens, mlp.tokens - b0))
+            with self.location or contextlib.nullcontext():
+                self._evacuate(b0, min(mlp.block_tokens, mlp.tokens - b0))
         return self.tiles[t0]
 
     def _evacuate(self, t0: int, tn: int) -> None:
