@@ -366,6 +366,9 @@ def test_encoder_layer_is_one_kernel_and_moves_only_its_compulsory_bytes(
                                            fuse_attention_ffn=False)
     assert fused_trn.count('"trn.kernel"') == 1 and "trn.rows_handed_on" in fused_trn
     assert apart_trn.count('"trn.kernel"') == 2 and 'kind = "mlp_rows"' in apart_trn
+    # Each part's instructions keep their own source location (the profile's breakdowns):
+    # the QKV projection's, the attention's, the first norm's and the FFN's.
+    assert len({e.location for e in fused_profile.events if e.stream == "pe"}) == 4
     torch.testing.assert_close(fused, apart, atol=0, rtol=0)
     with torch.no_grad():
         torch.testing.assert_close(fused, model(x), atol=5e-2, rtol=5e-2)
