@@ -352,7 +352,10 @@ def lower_attention(em: Emitter, body: list[ir.Operation], views: dict,
 
     def consume(probs_tile: Tile, view: HbmView, divisor: Tile | None) -> None:
         b, q0, qn = locate(view)
-        _, _, v_t, _, h0 = operands_of(b)
+        _, _, v_t, _, _ = operands_of(b)
+        # The head's columns of V (staged with all heads' dv columns each where `heads` > 1;
+        # K^T's rows, d per head, start elsewhere where dv != d).
+        v0 = b % heads * dv
         width = v_t.view.shape[1]          # every head's values, loaded as whole rows
         acc = em.alloc("psum", qn, dv, ir.F32Type.get())
         # P^T in 128-key blocks, side by side in one PSUM bank where they fit, evacuated by
@@ -370,7 +373,7 @@ def lower_attention(em: Emitter, body: list[ir.Operation], views: dict,
             em.copy(stationary, turned)
             for i, (k0, _) in enumerate(group):
                 em.matmul(acc, stationary.columns(i * qn, qn),
-                          v_t.tile(k0, kn, 0, width).columns(h0, dv), accumulate=k0 > 0)
+                          v_t.tile(k0, kn, 0, width).columns(v0, dv), accumulate=k0 > 0)
         # softmax's division, deferred by the row part to this [rows, Dv] product (it is
         # linear in each row of P): Dv columns divided instead of Sk. Where the epilogue only
         # rounds, the division is the evacuation (DVE rounds its fp32 quotient as it writes).

@@ -104,12 +104,19 @@ class _Staged:
         return self.tile(kb, tk, f0, fn).partition_slice(k0 - kb, kn)
 
     def _part_of_given_rows(self, k0: int, kn: int, f0: int, fn: int) -> Tile:
-        """Columns f0..f0+fn of rows k0..k0+kn from the given row tile holding them."""
+        """Columns f0..f0+fn of rows k0..k0+kn from the given row tile holding them, in the
+        operand's element type (a copy converts them where the tile holds another: a load
+        would have converted them on the way, as DMA does)."""
         given = self.given_rows.get(k0)
         if given is None or given.partitions != kn or f0 + fn > given.free:
             raise CompileError(f"rows {k0}..{k0 + kn} of a matmul operand are not a row tile "
                                "computed on chip")
-        return given.columns(f0, fn)
+        tile = given.columns(f0, fn)
+        if tile.element_type != self.element_type:
+            converted = self.em.alloc("sbuf", kn, fn, self.element_type)
+            self.em.copy(converted, tile)
+            return converted
+        return tile
 
     def _part_of_row_panel(self, k0: int, kn: int, f0: int, fn: int) -> Tile | None:
         """Columns f0..f0+fn of rows k0..k0+kn, from the row panel [kn, panel_f columns]

@@ -53,7 +53,9 @@ from torchneuron.compiler import ir_utils as U
 from torchneuron.compiler.kernels import mlp as mlp_kernel
 from torchneuron.compiler.kernels.tile_ops import SOURCE_OPS, VIEW_OPS
 from torchneuron.compiler.passes import Pass, register
-from torchneuron.compiler.transforms.fuse import PRODUCER_RESULT, merge_kernels
+from torchneuron.compiler.transforms.fuse import (
+    MLP_RESIDENT_SHARE, PRODUCER_RESULT, merge_kernels,
+)
 from torchneuron.compiler.transforms.layout import TOKEN_MAJOR
 from torchneuron.compiler.transforms.tile import kernel_body
 from torchneuron.target import get_target
@@ -66,8 +68,12 @@ ATTENTION_OUTPUT = "trn.attention_output"
 ATTENTION_INPUT = "trn.attention_input"
 # Marks the op that computes the linear_rows part's result, where an mlp_rows part reads it.
 ROWS_HANDED_ON = "trn.rows_handed_on"
-# The share of SBUF the QKV projection's resident weight may take.
+# The share of SBUF the QKV projection's resident weight may take ...
 WEIGHT_SBUF_SHARE = 0.2
+# ... and what stays in SBUF while the attention part runs (`_computable_as_rows`); the rest
+# holds the tiles each step makes and drops (an encoder layer over 4 x 512 tokens in bf16:
+# 142 KiB of 224 on trn2).
+MERGED_SBUF_SHARE = 0.9
 # The share of SBUF (bytes per partition) the attention output's tiles, all live until the
 # projection reads them, may take: the rest holds the attention's staged operands (at most a
 # quarter, kernels/attention.py) and then the projection's resident weight and row tiles.
@@ -172,9 +178,12 @@ def _qkv_projection_of(kernel: ir.Operation, target) -> ir.Operation | None:
     found = [p for p in producers if p is not None and p.name == "trn.kernel" and
              U.str_attr(p, "kind") == "matmul" and len(p.results) == 1 and
              p.parent == kernel.parent]
+    b, s, h, dv = U.shape(body[end].results[0])
+    output_bytes = b * -(-s // target.pe_cols) * h * dv * U.element_bytes(
+        U.element_type(body[end].results[0]))
     for producer in found:
         if _read_as_attention_operands(producer.results[0], attention_ops) and \
-                _computable_as_rows(producer, target):
+                _computable_as_rows(producer, target, s, output_bytes):
             return producer
     return None
 
@@ -196,11 +205,16 @@ def _read_as_attention_operands(value: ir.Value, attention_ops: set) -> bool:
     return True
 
 
-def _computable_as_rows(producer: ir.Operation, target) -> bool:
+def _computable_as_rows(producer: ir.Operation, target, sequence: int,
+                        output_bytes: int) -> bool:
     """Whether kernels/mlp.py `RowTiles` can compute `producer`'s result: one 2-D matmul
     [tokens, K] x [K, features] after view and source ops only, its epilogue ending the body
     with the yielded value; 128-token row tiles whose token block fits PSUM; the weight's
-    K-tiles within WEIGHT_SBUF_SHARE of SBUF."""
+    K-tiles within WEIGHT_SBUF_SHARE of SBUF; and what stays in SBUF while the attention
+    runs within MERGED_SBUF_SHARE of it: that weight, the input's row tiles (kept for the
+    first residual), the result's row tiles of one batch index (`sequence` tokens: V reads
+    them until the batch index is done), the attention output's tiles (`output_bytes` per
+    partition) and the attention's own staging (at most a quarter, kernels/attention.py)."""
     body = kernel_body(producer)
     matmuls = [op for op in body if op.name == "trn.matmul"]
     shape = U.shape(producer.results[0])
@@ -215,20 +229,23 @@ def _computable_as_rows(producer: ir.Operation, target) -> bool:
             mlp_kernel.tokens_per_block(target, tokens, features) is None:
         return False
     k = U.shape(matmuls[0].operands[1])[0]
-    itemsize = U.element_bytes(U.element_type(matmuls[0].operands[1]))
+    sbuf = target.sbuf_partition_bytes
+    weight = U.element_bytes(U.element_type(matmuls[0].operands[1])) * \
+        -(-k // target.pe_rows) * features
     # (Its input's row tiles may stay too, until the first residual reads them.)
-    x_bytes = tokens // target.pe_cols * k * U.element_bytes(
+    x_rows = tokens // target.pe_cols * k * U.element_bytes(
         U.element_type(matmuls[0].operands[0]))
-    return itemsize * -(-k // target.pe_rows) * features <= \
-        target.sbuf_partition_bytes * WEIGHT_SBUF_SHARE and \
-        x_bytes <= target.sbuf_partition_bytes * OUTPUT_SBUF_SHARE
+    batch_rows = -(-sequence // target.pe_cols) * features * U.element_bytes(
+        U.element_type(producer.results[0]))
+    return weight <= sbuf * WEIGHT_SBUF_SHARE and \
+        weight + x_rows + batch_rows + output_bytes + sbuf // 4 <= sbuf * MERGED_SBUF_SHARE
 
 
 def _ffn_reading(kernel: ir.Operation, target) -> ir.Operation | None:
     """The mlp_rows kernel that alone reads `kernel`'s result [B, S, d] (the first layer
     norm's output): as its first matmul's left operand, through one reshape to [B * S, d]
     read by nothing else, and in its rows part as it is or reshaped (the residual); where
-    the result's 128-token row tiles take at most OUTPUT_SBUF_SHARE of SBUF; else None."""
+    the result's 128-token row tiles fit SBUF beside the FFN's own; else None."""
     result = kernel.results[0]
     uses = list(result.uses)
     if not uses or len(kernel.results) != 1:
@@ -260,8 +277,22 @@ def _ffn_reading(kernel: ir.Operation, target) -> ir.Operation | None:
                 matmuls[0].operands[0] != reader.results[0] or \
                 matmuls[0].operands[1] == reader.results[0]:
             return None
-    row_bytes = tokens * width * U.element_bytes(U.element_type(result)) // target.pe_cols
-    if row_bytes > target.sbuf_partition_bytes * OUTPUT_SBUF_SHARE:
+    # The norm's row tiles stay while the FFN runs, beside its resident weights and a token
+    # block's row tiles, which its own kernel was formed to fit in MLP_RESIDENT_SHARE of SBUF
+    # (trn-fuse `_rows_read_whole`): all of them must fit that share together.
+    kept = tokens // target.pe_cols * width * U.element_bytes(U.element_type(result))
+    first, second = matmuls[0], matmuls[-1]
+    features, hidden = U.shape(first.operands[1])
+    out_features = U.shape(second.operands[1])[1]
+    itemsize = max(U.element_bytes(U.element_type(v))
+                   for v in (first.operands[0], first.operands[1], second.operands[1]))
+    block = mlp_kernel.tokens_per_block(target, tokens, out_features)
+    if len(matmuls) != 2 or block is None:
+        return None
+    resident = mlp_kernel.resident_bytes(target, features, hidden, out_features, itemsize)
+    block_rows = -(-block // target.pe_cols) * out_features * U.element_bytes(
+        U.element_type(ffn.results[0]))
+    if resident + block_rows + kept > target.sbuf_partition_bytes * MLP_RESIDENT_SHARE:
         return None
     return ffn
 

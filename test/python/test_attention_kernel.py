@@ -379,6 +379,85 @@ def test_encoder_layer_is_one_kernel_and_moves_only_its_compulsory_bytes(
                                            128 * (vectors - hidden) + hidden)
 
 
+@pytest.mark.parametrize("model,shape,kept_apart", [
+    (lambda: PostNormAttentionBlock(512, 8), (1, 2560, 512), 'kind = "matmul"'),
+    (lambda: PostNormEncoderLayer(768, 12, 3072), (10, 128, 768), 'kind = "mlp_rows"')])
+def test_encoder_parts_stay_apart_where_their_tiles_would_not_fit_sbuf(model, shape,
+                                                                       kept_apart, tmp_path,
+                                                                       monkeypatch):
+    """What the merged kernel keeps in SBUF grows with the sequence (a batch index's Q, K and
+    V rows) and with the tokens (the first norm's rows beside the FFN's resident weights):
+    in fp32, 2560 tokens of one sequence at d = 512 leave the QKV projection apart, and
+    10 x 128 tokens at d = 768 the FFN. (Merged, both ran out of SBUF and fell back to
+    PyTorch.)"""
+    torch.manual_seed(0)
+    module = model().float().eval()
+    x = torch.randn(*shape)
+    out, _, trn = _run(module, x, tmp_path, monkeypatch)
+    assert not backend.graph_reports()[-1].fallbacks
+    assert 'kind = "attention_linear_rows"' in trn and kept_apart in trn
+    with torch.no_grad():
+        torch.testing.assert_close(out, module(x), atol=1e-4, rtol=1e-4)
+
+
+class SdpaEncoderLayer(PostNormEncoderLayer):
+    """The layer with F.scaled_dot_product_attention, whose decomposition widens Q, K and V
+    to fp32 before the products."""
+
+    def forward(self, x):
+        b, s, d = x.shape
+        q, k, v = self.qkv(x).view(b, s, 3, self.heads, d // self.heads).permute(2, 0, 3, 1, 4)
+        context = torch.nn.functional.scaled_dot_product_attention(q, k, v)
+        y = self.norm(x + self.proj(context.transpose(1, 2).reshape(b, s, d)))
+        return self.norm2(y + self.fc2(torch.nn.functional.gelu(self.fc1(y))))
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_qkv_rows_computed_on_chip_are_widened_where_the_attention_reads_fp32(
+        dtype, tmp_path, monkeypatch):
+    """SDPA reads Q, K and V widened to fp32: V's rows, computed on chip in the layer's
+    dtype, are widened by a copy where a load would have widened them (the QKV merge once
+    handed them to an fp32 product as they were, and the program failed its checks)."""
+    torch.manual_seed(0)
+    model = SdpaEncoderLayer(128, 2, 256).to(dtype).eval()
+    x = torch.randn(2, 128, 128).to(dtype)
+    fused, _, fused_trn = _run(model, x, tmp_path / "on", monkeypatch)
+    assert not backend.graph_reports()[-1].fallbacks
+    torch._dynamo.reset()
+    apart, _, _ = _run(model, x, tmp_path / "off", monkeypatch, fuse_attention_output=False)
+    assert "trn.attention_input" in fused_trn
+    torch.testing.assert_close(fused, apart, atol=0, rtol=0)
+
+
+class WideValueAttention(torch.nn.Module):
+    """Separate Q, K and V projections, V's heads wider than Q's and K's (dv = 2 d)."""
+
+    def __init__(self, d: int, heads: int):
+        super().__init__()
+        self.heads = heads
+        self.q, self.k = torch.nn.Linear(d, d), torch.nn.Linear(d, d)
+        self.v, self.o = torch.nn.Linear(d, 2 * d), torch.nn.Linear(2 * d, d)
+
+    def forward(self, x):
+        b, s, d = x.shape
+        q, k, v = (p(x).view(b, s, self.heads, -1).transpose(1, 2)
+                   for p in (self.q, self.k, self.v))
+        p = ((q @ k.transpose(-1, -2)) * (d // self.heads) ** -0.5).softmax(-1)
+        return self.o((p @ v).transpose(1, 2).reshape(b, s, -1))
+
+
+def test_attention_with_value_heads_wider_than_the_keys(tmp_path, monkeypatch):
+    """Each head's values start at head * dv in V's staged columns, not at head * d where
+    its K^T rows start (the kernel read the wrong head's values where dv != d)."""
+    torch.manual_seed(0)
+    model = WideValueAttention(128, 2).eval()
+    x = torch.randn(2, 128, 128)
+    out, _, trn = _run(model, x, tmp_path, monkeypatch)
+    assert 'kind = "attention"' in trn
+    with torch.no_grad():
+        torch.testing.assert_close(out, model(x), atol=1e-5, rtol=1e-5)
+
+
 def test_attention_output_read_elsewhere_keeps_its_own_kernel(tmp_path, monkeypatch):
     """An attention output that is also a result (a training step saves it; here the model
     returns it) is stored by its own kernel, and the projection loads it."""
