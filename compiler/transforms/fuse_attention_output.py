@@ -85,7 +85,8 @@ OUTPUT_SBUF_SHARE = 0.2
 class FuseAttentionOutput(Pass):
     NAME = "trn-fuse-attention-output"
     SUMMARY = ("Merge a token-major attention kernel into the linear_rows kernel (output "
-               "projection, residual, norm) that alone reads its output")
+               "projection, residual, norm) that alone reads its output, with the QKV "
+               "projection before it and the FFN's mlp_rows kernel after it")
     target: str = ""
     # The QKV projection joins the kernel too (see the module docstring) ...
     qkv: bool = True
