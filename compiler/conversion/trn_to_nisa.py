@@ -30,7 +30,7 @@ from torchneuron.compiler.kernels.rows import lower_rows
 from torchneuron.compiler.kernels.tile_ops import ELEMENTWISE_OPS, ROOT_OPS, SOURCE_OPS, VIEW_OPS
 from torchneuron.compiler.kernels.weight_gradient import lower_weight_gradient
 from torchneuron.compiler.kernels.views import (
-    HbmView, apply_view_op, row_major_strides, source_view,
+    HbmView, apply_view_op, row_major_strides, source_view, storage_less_view,
 )
 from torchneuron.compiler.passes import Pass, register
 from torchneuron.compiler.transforms.fuse import PRODUCER_RESULT, outline
@@ -429,11 +429,9 @@ class _FunctionLowering:
             # (Each part's instructions carry its own location, the profile's attribution.)
             computed = RowTiles(_Mlp(self.em, compute, views, qkv, 1), qkv,
                                 body[first[0]].location)
-            views[qkv] = dataclasses.replace(HbmView.abstract(tuple(U.shape(qkv))),
-                                             element_type_hint=U.element_type(qkv))
+            views[qkv] = storage_less_view(qkv)
         value = body[marked[0]].results[0]
-        view = dataclasses.replace(HbmView.abstract(tuple(U.shape(value))),
-                                   element_type_hint=U.element_type(value))
+        view = storage_less_view(value)
         rows: dict = {}
         self.em.discount_engine_work(ATTENTION_CARRY_OVER)
         with body[marked[0]].location:
@@ -450,9 +448,9 @@ class _FunctionLowering:
         """The linear_rows part of an attention_linear_rows kernel whose rows' result the
         mlp_rows part after it reads (trn-fuse-attention-output), lowered with that result
         kept on chip, 128 token rows per tile (`inputs_loaded`: the QKV projection's
-        RowTiles, whose loaded input rows its residual reads). Returns the rest of the body (the mlp_rows
-        ops and the yield), those tiles by first token, a storage-less view of the result,
-        and the result."""
+        RowTiles, whose loaded input rows its residual reads). Returns the rest of the body
+        (the mlp_rows ops and the yield), those tiles by first token, a storage-less view of
+        the result, and the result."""
         marked = [i for i, op in enumerate(body[:handed_on[0]])
                   if PRODUCER_RESULT in op.attributes]
         if len(handed_on) != 1 or len(marked) != 1 or not handed_on[0] < len(body) - 2:
@@ -462,7 +460,7 @@ class _FunctionLowering:
         end = handed_on[0] + 1
         value = body[handed_on[0]].results[0]
         shape = tuple(U.shape(value))
-        view = dataclasses.replace(HbmView.abstract(shape), element_type_hint=U.element_type(value))
+        view = storage_less_view(value)
         views = dict(self.views)
         views.update(given_views)
         compute, _ = self._views_and_compute(body[:marked[0] + 1], views, "linear_rows")

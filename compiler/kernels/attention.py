@@ -51,7 +51,6 @@ turned on PE from partition 0, where its K^T lies.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from typing import Callable
 
@@ -69,7 +68,7 @@ from torchneuron.compiler.kernels.tile_ops import (
     SOURCE_OPS, UNARY_OPS, VIEW_OPS, emit_elementwise, power_of_two,
 )
 from torchneuron.compiler.kernels.transfers import store_tile, transposed_access
-from torchneuron.compiler.kernels.views import HbmView, source_view
+from torchneuron.compiler.kernels.views import HbmView, source_view, storage_less_view
 
 
 def lower_attention(em: Emitter, body: list[ir.Operation], views: dict,
@@ -248,9 +247,9 @@ def lower_attention(em: Emitter, body: list[ir.Operation], views: dict,
                     s.release()
         cache.clear()
 
-    def operands_of(b: int) -> tuple[_Staged, _Staged, _Staged, int, int]:
-        """Q^T, K^T and V of flat batch index `b`, and the offsets of its head in Q^T's rows
-        and in K^T's rows and V's columns."""
+    def operands_of(b: int) -> tuple[_Staged, _Staged, _Staged, int, int, int]:
+        """Q^T, K^T and V of flat batch index `b`, and the offsets of its head in Q^T's rows,
+        in K^T's rows (d per head) and in V's columns (dv per head)."""
         outer, head = divmod(b, heads)
         if outer not in staged:
             release(staged)
@@ -269,7 +268,8 @@ def lower_attention(em: Emitter, body: list[ir.Operation], views: dict,
             q_t.parts_in_place = False
             staged_q[q_outer] = (q_t,)
         return staged_q[q_outer] + staged[outer] + (q_head * (d if q_heads > 1 else 0),
-                                                    head * (d if heads > 1 else 0))
+                                                    head * (d if heads > 1 else 0),
+                                                    head * (dv if heads > 1 else 0))
 
     def locate(view: HbmView) -> tuple[int, int, int]:
         """(batch, first query row, rows) of a row tile's view of the scores/probabilities."""
@@ -308,7 +308,7 @@ def lower_attention(em: Emitter, body: list[ir.Operation], views: dict,
         if value not in scores_leaves:
             return None
         b, q0, qn = locate(view)
-        q_t, k_t, _, hq, h0 = operands_of(b)
+        q_t, k_t, _, hq, h0, _ = operands_of(b)
         width = view.shape[-1]            # the keys computed (constant_mask_hooks)
         fused = scale is not None and width <= tf and rounding_scores
         tile = None
@@ -352,10 +352,7 @@ def lower_attention(em: Emitter, body: list[ir.Operation], views: dict,
 
     def consume(probs_tile: Tile, view: HbmView, divisor: Tile | None) -> None:
         b, q0, qn = locate(view)
-        _, _, v_t, _, _ = operands_of(b)
-        # The head's columns of V (staged with all heads' dv columns each where `heads` > 1;
-        # K^T's rows, d per head, start elsewhere where dv != d).
-        v0 = b % heads * dv
+        _, _, v_t, _, _, v0 = operands_of(b)
         width = v_t.view.shape[1]          # every head's values, loaded as whole rows
         acc = em.alloc("psum", qn, dv, ir.F32Type.get())
         # P^T in 128-key blocks, side by side in one PSUM bank where they fit, evacuated by
@@ -429,10 +426,8 @@ def lower_attention(em: Emitter, body: list[ir.Operation], views: dict,
     # The scores and probabilities never get a buffer: storage-less row-major views of them
     # tell the row-wise lowering their layout, and `locate` their rows.
     rows_views = dict(views)
-    rows_views[scores] = dataclasses.replace(HbmView.abstract(tuple(U.shape(scores))),
-                                             element_type_hint=scores_type)
-    probs_view = dataclasses.replace(HbmView.abstract(tuple(U.shape(probs))),
-                                     element_type_hint=probs_type)
+    rows_views[scores] = storage_less_view(scores)
+    probs_view = storage_less_view(probs)
     if math.prod(batch_shape) * sq != math.prod(U.shape(probs)[:-1]):
         raise CompileError("an attention kernel's row part must keep the scores' rows",
                            first.location)

@@ -20,7 +20,6 @@ the weights and Y once.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import math
 from typing import Callable
 
@@ -33,7 +32,7 @@ from torchneuron.compiler.kernels.epilogue import Epilogue, store_accumulators
 from torchneuron.compiler.kernels.matmul import _Staged, matmul_element_type
 from torchneuron.compiler.kernels.rows import lower_rows
 from torchneuron.compiler.kernels.tile_ops import VIEW_OPS
-from torchneuron.compiler.kernels.views import HbmView, row_major_strides
+from torchneuron.compiler.kernels.views import HbmView, row_major_strides, storage_less_view
 
 # PSUM kept for the first matmul's accumulators (two, so one evacuates while PE fills the
 # next); the rest holds a token block's output tiles.
@@ -306,12 +305,10 @@ def lower_mlp_rows(em: Emitter, compute: list[ir.Operation], views: dict,
         if op.name == "trn.reshape" and op.operands[0] in given_values:
             given_values.add(op.results[0])
     tokens, features = mlp.tokens, mlp.out_features
-    value_type = U.element_type(mlp_value)
     rows_views = dict(views)
     # A storage-less row-major view of the mlp's output: the rows' lowering derives its
     # tiles' views from it, and `produce` locates their tokens by their offset.
-    rows_views[mlp_value] = dataclasses.replace(HbmView.abstract((tokens, features)),
-                                                element_type_hint=value_type)
+    rows_views[mlp_value] = storage_less_view(mlp_value)
     kind, producer = ("an mlp_rows", "mlp") if matmuls == 2 else ("a linear_rows", "Linear")
     leaves = {mlp_value}
     for op in rows_body:

@@ -140,6 +140,16 @@ def source_view(op: ir.Operation) -> HbmView:
     raise ValueError(f"{op.name} is not a source op")
 
 
+def storage_less_view(value: ir.Value) -> HbmView:
+    """A row-major view of `value`'s shape and element type with no storage: the layout the
+    views of a value kept on chip derive from (a kernel's lowering locates its tiles by
+    their offsets in it)."""
+    from torchneuron.compiler import ir_utils as U
+
+    return HbmView(None, 0, tuple(U.shape(value)), row_major_strides(tuple(U.shape(value))),
+                   U.element_type(value))
+
+
 def row_major_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
     strides, acc = [], 1
     for size in reversed(shape):

@@ -1910,21 +1910,30 @@ def _rows_read_whole(producer: ir.Operation, rows: ir.Operation, target,
     if any(len(U.shape(v)) != 2 for v in (*matmuls[-1].operands, matmuls[-1].results[0])) or \
             any(op.name not in VIEW_OPS + SOURCE_OPS for op in body[:body.index(matmuls[0])]):
         return False
+    footprint = mlp_sbuf_bytes(matmuls, shape, U.element_type(producer.results[0]), target)
+    return footprint is not None and \
+        footprint <= target.sbuf_partition_bytes * MLP_RESIDENT_SHARE
+
+
+def mlp_sbuf_bytes(matmuls: list[ir.Operation], shape: list[int], result_type: ir.Type,
+                   target) -> int | None:
+    """SBUF bytes per partition that the resident weights of an mlp (two `matmuls`) or a
+    Linear (one) and one token block's row tiles of its result [tokens, features] (`shape`,
+    of `result_type`) take in kernels/mlp.py; None where no token block fits PSUM."""
     tokens, out_features = shape
     block = mlp_kernel.tokens_per_block(target, tokens, out_features)
     if block is None:
-        return False
-    row_tiles = -(-block // tp) * out_features * U.element_bytes(
-        U.element_type(producer.results[0]))
+        return None
+    row_tiles = -(-block // target.pe_cols) * out_features * U.element_bytes(result_type)
     itemsize = max(U.element_bytes(U.element_type(v))
                    for v in (*matmuls[0].operands, matmuls[-1].operands[1]))
-    if matmul_count == 2:
+    if len(matmuls) == 2:
         features, hidden = U.shape(matmuls[0].operands[1])
         resident = mlp_kernel.resident_bytes(target, features, hidden, out_features, itemsize)
     else:
         resident = itemsize * -(-U.shape(matmuls[0].operands[1])[0] // target.pe_rows) * \
             out_features
-    return resident + row_tiles <= target.sbuf_partition_bytes * MLP_RESIDENT_SHARE
+    return resident + row_tiles
 
 
 # The share of SBUF the two resident weights of an mlp kernel may take: the rest holds the

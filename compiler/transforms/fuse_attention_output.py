@@ -54,7 +54,7 @@ from torchneuron.compiler.kernels import mlp as mlp_kernel
 from torchneuron.compiler.kernels.tile_ops import SOURCE_OPS, VIEW_OPS
 from torchneuron.compiler.passes import Pass, register
 from torchneuron.compiler.transforms.fuse import (
-    MLP_RESIDENT_SHARE, PRODUCER_RESULT, merge_kernels,
+    MLP_RESIDENT_SHARE, PRODUCER_RESULT, merge_kernels, mlp_sbuf_bytes,
 )
 from torchneuron.compiler.transforms.layout import TOKEN_MAJOR
 from torchneuron.compiler.transforms.tile import kernel_body
@@ -282,18 +282,11 @@ def _ffn_reading(kernel: ir.Operation, target) -> ir.Operation | None:
     # block's row tiles, which its own kernel was formed to fit in MLP_RESIDENT_SHARE of SBUF
     # (trn-fuse `_rows_read_whole`): all of them must fit that share together.
     kept = tokens // target.pe_cols * width * U.element_bytes(U.element_type(result))
-    first, second = matmuls[0], matmuls[-1]
-    features, hidden = U.shape(first.operands[1])
-    out_features = U.shape(second.operands[1])[1]
-    itemsize = max(U.element_bytes(U.element_type(v))
-                   for v in (first.operands[0], first.operands[1], second.operands[1]))
-    block = mlp_kernel.tokens_per_block(target, tokens, out_features)
-    if len(matmuls) != 2 or block is None:
-        return None
-    resident = mlp_kernel.resident_bytes(target, features, hidden, out_features, itemsize)
-    block_rows = -(-block // target.pe_cols) * out_features * U.element_bytes(
-        U.element_type(ffn.results[0]))
-    if resident + block_rows + kept > target.sbuf_partition_bytes * MLP_RESIDENT_SHARE:
+    footprint = mlp_sbuf_bytes(matmuls, [tokens, U.shape(matmuls[-1].results[0])[-1]],
+                               U.element_type(ffn.results[0]), target) \
+        if len(matmuls) == 2 else None
+    if footprint is None or \
+            footprint + kept > target.sbuf_partition_bytes * MLP_RESIDENT_SHARE:
         return None
     return ffn
 
