@@ -5,8 +5,12 @@
 // RUN: neuron-opt --split-input-file --convert-trn-to-nisa %s | FileCheck %s --check-prefix=UNFUSED
 // RUN: neuron-opt --split-input-file --trn-fuse-attention-output="ffn=false" %s | FileCheck %s --check-prefix=NOFFN
 // RUN: not neuron-opt --trn-fuse-attention-output --convert-trn-to-nisa %S/Inputs/fuse_attention_output-invalid.mlir 2>&1 | FileCheck %s --check-prefix=ERR
+// RUN: not neuron-opt --convert-trn-to-nisa %S/Inputs/fuse_attention_output-handed-on-invalid.mlir 2>&1 | FileCheck %s --check-prefix=ERR-ROWS
 
-// A merged kernel whose attention part has lost its mark is an error naming the kernel.
+
+// A merged kernel whose attention part has lost its mark is an error naming the kernel, as
+// is one whose linear_rows part, handing on its rows, has lost its own.
+// ERR-ROWS: fuse_attention_output-handed-on-invalid.mlir:{{[0-9]+}}:{{[0-9]+}}: error: convert-trn-to-nisa: an attention_linear_rows kernel hands on the rows of one linear_rows part: one op marked trn.rows_handed_on after one marked trn.producer_result, and not its last
 // ERR: fuse_attention_output-invalid.mlir:{{[0-9]+}}:{{[0-9]+}}: error: convert-trn-to-nisa: an attention_linear_rows kernel needs one op marked trn.attention_output, not its last, and at most one before it marked trn.attention_input
 
 // Tests that a token-major attention kernel read only by the output projection's
