@@ -23,6 +23,7 @@ from torchneuron import config
 from torchneuron.compiler.codegen.neff_writer import emit_neff
 from torchneuron.compiler.errors import CompileError
 from torchneuron.compiler.passes import build_pass_manager, parse_pipeline
+from torchneuron.compiler.verify import verify_concurrently
 from torchneuron.dialects import make_context
 from torchneuron.dialects.common import memref_info_cache
 from torchneuron.gc_pause import cyclic_gc_paused
@@ -219,7 +220,9 @@ def compile_linalg(linalg_text: str, name: str, options: CompileOptions,
             raise CompileError(f"cannot parse the linalg module: {exc}") from None
         options = tuned_options(module, options)
         verify_each = config.VERIFY_EACH.get()
-        for stage in stages(options):
+        all_stages = stages(options)
+        verdict = None
+        for stage in all_stages:
             start = time.perf_counter()
             pm = build_pass_manager(parse_pipeline(stage.passes), context)
             # Verifying after every pass costs as much as the passes on large programs;
@@ -229,7 +232,14 @@ def compile_linalg(linalg_text: str, name: str, options: CompileOptions,
             try:
                 pm.run(module.operation)
                 if not verify_each:
-                    module.operation.verify()
+                    if stage is all_stages[-1] and not dump_dir:
+                        # The last stage's program is verified by a child process while
+                        # this one writes the NEFF from it (where the machine has a core
+                        # for it); its verdict is awaited before the NEFF is returned. (A
+                        # dump prints the program, which is verified before it is printed.)
+                        verdict = verify_concurrently(module, stage.name)
+                    else:
+                        module.operation.verify()
             except ir.MLIRError as exc:
                 raise stage_error(stage.name, exc) from None
             seconds[stage.name] = time.perf_counter() - start
@@ -237,7 +247,16 @@ def compile_linalg(linalg_text: str, name: str, options: CompileOptions,
                 _dump(dump_dir, f"{name}.{stage.name}.mlir", module.operation.get_asm(
                     enable_debug_info=True, assume_verified=True))
         start = time.perf_counter()
-        neff = emit_neff(module, metadata={"options": dataclasses.asdict(options)})
+        try:
+            neff = emit_neff(module, metadata={"options": dataclasses.asdict(options)})
+        except Exception:
+            # An invalid program is reported as the verifier finds it, not as whatever the
+            # NEFF writer tripped over first (and the child is collected either way).
+            if verdict is not None:
+                verdict()
+            raise
+        if verdict is not None:
+            verdict()
         seconds["neff"] = time.perf_counter() - start
     _dump(dump_dir, f"{name}.neff", neff)
     return CompiledGraph(name, neff, seconds)
