@@ -53,10 +53,20 @@ def verify_concurrently(module: ir.Module, stage: str) -> Callable[[], None]:
     if not hasattr(os, "fork") or _usable_cores() < 2 or _functions(module) != 1:
         module.operation.verify()
         return lambda: None
-    read_end, write_end = os.pipe()
     sys.stdout.flush()
     sys.stderr.flush()
-    pid = os.fork()
+    try:
+        read_end, write_end = os.pipe()
+    except OSError:             # out of file descriptors: verified in place
+        module.operation.verify()
+        return lambda: None
+    try:
+        pid = os.fork()
+    except OSError:             # no memory or processes for a child: verified in place
+        os.close(read_end)
+        os.close(write_end)
+        module.operation.verify()
+        return lambda: None
     if pid == 0:   # the child: verify, report, exit without cleanup
         status = 0
         try:

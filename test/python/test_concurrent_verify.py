@@ -108,3 +108,14 @@ def test_child_that_hangs_is_killed_and_replaced_by_verifying_in_place(monkeypat
     start = time.monotonic()
     assert _verdict_of(_INVALID) == (_MESSAGE, _LOCATION)
     assert time.monotonic() - start < 30
+
+
+def test_fork_failure_verifies_in_place(monkeypatch):
+    """A process that cannot fork (no memory for the child's page tables) verifies the
+    program itself instead of failing the compile."""
+    def no_fork():
+        raise OSError(12, "Cannot allocate memory")
+    monkeypatch.setattr(verify, "_usable_cores", lambda: 2)
+    monkeypatch.setattr(verify.os, "fork", no_fork)
+    assert _verdict_of(_INVALID) == (_MESSAGE, _LOCATION)
+    assert _verdict_of(_VALID) is None
