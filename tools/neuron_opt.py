@@ -27,6 +27,8 @@ def _help(registry) -> str:
              "  --pass-pipeline=PIPELINE run a textual pipeline, e.g. 'builtin.module(a,b{x=1})'",
              "  --mlir-print-debuginfo   print locations",
              "  --mlir-print-op-generic  print every op in generic form",
+             "  --mlir-timing            print the time each pass took (and the verifier after "
+             "it) to stderr",
              "  -h, --help               show this help", "",
              "Passes (also usable inside --pass-pipeline; upstream MLIR passes work too):"]
     for name in sorted(registry):
@@ -61,7 +63,7 @@ def _print_diagnostic(diag, filename: str, severity: str) -> None:
 
 def parse_args(argv: list[str]):
     opts = {"input": "-", "output": "-", "split": False, "pipeline": None, "debuginfo": False,
-            "generic": False, "passes": []}
+            "generic": False, "timing": False, "passes": []}
     i = 0
     positional = []
     while i < len(argv):
@@ -84,6 +86,8 @@ def parse_args(argv: list[str]):
             opts["debuginfo"] = True
         elif arg == "--mlir-print-op-generic":
             opts["generic"] = True
+        elif arg == "--mlir-timing":
+            opts["timing"] = True
         elif arg.startswith("--"):
             name, _, value = arg[2:].partition("=")
             opts["passes"].append((name, value))
@@ -147,6 +151,8 @@ def main(argv: list[str] | None = None) -> int:
             try:
                 module = ir.Module.parse(padded)
                 pm = build_pass_manager(items, context)
+                if opts["timing"]:
+                    pm.enable_timing()
                 pm.run(module.operation)
             except ir.MLIRError as exc:
                 _print_diagnostics(exc, display)

@@ -111,6 +111,21 @@ def test_neuron_opt_pipeline_matches_pass_flags():
     assert "orientation" in via_flags.stdout
 
 
+def test_neuron_opt_timing_reports_each_pass():
+    """--mlir-timing (mlir-opt's flag): MLIR's execution time report on stderr, a line per
+    pass run, the output unchanged."""
+    timed = _neuron_opt("--split-input-file", "--trn-fuse", "--trn-tile", "--mlir-timing",
+                        "test/transforms/fuse.mlir")
+    plain = _neuron_opt("--split-input-file", "--trn-fuse", "--trn-tile",
+                        "test/transforms/fuse.mlir")
+    assert timed.returncode == 0 and timed.stdout == plain.stdout
+    assert "Execution time report" in timed.stderr
+    lines = timed.stderr.splitlines()
+    assert any(line.rstrip().endswith(" trn-fuse") for line in lines)
+    assert any(line.rstrip().endswith(" trn-tile") for line in lines)
+    assert "Execution time report" not in plain.stderr
+
+
 def test_parse_pipeline():
     assert parse_pipeline("builtin.module(a,b{x=1 y=true},c)") == [
         ("a", {}), ("b", {"x": "1", "y": "true"}), ("c", {})]
