@@ -100,7 +100,7 @@ def test_dma_by_location_splits_the_programs_dma_bytes(tmp_path, monkeypatch):
 
     sys.path.insert(0, os.path.join(ROOT, "bench"))
     try:
-        from dma_by_location import dma_bytes
+        from dma_by_location import dma_bytes, dma_bytes_per_tensor
     finally:
         sys.path.remove(os.path.join(ROOT, "bench"))
     from torchneuron import backend
@@ -117,3 +117,10 @@ def test_dma_by_location_splits_the_programs_dma_bytes(tmp_path, monkeypatch):
         graph.last_profile.dma_bytes
     assert sum(c["store"] for c in by_location.values()) == 256 * 96 * 4
     assert sum(c["broadcast"] for c in by_location.values()) > 0
+    # Per tensor (--per-tensor): the same total; the output stored once; the input loaded.
+    tensors, moved, where = dma_bytes_per_tensor(str(tmp_path / f"{graph.name}.neff"))
+    assert sum(c["load"] + c["store"] for c in moved.values()) == graph.last_profile.dma_bytes
+    output = next(t for t in tensors if t.kind == "output")
+    assert moved[output.id] == {"store": output.nbytes}
+    x = next(t for t in tensors if t.kind == "input" and list(t.shape) == [256, 64])
+    assert moved[x.id]["load"] >= x.nbytes and where[x.id]
