@@ -26,7 +26,9 @@ How each column is obtained (per workload, summed over its compiled graphs):
 - compile: seconds in the neuron backend for the captured Dynamo graphs (FX to a loaded NEFF,
   forward and backward, its persistent compile cache off); Inductor: seconds in Inductor's
   compile_fx for the same graphs, with its caches off and backward compiled eagerly (as ours
-  is). Both include AOTAutograd tracing.
+  is). Both include AOTAutograd tracing. Each is measured COMPILE_PAIRS times (ours first,
+  in the row's run, then the two alternately): the columns show the medians, the ratio is
+  the median of each pair's ratio (`--compile-pairs N`; 1 for a single measurement).
 - tuned us / tuned eff (with --tuned [DB]): every compiled graph tuned by neuron-tune into the
   tuning database DB (default: a fresh temporary one), then compiled again reading it and
   simulated: the tuned time against the default one above. `--tune NAMES` limits tuning to
@@ -50,6 +52,7 @@ import copy
 import datetime
 import math
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -88,6 +91,9 @@ class Result:
     engine_share: dict = field(default_factory=dict)
     compile_s: float = 0.0
     inductor_s: float | None = None
+    # Our seconds over Inductor's for the same graphs, the median of the ratios of pairs
+    # compiled one after the other (see _compile_pairs); None without Inductor.
+    compile_ratio: float | None = None
     sim_wall_s: float = 0.0
     eager_s: float = 0.0
     graphs: int = 0
@@ -281,6 +287,12 @@ def _count_flops(fn, inputs, training: bool) -> float:
     return float(counter.get_total_flops())
 
 
+# Compile times measured per workload, ours and Inductor's alternately: this machine's speed
+# drifts by tens of percent over a minute, and one measurement each gave mlp_fwd's ratio
+# anywhere from 0.36 to 0.61 in runs of the same commit.
+COMPILE_PAIRS = 3
+
+
 def _capture(fn, inputs) -> list[tuple]:
     """The Dynamo graphs of fn (with their example inputs), captured without running them:
     each graph returns zeros of its outputs' shapes."""
@@ -402,7 +414,8 @@ def measure_tuned(w: Workload, db: str) -> float:
                 os.environ[k] = v
 
 
-def measure(w: Workload, with_inductor: bool = True, critical_paths: bool = False) -> Result:
+def measure(w: Workload, with_inductor: bool = True, critical_paths: bool = False,
+            compile_pairs: int = COMPILE_PAIRS) -> Result:
     """One workload's row; with `critical_paths`, also each compiled graph's critical path
     (`neuron-profile --critical-path`'s report) in `Result.critical_paths`."""
     result = Result(w)
@@ -490,8 +503,32 @@ def measure(w: Workload, with_inductor: bool = True, critical_paths: bool = Fals
     if with_inductor:
         result.inductor_s = _inductor_compile_seconds(*_prepare(fn, inputs, w.training),
                                                       w.training)
+        ours, theirs = [result.compile_s], [result.inductor_s]
+        for _ in range(compile_pairs - 1):
+            ours.append(_neuron_compile_seconds(*_prepare(fn, inputs, w.training), w.training))
+            theirs.append(_inductor_compile_seconds(*_prepare(fn, inputs, w.training),
+                                                    w.training))
+        result.compile_s, result.inductor_s = statistics.median(ours), statistics.median(theirs)
+        result.compile_ratio = statistics.median(a / b for a, b in zip(ours, theirs) if b)
     torch._dynamo.reset()
     return result
+
+
+def _neuron_compile_seconds(fn, inputs, training: bool) -> float:
+    """Seconds in our backend for each Dynamo graph of fn (as the row's first measurement
+    counts them: AOTAutograd and the compile of forward and backward; the persistent compile
+    cache off), not executed."""
+    graphs = _capture(fn, inputs)
+    total = 0.0
+    with _environ(TORCHNEURON_CACHE_DIR="off"), \
+            torch._functorch.config.patch(force_non_lazy_backward_lowering=True,
+                                          enable_autograd_cache=False), \
+            (contextlib.nullcontext() if training else torch.no_grad()):
+        for gm, example in graphs:
+            start = time.perf_counter()
+            backend.neuron(gm, example)
+            total += time.perf_counter() - start
+    return total
 
 
 # --- output ---------------------------------------------------------------------------------
@@ -521,7 +558,7 @@ def row(r: Result) -> list[str]:
     if w.dma_target is not None:
         target.append(f"DMA <= {w.dma_target}x "
                       f"{'met' if r.dma_ratio <= w.dma_target else 'MISSED'}")
-    compile_ratio = f"{r.compile_s / r.inductor_s:.2f}" if r.inductor_s else "-"
+    compile_ratio = f"{r.compile_ratio:.2f}" if r.compile_ratio is not None else "-"
     return [
         w.name, f"{r.flops / 1e9:.1f}", f"{r.compulsory_bytes / 1e6:.1f}",
         f"{r.bound_ns / 1e3:.1f}", f"{r.simulated_ns / 1e3:.1f}", f"{r.efficiency:.1%}",
@@ -601,6 +638,9 @@ def main(argv=None) -> int:
     parser.add_argument("--only", help="comma-separated workload names")
     parser.add_argument("--no-inductor", action="store_true",
                         help="skip Inductor's compile-time column")
+    parser.add_argument("--compile-pairs", type=int, default=COMPILE_PAIRS, metavar="N",
+                        help="compile each workload N times with each compiler, alternately "
+                        f"(medians; default {COMPILE_PAIRS})")
     parser.add_argument("--write", metavar="PATH",
                         help="write the table into this markdown file (docs/perf.md)")
     parser.add_argument("--tuned", nargs="?", const="", metavar="DB",
@@ -640,7 +680,8 @@ def main(argv=None) -> int:
     for w in chosen:
         try:
             r = measure(w, with_inductor=not args.no_inductor,
-                        critical_paths=args.critical_path)
+                        critical_paths=args.critical_path,
+                        compile_pairs=max(1, args.compile_pairs))
             if tuned_db is not None and w.name in to_tune:
                 r.tuned_ns = measure_tuned(w, tuned_db)
         except Exception as exc:    # one failing workload must not hide the others
