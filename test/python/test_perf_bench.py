@@ -131,7 +131,11 @@ def test_compile_columns_are_medians_of_alternating_pairs(monkeypatch):
     # 2, 8 and 10 s. Pairs' ratios: under 0.5, 0.5 and 0.9.
     assert result.compile_s == 4.0 and result.inductor_s == 8.0
     assert result.compile_ratio == pytest.approx(0.5)
-    assert perf.row(result)[perf.COLUMNS.index("compile ratio")] == "0.50"
+    cells = perf.row(result)
+    assert cells[perf.COLUMNS.index("compile ratio")] == "0.50"
+    assert "compile <= 0.5x met" in cells[perf.COLUMNS.index("target")]
+    result.compile_ratio = 0.51
+    assert "compile <= 0.5x MISSED" in perf.row(result)[perf.COLUMNS.index("target")]
 
 
 def test_dma_by_location_splits_the_programs_dma_bytes(tmp_path, monkeypatch):
