@@ -31,8 +31,9 @@ from torchneuron.compiler.errors import CompileError
 
 
 # Far beyond any verification's time (GPT-2 small's program: about a second); a child that
-# has not answered by then is killed and the program verified in place.
-CHILD_TIMEOUT_S = 600.0
+# has not answered by then (stuck on a lock another thread held at the fork, say) is killed
+# and the program verified in place, which is always correct, only slower.
+CHILD_TIMEOUT_S = 60.0
 
 
 def _usable_cores() -> int:
