@@ -32,6 +32,15 @@ class CompileError(Exception):
         return f"{where}: {self.message}" if where else self.message
 
 
+def stage_error(stage: str, exc: ir.MLIRError) -> CompileError:
+    """The first diagnostic of a failed stage as a CompileError naming the op's location."""
+    diags = list(exc.error_diagnostics)
+    if not diags:
+        return CompileError(f"stage {stage} failed: {exc}")
+    first = diags[0]
+    return CompileError(first.message, first.location)
+
+
 class UnsupportedOpError(CompileError):
     """An operation with no lowering to the NeuronCore (yet)."""
 

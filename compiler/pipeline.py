@@ -21,7 +21,7 @@ from torch_mlir import ir
 
 from torchneuron import config
 from torchneuron.compiler.codegen.neff_writer import emit_neff
-from torchneuron.compiler.errors import CompileError
+from torchneuron.compiler.errors import CompileError, stage_error
 from torchneuron.compiler.passes import build_pass_manager, parse_pipeline
 from torchneuron.compiler.verify import verify_concurrently
 from torchneuron.dialects import make_context
@@ -249,14 +249,11 @@ def compile_linalg(linalg_text: str, name: str, options: CompileOptions,
         start = time.perf_counter()
         try:
             neff = emit_neff(module, metadata={"options": dataclasses.asdict(options)})
-        except Exception:
-            # An invalid program is reported as the verifier finds it, not as whatever the
-            # NEFF writer tripped over first (and the child is collected either way).
+        finally:
+            # Awaited also when the NEFF writer raised: an invalid program is reported as
+            # the verifier finds it, not as whatever the writer tripped over first.
             if verdict is not None:
                 verdict()
-            raise
-        if verdict is not None:
-            verdict()
         seconds["neff"] = time.perf_counter() - start
     _dump(dump_dir, f"{name}.neff", neff)
     return CompiledGraph(name, neff, seconds)
@@ -275,15 +272,6 @@ def tuned_options(module: ir.Module, options: CompileOptions) -> CompileOptions:
         return options
     config = db.lookup(graph_key(module, options.target_name))
     return dataclasses.replace(options, **config) if config else options
-
-
-def stage_error(stage: str, exc: ir.MLIRError) -> CompileError:
-    """The first diagnostic of a failed stage as a CompileError naming the op's location."""
-    diags = list(exc.error_diagnostics)
-    if not diags:
-        return CompileError(f"stage {stage} failed: {exc}")
-    first = diags[0]
-    return CompileError(first.message, first.location)
 
 
 def _dump(dump_dir: str | None, filename: str, data: str | bytes) -> None:

@@ -27,7 +27,7 @@ from typing import Callable
 
 from torch_mlir import ir
 
-from torchneuron.compiler.errors import CompileError
+from torchneuron.compiler.errors import CompileError, stage_error
 
 
 # Far beyond any verification's time (GPT-2 small's program: about a second); a child that
@@ -51,41 +51,12 @@ def verify_concurrently(module: ir.Module, stage: str) -> Callable[[], None]:
     """Start verifying `module` (the result of `stage`); the returned function waits for the
     verdict and raises the CompileError `stage_error` makes of the first diagnostic. Raises
     ir.MLIRError right away where the program is verified in place."""
-    if not hasattr(os, "fork") or _usable_cores() < 2 or _functions(module) != 1:
+    pid, read_end = _fork_verifier(module, stage) \
+        if hasattr(os, "fork") and _usable_cores() >= 2 and _functions(module) == 1 \
+        else (None, None)
+    if pid is None:
         module.operation.verify()
         return lambda: None
-    sys.stdout.flush()
-    sys.stderr.flush()
-    try:
-        read_end, write_end = os.pipe()
-    except OSError:             # out of file descriptors: verified in place
-        module.operation.verify()
-        return lambda: None
-    try:
-        pid = os.fork()
-    except OSError:             # no memory or processes for a child: verified in place
-        os.close(read_end)
-        os.close(write_end)
-        module.operation.verify()
-        return lambda: None
-    if pid == 0:   # the child: verify, report, exit without cleanup
-        status = 0
-        try:
-            os.close(read_end)
-            try:
-                module.operation.verify()
-                report = None
-            except ir.MLIRError as exc:
-                diagnostics = list(exc.error_diagnostics)
-                report = (diagnostics[0].message, str(diagnostics[0].location)) \
-                    if diagnostics else (f"stage {stage} failed: {exc}", None)
-            with os.fdopen(write_end, "wb") as pipe:
-                pipe.write(pickle.dumps(("verified", report)))
-        except BaseException:
-            status = 1
-        finally:
-            os._exit(status)
-    os.close(write_end)
 
     def verdict() -> None:
         chunks, deadline = [], time.monotonic() + CHILD_TIMEOUT_S
@@ -101,12 +72,11 @@ def verify_concurrently(module: ir.Module, stage: str) -> Callable[[], None]:
                 if not chunk:
                     break
                 chunks.append(chunk)
-        data = b"".join(chunks)
         # The child's exit unmaps its copy of this process (milliseconds): collected aside.
         threading.Thread(target=os.waitpid, args=(pid, 0), daemon=True,
                          name="torchneuron-verify-reaper").start()
         try:
-            kind, report = pickle.loads(data)
+            kind, report = pickle.loads(b"".join(chunks))
         except Exception:
             kind, report = None, None
         if kind != "verified":
@@ -115,9 +85,44 @@ def verify_concurrently(module: ir.Module, stage: str) -> Callable[[], None]:
             try:
                 module.operation.verify()
             except ir.MLIRError as exc:
-                from torchneuron.compiler.pipeline import stage_error
                 raise stage_error(stage, exc) from None
             return
         if report is not None:
             raise CompileError(*report)
     return verdict
+
+
+def _fork_verifier(module: ir.Module, stage: str) -> tuple[int | None, int | None]:
+    """(pid, read end of its pipe) of a child verifying `module`, which sends ("verified",
+    None or the (message, location) of `stage_error`'s CompileError) and exits; (None, None)
+    where no pipe or child can be made (out of file descriptors, memory or processes)."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    try:
+        read_end, write_end = os.pipe()
+    except OSError:
+        return None, None
+    try:
+        pid = os.fork()
+    except OSError:
+        os.close(read_end)
+        os.close(write_end)
+        return None, None
+    if pid == 0:   # the child: verify, report, exit without cleanup
+        status = 0
+        try:
+            os.close(read_end)
+            try:
+                module.operation.verify()
+                report = None
+            except ir.MLIRError as exc:
+                error = stage_error(stage, exc)
+                report = (error.message, error.location)
+            with os.fdopen(write_end, "wb") as pipe:
+                pipe.write(pickle.dumps(("verified", report)))
+        except BaseException:
+            status = 1
+        finally:
+            os._exit(status)
+    os.close(write_end)
+    return pid, read_end
