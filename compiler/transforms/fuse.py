@@ -1117,26 +1117,22 @@ def _grow_row_group(func: ir.Operation, seed: ir.Operation, budget_bytes: int,
     queue_readers(seed.results[0], True)
     while pending and member_readers:
         at = heapq.heappop(pending)
-        if at not in member_readers:     # reads no member: it cannot join
-            tainted.update(body[at].results)
-            for result in body[at].results:
-                queue_readers(result, False)
-            continue
-        member_readers.discard(at)
         op = body[at]
-        outside = [v for v in op.operands if v not in values]
-        leaves = [v for v in outside if space.is_row(v)]
-        row_op = op.name != "trn.reduce" and op.results and space.is_row(op.results[0])
-        if not any(v in tainted for v in op.operands) and _row_member(op, space) and \
-                fits(row_tiles(int(bool(row_op)), leaves)):
-            members.add(op)
-            values.add(op.results[0])
-            row_leaves.update(leaves)
-            queue_readers(op.results[0], True)
-        else:
-            tainted.update(op.results)
-            for result in op.results:
-                queue_readers(result, False)
+        if at in member_readers:         # (one that reads no member cannot join)
+            member_readers.discard(at)
+            outside = [v for v in op.operands if v not in values]
+            leaves = [v for v in outside if space.is_row(v)]
+            row_op = op.name != "trn.reduce" and op.results and space.is_row(op.results[0])
+            if not any(v in tainted for v in op.operands) and _row_member(op, space) and \
+                    fits(row_tiles(int(bool(row_op)), leaves)):
+                members.add(op)
+                values.add(op.results[0])
+                row_leaves.update(leaves)
+                queue_readers(op.results[0], True)
+                continue
+        tainted.update(op.results)
+        for result in op.results:
+            queue_readers(result, False)
     # Backward: producers all of whose users are members (reductions of these rows too: layer
     # norm's backward reduces two row values). Elementwise producers read outside as well
     # are recomputed here when they read at most one row tensor, no wider than their result,
