@@ -23,24 +23,31 @@ from torchneuron import runtime
 from torchneuron.format import isa
 
 
+def _load(path: str):
+    with open(path, "rb") as f:
+        return runtime.load(f.read())
+
+
+def _dmas(program):
+    """The DMA instructions of `program`, as the simulator prepared them."""
+    for stream in program.prepared(program.target).streams:
+        for ins in stream.instrs:
+            if ins.opcode == isa.Opcode.DMA:
+                yield ins
+
+
 def dma_bytes(path: str) -> dict[str, collections.Counter]:
     """{location: Counter(load=..., store=..., broadcast=...)} of the program at `path`."""
-    with open(path, "rb") as f:
-        program = runtime.load(f.read())
-    prepared = program.prepared(program.target)
     by_location: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
-    for stream in prepared.streams:
-        for ins in stream.instrs:
-            if ins.opcode != isa.Opcode.DMA:
-                continue
-            dst, src = ins.ops[0], ins.ops[1]
-            counts = by_location[ins.location]
-            if src.memory == isa.Memory.HBM:
-                counts["load"] += dst.nbytes
-                if dst.partitions > 1 and src.strides[0] == 0:
-                    counts["broadcast"] += dst.nbytes
-            else:
-                counts["store"] += dst.nbytes
+    for ins in _dmas(_load(path)):
+        dst, src = ins.ops[0], ins.ops[1]
+        counts = by_location[ins.location]
+        if src.memory == isa.Memory.HBM:
+            counts["load"] += dst.nbytes
+            if dst.partitions > 1 and src.strides[0] == 0:
+                counts["broadcast"] += dst.nbytes
+        else:
+            counts["store"] += dst.nbytes
     return by_location
 
 
@@ -51,21 +58,16 @@ def dma_bytes_per_tensor(path: str) -> tuple[list, dict[int, collections.Counter
                                              dict[int, set]]:
     """(the program's tensors, {tensor id: Counter(load=..., store=...)}, {tensor id: the
     FX node names (or locations) of the DMAs that move it})."""
-    with open(path, "rb") as f:
-        program = runtime.load(f.read())
-    prepared = program.prepared(program.target)
+    program = _load(path)
     moved: dict[int, collections.Counter] = collections.defaultdict(collections.Counter)
     where: dict[int, set] = collections.defaultdict(set)
-    for stream in prepared.streams:
-        for ins in stream.instrs:
-            if ins.opcode != isa.Opcode.DMA:
-                continue
-            dst, src = ins.ops[0], ins.ops[1]
-            for operand, kind in ((src, "load"), (dst, "store")):
-                if operand.memory == isa.Memory.HBM:
-                    moved[operand.tensor][kind] += dst.nbytes
-                    name = _NODE.match(ins.location)
-                    where[operand.tensor].add(name.group(1) if name else ins.location)
+    for ins in _dmas(program):
+        dst, src = ins.ops[0], ins.ops[1]
+        for operand, kind in ((src, "load"), (dst, "store")):
+            if operand.memory == isa.Memory.HBM:
+                moved[operand.tensor][kind] += dst.nbytes
+                name = _NODE.match(ins.location)
+                where[operand.tensor].add(name.group(1) if name else ins.location)
     return program.neff.tensors, moved, where
 
 

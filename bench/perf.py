@@ -92,7 +92,7 @@ class Result:
     compile_s: float = 0.0
     inductor_s: float | None = None
     # Our seconds over Inductor's for the same graphs, the median of the ratios of pairs
-    # compiled one after the other (see _compile_pairs); None without Inductor.
+    # compiled one after the other (see measure); None without Inductor.
     compile_ratio: float | None = None
     sim_wall_s: float = 0.0
     eager_s: float = 0.0
@@ -322,7 +322,6 @@ def _inductor_compile_seconds(fn, inputs, training: bool) -> float:
     from torch._inductor import config as inductor_config
     from torch._inductor.compile_fx import compile_fx
     graphs = _capture(fn, inputs)
-    total = 0.0
     # A fresh on-disk cache per workload: Inductor keeps the C++ it compiled (by source hash)
     # under TORCHINDUCTOR_CACHE_DIR across runs, which would time a cache lookup instead of
     # a compilation on every run after the first.
@@ -332,10 +331,16 @@ def _inductor_compile_seconds(fn, inputs, training: bool) -> float:
             torch._functorch.config.patch(force_non_lazy_backward_lowering=True,
                                           enable_autograd_cache=False):
         _clear_inductor_memory_caches()
-        for gm, example in graphs:
-            start = time.perf_counter()
-            compile_fx(gm, example)
-            total += time.perf_counter() - start
+        return _seconds_compiling(graphs, compile_fx)
+
+
+def _seconds_compiling(graphs: list[tuple], compile_graph: Callable) -> float:
+    """Seconds `compile_graph(gm, example_inputs)` takes over the captured graphs."""
+    total = 0.0
+    for gm, example in graphs:
+        start = time.perf_counter()
+        compile_graph(gm, example)
+        total += time.perf_counter() - start
     return total
 
 
@@ -521,16 +526,11 @@ def _neuron_compile_seconds(fn, inputs, training: bool) -> float:
     counts them: AOTAutograd and the compile of forward and backward; the persistent compile
     cache off), not executed."""
     graphs = _capture(fn, inputs)
-    total = 0.0
     with _environ(TORCHNEURON_CACHE_DIR="off"), \
             torch._functorch.config.patch(force_non_lazy_backward_lowering=True,
                                           enable_autograd_cache=False), \
             (contextlib.nullcontext() if training else torch.no_grad()):
-        for gm, example in graphs:
-            start = time.perf_counter()
-            backend.neuron(gm, example)
-            total += time.perf_counter() - start
-    return total
+        return _seconds_compiling(graphs, backend.neuron)
 
 
 # --- output ---------------------------------------------------------------------------------
