@@ -47,7 +47,7 @@ class _Staged:
         rows are loaded in runs of at least 2 KiB (`panel_f` columns) for all the column
         tiles they hold, not one run of a tile's columns (256 B for 128 bf16) per tile."""
         self.em, self.view, self.element_type = em, view, element_type
-        self.cache: dict[tuple[int, int, int], Tile] = {}
+        self.cache: dict[tuple[int, int, int, int], Tile] = {}   # (k0, kn, f0, fn) -> tile
         self.panels: dict[tuple[int, int, int], Tile] = {}
         self.transposed = transposed_access(view)
         tk = em.target.pe_rows
@@ -72,7 +72,7 @@ class _Staged:
         self.given_rows: dict[int, Tile] = {}
 
     def tile(self, k0: int, kn: int, f0: int, fn: int) -> Tile:
-        key = (k0, f0, fn)
+        key = (k0, kn, f0, fn)
         tile = self.cache.get(key)
         if tile is None:
             if self.transposed:
@@ -557,7 +557,7 @@ def _lower_2d(em: Emitter, matmul, chain, a: HbmView, b: HbmView, views, outputs
 
     def forget(staged: _Staged, c0: int, cn: int) -> None:
         for k0, kn in k_tiles:
-            staged.cache.pop((k0, c0, cn), None)
+            staged.cache.pop((k0, kn, c0, cn), None)
 
     # Tiles are loaded where the matmuls first use them, K-tile by K-tile, so the first
     # matmuls wait for one K-tile of each operand, not for whole panels. Program order then
