@@ -96,6 +96,10 @@ class CompileOptions:
     # trn-fuse-attention-output ffn: the post-norm FFN's mlp_rows kernel that reads that
     # kernel's result (the first layer norm's) joins it behind; the norm's rows stay on chip
     fuse_attention_ffn: bool = True
+    # trn-fuse-attention-output qkv-saved: in a training step's forward, the QKV projection
+    # joins the attention kernel, which stores the Q, K^T and V views the step saves from
+    # what it has on chip; the projection's result never reaches HBM
+    fuse_attention_qkv_saved: bool = True
     kernel_order: bool = True         # trn-order: kernels on the longest chain of work first
     # trn-order co-run: an attention kernel and an independent PE-bound kernel run side by
     # side, in disjoint parts of SBUF and PSUM (trn-plan-memory)
@@ -179,7 +183,8 @@ def stages(options: CompileOptions) -> list[Stage]:
               else "")
     attention_output = (f"trn-fuse-attention-output{{target={target} qkv="
                         f"{str(options.fuse_attention_qkv).lower()} ffn="
-                        f"{str(options.fuse_attention_ffn).lower()}}},"
+                        f"{str(options.fuse_attention_ffn).lower()} qkv-saved="
+                        f"{str(options.fuse_attention_qkv_saved).lower()}}},"
                         if options.fuse_attention_output else "")
     order = (f"trn-order{{target={target} co-run={str(options.co_run).lower()}}},"
              if options.kernel_order else "")

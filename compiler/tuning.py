@@ -54,6 +54,7 @@ GRAPH_OPTIONS = {
     "fuse_attention_output": bool,
     "fuse_attention_qkv": bool,
     "fuse_attention_ffn": bool,
+    "fuse_attention_qkv_saved": bool,
 }
 
 

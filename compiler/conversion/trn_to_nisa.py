@@ -441,6 +441,59 @@ class _FunctionLowering:
                             computed=computed)
         return body[marked[0] + 1:], rows, {value: view}, (computed,) if computed else ()
 
+    def _lower_qkv_attention(self, kernel: ir.Operation, body: list[ir.Operation],
+                             outs: list[HbmView]) -> None:
+        """An attention kernel that the QKV projection joined, yielding the views of Q, K^T
+        and V a training step saves (trn-fuse-attention-output qkv-saved): the projection's
+        ops (up to the one marked ATTENTION_INPUT) compute its rows as the attention stages
+        each batch index. The kernel yields its probabilities (or its output) first, and
+        the rest flat: each flat yield is a reshape of the value it stands for, whose
+        destination is its buffer in that value's shape."""
+        marked = [i for i, op in enumerate(body) if ATTENTION_INPUT in op.attributes]
+        if len(marked) != 1 or not marked[0] < len(body) - 2:
+            raise CompileError(f"an attention kernel that computes its operands needs one op "
+                               f"marked {ATTENTION_INPUT}, not its last", kernel.location)
+        start = marked[0] + 1
+        views = dict(self.views)
+        compute, _ = self._views_and_compute(body[:start], views, "attention")
+        qkv = body[marked[0]].results[0]
+        computed = RowTiles(_Mlp(self.em, compute, views, qkv, 1), qkv,
+                            body[marked[0]].location)
+        views[qkv] = storage_less_view(qkv)
+        flattening = set()
+        yielded = []
+        for i, (value, out) in enumerate(zip(body[-1].operands, outs)):
+            op = U.defining_op(value)
+            if i and op is not None and op.name == "trn.reshape" and \
+                    len(U.shape(value)) == 1 and U.operation(op.parent) == kernel:
+                flattening.add(op)
+                value = op.operands[0]
+                out = out.reshape(tuple(U.shape(value)))
+            yielded.append((value, out))
+        matmuls = [op for op in body[start:] if op.name == "trn.matmul"]
+        probs = matmuls[1].operands[0] if len(matmuls) > 1 else None
+        while U.defining_op(probs) is not None and U.defining_op(probs).name == "trn.reshape" \
+                and U.operation(U.defining_op(probs).parent) == kernel:
+            probs = U.defining_op(probs).operands[0]
+        output, saved, saved_operands = None, None, []
+        for value, out in yielded:
+            if _view_source(value, kernel) == qkv:
+                saved_operands.append((value, out))
+            elif value == probs and saved is None:
+                saved = (value, out)
+            elif output is None:
+                output = (value, out)
+            else:
+                raise CompileError("an attention kernel yields its output, its probabilities "
+                                   "and views of its operands", kernel.location)
+        if output is None:
+            raise CompileError("an attention kernel that computes its operands yields no "
+                               "output", kernel.location)
+        lower_attention(self.em, [op for op in body[start:-1] if op not in flattening], views,
+                        self._batched_view, output, masked_keys=self.masked_keys,
+                        saved=saved, scale_into_q=self.scale_into_q, computed=computed,
+                        saved_operands=saved_operands)
+
     def _lower_linear_rows_part(self, kernel: ir.Operation, body: list[ir.Operation],
                                 handed_on: list[int], given_rows: dict, given_views: dict,
                                 inputs_loaded: tuple) -> tuple[list[ir.Operation], dict, dict,
@@ -511,6 +564,9 @@ class _FunctionLowering:
         extra = list(zip(list(body[-1].operands)[1:], also))
         if kind == "rows":
             self._lower_row_wise(kind, body, out, further=extra)
+            return
+        if kind == "attention" and any(ATTENTION_INPUT in op.attributes for op in body):
+            self._lower_qkv_attention(kernel, body, [out] + also)
             return
         if kind in ("attention", "matmul_rows"):
             self._lower_row_wise(kind, body, out, extra[0] if extra else None)
@@ -683,6 +739,15 @@ def _without_unit_batch_dims(view: HbmView) -> HbmView:
         if view.shape[dim] == 1:
             view = view.select(dim, 0)
     return view
+
+
+def _view_source(value: ir.Value, kernel: ir.Operation) -> ir.Value:
+    """`value` followed back through the view ops of `kernel` that compute it."""
+    op = U.defining_op(value)
+    while op is not None and op.name in VIEW_OPS and U.operation(op.parent) == kernel:
+        value = op.operands[0]
+        op = U.defining_op(value)
+    return value
 
 
 def _merges_matmul_batch(op: ir.Operation) -> bool:

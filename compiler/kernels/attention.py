@@ -62,7 +62,7 @@ from torchneuron.compiler.errors import CompileError
 from torchneuron.compiler.kernels.emitter import Emitter, Tile
 from torchneuron.compiler.kernels.epilogue import Epilogue
 from torchneuron.compiler.kernels.matmul import _Staged, matmul_element_type
-from torchneuron.compiler.kernels.mlp import ComputedRows, RowTiles
+from torchneuron.compiler.kernels.mlp import ComputedRows, RowTiles, store_rows_of
 from torchneuron.compiler.kernels.rows import lower_rows
 from torchneuron.compiler.kernels.tile_ops import (
     SOURCE_OPS, UNARY_OPS, VIEW_OPS, emit_elementwise, power_of_two,
@@ -77,7 +77,8 @@ def lower_attention(em: Emitter, body: list[ir.Operation], views: dict,
                     saved: tuple[ir.Value, HbmView] | None = None,
                     scale_into_q: bool = True,
                     token_rows: dict[int, Tile] | None = None,
-                    computed: RowTiles | None = None) -> None:
+                    computed: RowTiles | None = None,
+                    saved_operands: list[tuple[ir.Value, HbmView]] = ()) -> None:
     """`body`: the kernel's ops without trn.yield; `views`: HbmViews of values defined above
     the kernel; `view_of(op, source)`: the view a view op makes (batch dims a reshape cannot
     merge stay unmerged: operands are indexed by a flat batch index); `output`: (yielded
@@ -94,7 +95,11 @@ def lower_attention(em: Emitter, body: list[ir.Operation], views: dict,
     be storage-less); `computed`: the row tiles of the value Q, K and V are views of, where
     an earlier part of the kernel computes it (the QKV projection): their views are then
     storage-less, and each batch index's operands take its token rows from it as it comes
-    (`ComputedRows`) instead of loading them."""
+    (`ComputedRows`) instead of loading them; `saved_operands`: (value, destination view)
+    of views the kernel yields that are Q, K^T or V themselves (a training step saves them;
+    trn-fuse-attention-output qkv-saved), only with `computed`: Q's and V's elements are
+    stored from each computed row tile (`store_rows_of`), and K^T's tiles as they are turned
+    on PE for a batch index's staging (all of them, as every key is)."""
     if masked_keys:
         body = _mask_before_scale(body, views, view_of)
     matmuls = [op for op in body if op.name == "trn.matmul"]
@@ -166,6 +171,23 @@ def lower_attention(em: Emitter, body: list[ir.Operation], views: dict,
     v_view = views.get(second.operands[1]) if second is not None else None
     if q_view is None or kt_view is None or (second is not None and v_view is None):
         raise CompileError("attention operands must come from HBM", first.location)
+    # Saved views of the operands: K^T's destinations, shaped as its view; Q's and V's are
+    # stored as the QKV projection's row tiles are computed.
+    kt_saved = []
+    for value, dest in saved_operands:
+        view = views.get(value)
+        if computed is None or view is None:
+            raise CompileError("an attention kernel stores views of Q, K^T or V only where "
+                               "it computes the QKV projection on chip", first.location)
+        if _same_elements(view, kt_view):
+            kt_saved.append(dest.reshape(kt_view.shape))
+            continue
+        store = store_rows_of(em, view, dest, computed.mlp.out_features) if any(
+            _same_elements(view, v) for v in (q_view, v_view) if v is not None) else None
+        if store is None:
+            raise CompileError("a saved view of an attention kernel's operands must be Q, "
+                               "K^T or V as they are staged", U.defining_op(value).location)
+        computed.on_row_tile.append(store)
 
     sq, sk = U.shape(first.results[0])[-2:]
     dv = U.shape(second.results[0])[-1] if second is not None else 0
@@ -203,6 +225,10 @@ def lower_attention(em: Emitter, body: list[ir.Operation], views: dict,
             staged_bytes(q_view.shape[-3], d, dv, sq, sk, etype1, etype2, tk) <= quarter:
         heads = q_heads = q_view.shape[-3]
         q_view, kt_view = wide[:2]
+        kt_saved = [dest.merge_heads(-2) for dest in kt_saved]
+        if None in kt_saved:
+            raise CompileError("a saved K^T's heads must follow one another as its rows",
+                               first.location)
         v_view = wide[2] if second is not None else None
     elif wide[0] is not None and q_view.shape[-3] > 1 and (tk % d == 0 or d % tk == 0) and \
             staged_bytes(q_view.shape[-3], d, 0, sq, 0, etype1, etype2, tk) <= quarter:
@@ -259,6 +285,8 @@ def lower_attention(em: Emitter, body: list[ir.Operation], views: dict,
             if q_heads == heads:
                 release(staged_q)
                 staged_q[outer] = (q_staged(pick(q_view, outer)),)
+            for dest in kt_saved:
+                store_staged(staged[outer][0], pick(dest, outer))
         q_outer, q_head = divmod(b, q_heads)
         if q_outer not in staged_q:
             release(staged_q)
@@ -270,6 +298,14 @@ def lower_attention(em: Emitter, body: list[ir.Operation], views: dict,
         return staged_q[q_outer] + staged[outer] + (q_head * (d if q_heads > 1 else 0),
                                                     head * (d if heads > 1 else 0),
                                                     head * (dv if heads > 1 else 0))
+
+    def store_staged(k_t: _Staged, dest: HbmView) -> None:
+        """Every tile of the staged K^T (as the scores' matmuls take them) into `dest`."""
+        rows, cols = k_t.view.shape
+        for k0 in range(0, rows, tk):
+            for f0 in range(0, cols, tf):
+                kn, fn = min(tk, rows - k0), min(tf, cols - f0)
+                store_tile(em, dest.slice(0, k0, kn).slice(1, f0, fn), k_t.tile(k0, kn, f0, fn))
 
     def locate(view: HbmView) -> tuple[int, int, int]:
         """(batch, first query row, rows) of a row tile's view of the scores/probabilities."""
@@ -468,6 +504,15 @@ def lower_attention(em: Emitter, body: list[ir.Operation], views: dict,
     if rows_tiles:
         raise CompileError("an attention kernel left query blocks of some heads unstored",
                            first.location)
+    if computed is not None and computed.on_row_tile:
+        computed.all_rows()         # (rows no query or key asked for still hold saved values)
+
+
+def _same_elements(a: HbmView, b: HbmView) -> bool:
+    """Whether two views hold the same elements in the same order (up to their shapes)."""
+    if a.shape != b.shape:
+        a = a.reshape(b.shape)
+    return a == b
 
 
 def _scale_into_q(body: list[ir.Operation], first: ir.Operation) -> ir.Operation | None:

@@ -185,6 +185,9 @@ class RowTiles:
         self.mlp, self.value, self.location = mlp, value, location
         self.value_type = U.element_type(value)
         self.tiles: dict[int, Tile] = {}         # first token -> its evacuated row tile
+        # Called with (first token, row tile) as each row tile is evacuated: stores of parts
+        # of the value a training step saves (`store_rows_of`).
+        self.on_row_tile: list[Callable[[int, Tile], None]] = []
 
     def input_rows(self, view: HbmView) -> Tile | None:
         """The tile the mlp's X^T staging loaded for these rows of its input X, where `view`
@@ -232,6 +235,52 @@ class RowTiles:
                 if results[self.value] is not columns:
                     em.copy(columns, results[self.value])
             self.tiles[r0] = row_tile
+            for store in self.on_row_tile:
+                store(r0, row_tile)
+
+    def all_rows(self) -> None:
+        """Evacuate every row tile not asked for yet (their `on_row_tile` stores then run)."""
+        for t0 in range(0, self.mlp.tokens, self.mlp.tp):
+            self.of(t0)
+
+
+def store_rows_of(em: Emitter, view: HbmView, dest: HbmView, features: int
+                  ) -> Callable[[int, Tile], None] | None:
+    """A function of (first token, row tile) that stores, from a row tile of a value
+    [tokens, features] computed 128 tokens at a time, its elements that `view` (a view of
+    the value) holds into `dest` (a view of `view`'s shape): where `view`, its dims ordered
+    by stride, is whole token rows (its leading dims, row-major with the innermost a row
+    apart) of a run of columns (its other dims, row-major and contiguous) -- Q or V of all
+    heads, as [B, H, S, D] of a QKV projection's [B * S, 3 * H * D] rows -- each row tile
+    stores [rows, that run] into `dest` in one transfer; None otherwise."""
+    order = sorted(range(view.rank), key=lambda d: -view.strides[d])
+    v, d = view.transpose(order), dest.transpose(order)
+    k = sum(1 for st in v.strides if st >= features)
+    if not 0 < k < v.rank or v.strides[k - 1] != features or v.strides[-1] != 1 or any(
+            v.strides[i] != v.strides[i + 1] * v.shape[i + 1]
+            for i in range(v.rank - 1) if i != k - 1):
+        return None
+    token0, col0 = divmod(v.offset, features)
+    width, tokens, inner = math.prod(v.shape[k:]), math.prod(v.shape[:k]), v.shape[k - 1]
+    if col0 + width > features:
+        return None
+
+    def store(r0: int, tile: Tile) -> None:
+        t = r0 - token0
+        if not 0 <= t < tokens:
+            return
+        outer, s0 = divmod(t, inner)
+        if s0 + tile.partitions > inner:
+            raise CompileError(f"a row tile of tokens {r0}..{r0 + tile.partitions} spans two "
+                               f"runs of {inner} tokens of a saved view")
+        rows = d
+        for dim in reversed(range(k - 1)):
+            outer, i = divmod(outer, d.shape[dim])
+            rows = rows.select(dim, i)
+        rows = rows.slice(0, s0, tile.partitions)
+        em.store(rows, 0, list(range(1, rows.rank)),
+                 em.in_sbuf(tile.columns(col0, width), rows.element_type))
+    return store
 
 
 class ComputedRows:

@@ -40,6 +40,22 @@ marked `trn.rows_handed_on`. The first layer norm's row tiles then stay in SBUF:
 turns them on PE where it loaded them and adds them back as its residual (3.1 MB stored and
 loaded back twice for BERT-base over 2048 tokens). Where the QKV projection joined too, the
 whole layer is one kernel.
+
+Option `qkv-saved` (on by default): in a training step's forward, the attention kernel (which
+also stores the probabilities, and is not merged with its output projection: the step saves
+the residual sum before the norm) is read, like the rest of the step's saved values, by the
+backward; the step also saves Q, K^T and V, views of the QKV projection's result that a
+function-level copy would gather from HBM after the projection stored it and the attention
+loaded it (3 x 9.4 MB for BERT-base over 2048 tokens). Where every other reader of that
+result is such a returned view, and each view is the same chain of view ops (up to a
+trailing reshape) as one of the attention's operands, the projection joins the attention
+kernel in front (its result op marked `trn.attention_input`, as with `qkv`) and the kernel
+yields the views as further results: its lowering stores them from what it has on chip --
+Q's and V's columns of each computed 128-token row tile, and the K^T tiles it turns on PE
+(kernels/attention.py `saved_operands`). The projection's result never reaches HBM. (IRDL
+binds one type to all of a kernel's results after the first, dialects/trn.py: the kernel
+yields its probabilities first and the rest -- its output and the views, as many elements
+each in self-attention -- flat, reshaped back outside.)
 """
 
 from __future__ import annotations
@@ -50,14 +66,17 @@ import math
 from torch_mlir import ir
 
 from torchneuron.compiler import ir_utils as U
+from torchneuron.compiler.errors import CompileError
 from torchneuron.compiler.kernels import mlp as mlp_kernel
 from torchneuron.compiler.kernels.tile_ops import SOURCE_OPS, VIEW_OPS
 from torchneuron.compiler.passes import Pass, register
 from torchneuron.compiler.transforms.fuse import (
-    MLP_RESIDENT_SHARE, PRODUCER_RESULT, merge_kernels, mlp_sbuf_bytes,
+    MLP_RESIDENT_SHARE, PRODUCER_RESULT, _clone_bodies, _encloses, merge_kernels,
+    mlp_sbuf_bytes,
 )
 from torchneuron.compiler.transforms.layout import TOKEN_MAJOR
 from torchneuron.compiler.transforms.tile import kernel_body
+from torchneuron.dialects.trn import build_kernel, build_yield
 from torchneuron.target import get_target
 
 KIND = "attention_linear_rows"
@@ -92,6 +111,9 @@ class FuseAttentionOutput(Pass):
     qkv: bool = True
     # ... and the FFN's mlp_rows kernel that reads its result.
     ffn: bool = True
+    # The QKV projection joins a training step's attention kernel, which then stores the Q,
+    # K^T and V views the step saves (see the module docstring).
+    qkv_saved: bool = True
 
     def run(self, module: ir.Operation) -> None:
         target = get_target(self.target or None)
@@ -106,6 +128,9 @@ class FuseAttentionOutput(Pass):
                 if ffn is not None:
                     kernel_body(merged)[-2].attributes[ROWS_HANDED_ON] = ir.UnitAttr.get()
                     merge_kernels((merged, ffn), KIND)
+            if self.qkv_saved:
+                for attention, qkv, saved in qkv_saved_triples(func, target):
+                    merge_qkv_saved(attention, qkv, saved)
 
 
 def attention_output_pairs(func: ir.Operation, target) -> list[tuple]:
@@ -290,3 +315,162 @@ def _ffn_reading(kernel: ir.Operation, target) -> ir.Operation | None:
         return None
     return ffn
 
+
+def qkv_saved_triples(func: ir.Operation, target) -> list[tuple]:
+    """(attention kernel, QKV projection kernel, saved views) for the `qkv-saved` merge (see
+    the module docstring): `saved` pairs each returned view of the projection's result with
+    the value inside the attention kernel that is the same view (the operand's chain of view
+    ops without its trailing reshape)."""
+    triples = []
+    for kernel in U.body_ops(func):
+        if kernel.name != "trn.kernel" or U.str_attr(kernel, "kind") != "attention" or \
+                len(kernel.results) > 2:
+            continue
+        body = kernel_body(kernel)
+        matmuls = [op for op in body if op.name == "trn.matmul"]
+        if len(matmuls) != 2 or any(ATTENTION_INPUT in op.attributes for op in body):
+            continue
+        operands = (matmuls[0].operands[0], matmuls[0].operands[1], matmuls[1].operands[1])
+        chains = [_view_chain(value, kernel) for value in operands]
+        sources = {chain[0] for chain in chains if chain is not None}
+        if None in chains or len(sources) != 1:
+            continue
+        source = sources.pop()
+        producer = U.defining_op(source)
+        if producer is None or producer.name != "trn.kernel" or \
+                U.str_attr(producer, "kind") != "matmul" or len(producer.results) != 1 or \
+                producer.parent != kernel.parent:
+            continue
+        saved = _returned_operand_views(source, kernel, [_stripped(c[1]) for c in chains])
+        if not saved or further_results_flat(
+                list(kernel.results)[:-1] + [value for value, _ in saved]) is None:
+            continue
+        output = U.shape(kernel.results[0])
+        output_bytes = 0
+        if len(output) == 4:
+            b, s, h, dv = output
+            output_bytes = b * -(-s // target.pe_cols) * h * dv * U.element_bytes(
+                U.element_type(kernel.results[0]))
+        keys = U.shape(matmuls[0].results[0])[-1]
+        if _computable_as_rows(producer, target, keys, output_bytes):
+            triples.append((kernel, producer, saved))
+    return triples
+
+
+def _view_chain(value: ir.Value, inside: ir.Operation | None
+                ) -> tuple[ir.Value, list[ir.Operation]] | None:
+    """(source, view ops from the source to `value`, in order): `value` followed back through
+    view ops (those of kernel `inside`, or of the function where None) to the first value
+    that no such op computes; None where a view op reads more than one value."""
+    ops = []
+    while True:
+        op = U.defining_op(value)
+        if op is None or op.name not in VIEW_OPS or \
+                (U.operation(op.parent) != inside if inside is not None
+                 else op.parent.name != "func.func"):
+            ops.reverse()
+            return value, ops
+        if len(op.operands) != 1:
+            return None
+        ops.append(op)
+        value = op.operands[0]
+
+
+def _stripped(ops: list[ir.Operation]) -> list[ir.Operation]:
+    """A chain of view ops without its trailing reshape (which only regroups its dims)."""
+    return ops[:-1] if ops and ops[-1].name == "trn.reshape" else ops
+
+
+def _same_view_ops(a: list[ir.Operation], b: list[ir.Operation]) -> bool:
+    return len(a) == len(b) and all(
+        x.name == y.name and x.results[0].type == y.results[0].type and
+        U.attributes_of(x) == U.attributes_of(y) for x, y in zip(a, b))
+
+
+def _returned_operand_views(source: ir.Value, kernel: ir.Operation,
+                            operand_chains: list[list[ir.Operation]]) -> list[tuple] | None:
+    """[(returned value, the value in `kernel` it equals)] where `source`'s readers are
+    `kernel` and view ops outside it whose every other reader is a view op or func.return,
+    and each returned view equals one of `operand_chains` (the kernel's Q, K^T and V
+    chains, trailing reshapes stripped) up to a trailing reshape; else None."""
+    pending, seen, saved = [source], 0, []
+    while seen < len(pending):
+        value = pending[seen]
+        seen += 1
+        for use in value.uses:
+            reader = U.operation(use.owner)
+            if _encloses(kernel, reader):
+                if value != source:
+                    return None
+                continue
+            if reader.name == "func.return":
+                chain = _view_chain(value, None)
+                stripped = _stripped(chain[1]) if chain is not None and \
+                    chain[0] == source else None
+                match = next((c for c in operand_chains if stripped is not None and
+                              _same_view_ops(stripped, c)), None)
+                if match is None:
+                    return None
+                saved.append((value, match[-1].results[0] if match else source))
+            elif reader.name in VIEW_OPS and reader.parent.name == "func.func":
+                pending.append(reader.results[0])
+            else:
+                return None
+    return saved
+
+
+def merge_qkv_saved(attention: ir.Operation, qkv: ir.Operation, saved: list[tuple]) -> None:
+    """One attention kernel: `qkv`'s ops (its result op marked ATTENTION_INPUT), then
+    `attention`'s. It yields first `attention`'s last result (its probabilities, where it
+    stores them), then flat (see `further_results_flat`) its other result and each saved
+    view (the value inside `attention` it equals); reshapes outside give them their shapes
+    back. The views outside are erased."""
+    kernel_body(qkv)[-2].attributes[ATTENTION_INPUT] = ir.UnitAttr.get()
+    returned = list(dict.fromkeys(value for value, _ in saved))
+    further = list(attention.results)[:-1] + returned
+    flat = further_results_flat(further)
+    types = [attention.results[-1].type] + [flat] * len(further)
+    with ir.InsertionPoint(attention), attention.location:
+        merged = build_kernel("attention", types)
+    for name in U.attributes_of(attention):
+        if name != "kind":
+            merged.attributes[name] = attention.attributes[name]
+    inner_of = dict(saved)
+    mapping: dict = {}
+    with ir.InsertionPoint(merged.regions[0].blocks[0]):
+        _clone_bodies((qkv, attention), mapping)
+        values = []
+        for value in further:
+            inner = mapping[inner_of.get(value, value)]
+            values.append(U.create("trn.reshape", [flat], [inner], {},
+                                   loc=attention.location).results[0])
+        build_yield([mapping[attention.results[-1]]] + values, loc=attention.location)
+    attention.results[-1].replace_all_uses_with(merged.results[0])
+    with ir.InsertionPoint(attention):
+        for value, result in zip(further, list(merged.results)[1:]):
+            shaped = U.create("trn.reshape", [value.type], [result], {},
+                              loc=attention.location).results[0]
+            value.replace_all_uses_with(shaped)
+    # The views outside, now unread, go with the projection they read.
+    body = U.body_ops(U.operation(attention.parent))
+    for op in reversed(body):
+        if op.name in VIEW_OPS and not any(True for r in op.results for _ in r.uses):
+            chain = _view_chain(op.results[0], None)
+            if chain is not None and chain[0] == qkv.results[0]:
+                op.erase()
+    if any(True for _ in qkv.results[0].uses if not _encloses(attention, U.operation(_.owner))):
+        raise CompileError("the QKV projection's result is read outside the attention kernel "
+                           "after the merge", qkv.location)
+    attention.erase()
+    qkv.erase()
+
+
+def further_results_flat(values: list[ir.Value]) -> ir.Type | None:
+    """The one type, [elements] of their element type, in which a kernel can yield `values`
+    after its first result (IRDL binds one type to all of a kernel's results after the first:
+    dialects/trn.py), or None where their element counts or types differ."""
+    counts = {math.prod(U.shape(v)) for v in values}
+    types = {str(U.element_type(v)) for v in values}
+    if len(counts) != 1 or len(types) != 1:
+        return None
+    return ir.RankedTensorType.get([counts.pop()], U.element_type(values[0]))

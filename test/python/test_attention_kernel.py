@@ -39,6 +39,23 @@ def _run(model, x, tmp_path, monkeypatch, **options):
     return out, graph.last_profile, trn
 
 
+def _train_step(model, x, dump, monkeypatch, **options):
+    """One compiled training step of `model` on `x` (`x` and the model's gradients cleared
+    first): its output, x's gradient, the QKV projection's weight gradient, the forward's
+    trn stage and the forward's profile."""
+    torch._dynamo.reset()
+    monkeypatch.setenv("TORCHNEURON_DUMP_DIR", str(dump))
+    compiled = torch.compile(model, backend="neuron", options=options)
+    x.grad = None
+    model.zero_grad()
+    out = compiled(x)
+    out.float().sum().backward()
+    assert all(r.fully_compiled for r in backend.graph_reports()[-2:])
+    forward = next(g for g in backend.compiled_graphs()[-2:] if "forward" in g.name)
+    forward_trn = next(dump.glob("*forward.trn.mlir")).read_text()
+    return out, x.grad.clone(), model.qkv.weight.grad.clone(), forward_trn, forward.last_profile
+
+
 @pytest.mark.parametrize("dtype,causal,seq", [(torch.float32, False, 128),
                                               (torch.bfloat16, False, 256),
                                               (torch.bfloat16, True, 128)])
@@ -180,22 +197,10 @@ def test_attention_also_stores_the_probabilities_a_training_step_saves(tmp_path,
     torch.manual_seed(0)
     model = PackedAttention(64, 2, causal=False).to(torch.bfloat16)
     x = torch.randn(2, 256, 64).to(torch.bfloat16).requires_grad_()
-    results = {}
-    for saved in (True, False):
-        torch._dynamo.reset()
-        dump = tmp_path / str(saved)
-        monkeypatch.setenv("TORCHNEURON_DUMP_DIR", str(dump))
-        compiled = torch.compile(model, backend="neuron",
-                                 options={"fuse_attention_saved": saved})
-        x.grad = None
-        out = compiled(x)
-        out.float().sum().backward()
-        forward_trn = next(dump.glob("*forward.trn.mlir")).read_text()
-        forward = next(g for g in backend.compiled_graphs()[-2:] if "forward" in g.name)
-        assert all(r.fully_compiled for r in backend.graph_reports()[-2:])
-        results[saved] = (out, x.grad.clone(), forward_trn, forward.last_profile)
-    (on, on_grad, on_trn, on_profile) = results[True]
-    (off, off_grad, off_trn, off_profile) = results[False]
+    on, on_grad, _, on_trn, on_profile = _train_step(model, x, tmp_path / "on", monkeypatch,
+                                                     fuse_attention_saved=True)
+    off, off_grad, _, off_trn, off_profile = _train_step(model, x, tmp_path / "off",
+                                                         monkeypatch, fuse_attention_saved=False)
     assert 'kind = "attention"' in on_trn and 'kind = "attention"' not in off_trn
     assert torch.equal(on.view(torch.int16), off.view(torch.int16))
     assert torch.equal(on_grad.view(torch.int16), off_grad.view(torch.int16))
@@ -203,6 +208,30 @@ def test_attention_also_stores_the_probabilities_a_training_step_saves(tmp_path,
         torch.testing.assert_close(on, model(x), atol=2e-2, rtol=2e-2)
     probabilities = 2 * 2 * 256 * 256 * 2
     assert off_profile.dma_bytes - on_profile.dma_bytes >= probabilities
+
+
+def test_training_forward_computes_qkv_in_the_attention_kernel(tmp_path, monkeypatch):
+    """trn-fuse-attention-output qkv-saved: in a training step's forward, which saves Q, K^T
+    and V (views of the QKV projection's result) besides the probabilities, the projection
+    joins the attention kernel, which stores the saved views from its row tiles and staged
+    K^T: the same bits (forward, input and weight gradients), and the projection's result is
+    neither stored nor read back, by the attention or by the copies into Q, K^T and V."""
+    torch.manual_seed(0)
+    batch, seq, d = 2, 128, 64
+    model = PackedAttention(d, 2, causal=False).to(torch.bfloat16)
+    x = torch.randn(batch, seq, d).to(torch.bfloat16).requires_grad_()
+    on, on_grad, on_wgrad, on_trn, on_profile = _train_step(
+        model, x, tmp_path / "on", monkeypatch, fuse_attention_qkv_saved=True)
+    off, off_grad, off_wgrad, off_trn, off_profile = _train_step(
+        model, x, tmp_path / "off", monkeypatch, fuse_attention_qkv_saved=False)
+    assert on_trn.count('"trn.kernel"') == 1 and "trn.attention_input" in on_trn
+    assert off_trn.count('"trn.kernel"') == 2 and "trn.attention_input" not in off_trn
+    for a, b in ((on, off), (on_grad, off_grad), (on_wgrad, off_wgrad)):
+        assert torch.equal(a.view(torch.int16), b.view(torch.int16))
+    with torch.no_grad():
+        torch.testing.assert_close(on, model(x), atol=2e-2, rtol=2e-2)
+    qkv_bytes = batch * seq * 3 * d * 2
+    assert off_profile.dma_bytes - on_profile.dma_bytes == 3 * qkv_bytes
 
 
 def test_short_sequences_of_many_heads_keep_separate_kernels(tmp_path, monkeypatch):

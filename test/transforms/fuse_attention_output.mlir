@@ -4,13 +4,19 @@
 // RUN: neuron-opt --split-input-file --trn-fuse-attention-output="qkv=false" --convert-trn-to-nisa %s | FileCheck %s --check-prefix=ISA-NOQKV
 // RUN: neuron-opt --split-input-file --convert-trn-to-nisa %s | FileCheck %s --check-prefix=UNFUSED
 // RUN: neuron-opt --split-input-file --trn-fuse-attention-output="ffn=false" %s | FileCheck %s --check-prefix=NOFFN
+// RUN: neuron-opt --split-input-file --trn-fuse-attention-output="qkv-saved=false" %s | FileCheck %s --check-prefix=NOSAVED
+// RUN: neuron-opt --split-input-file --trn-fuse-attention-output="qkv-saved=false" --convert-trn-to-nisa %s | FileCheck %s --check-prefix=ISA-NOSAVED
 // RUN: not neuron-opt --trn-fuse-attention-output --convert-trn-to-nisa %S/Inputs/fuse_attention_output-invalid.mlir 2>&1 | FileCheck %s --check-prefix=ERR
 // RUN: not neuron-opt --convert-trn-to-nisa %S/Inputs/fuse_attention_output-handed-on-invalid.mlir 2>&1 | FileCheck %s --check-prefix=ERR-ROWS
+// RUN: not neuron-opt --convert-trn-to-nisa %S/Inputs/fuse_attention_output-saved-invalid.mlir 2>&1 | FileCheck %s --check-prefix=ERR-SAVED
 
 
 // A merged kernel whose attention part has lost its mark is an error naming the kernel, as
 // is one whose linear_rows part, handing on its rows, has lost its own.
 // ERR-ROWS: fuse_attention_output-handed-on-invalid.mlir:{{[0-9]+}}:{{[0-9]+}}: error: convert-trn-to-nisa: an attention_linear_rows kernel hands on the rows of one linear_rows part: one op marked trn.rows_handed_on after one marked trn.producer_result, and not its last
+// A training step's attention kernel that yields, as a view saved from its QKV projection,
+// one that is not Q, K^T or V as it stages them is an error naming that view.
+// ERR-SAVED: fuse_attention_output-saved-invalid.mlir:21:{{[0-9]+}}: error: convert-trn-to-nisa: a saved view of an attention kernel's operands must be Q, K^T or V as they are staged
 // ERR: fuse_attention_output-invalid.mlir:{{[0-9]+}}:{{[0-9]+}}: error: convert-trn-to-nisa: an attention_linear_rows kernel needs one op marked trn.attention_output, not its last, and at most one before it marked trn.attention_input
 
 // Tests that a token-major attention kernel read only by the output projection's
@@ -336,4 +342,99 @@ func.func @encoder_layer(%arg0: tensor<1x128x128xbf16>, %arg1: tensor<384xbf16>,
     "trn.yield"(%35) : (tensor<1x128x128xbf16>) -> ()
   }) {kind = "mlp_rows"} : () -> tensor<1x128x128xbf16>
   return %3 : tensor<1x128x128xbf16>
+}
+
+// -----
+
+// Tests that in a training step's forward, where the attention kernel also stores its
+// probabilities and the function returns Q, K^T and V (views of the QKV projection's result
+// that are the attention's operands), the projection joins the attention kernel in front
+// (its result op marked trn.attention_input) and the kernel yields the probabilities, then
+// flat its output and each saved view -- the operand's own view inside the kernel -- which
+// reshapes outside give back their shapes; the returned views of the projection's result
+// are gone. Lowered, no buffer holds that result (with qkv-saved=false it is stored, for
+// the attention and for the copies into Q, K^T and V).
+// CHECK-LABEL: func.func @training_attention_saves_q_kt_v
+// CHECK-NEXT: %[[K:.*]]:5 = "trn.kernel"() ({
+// CHECK: %[[QKV:.*]] = "trn.convert"(%{{.*}}) {trn.attention_input} : (tensor<256x192xf32>) -> tensor<256x192xbf16>
+// CHECK-NEXT: %[[HEADS:.*]] = "trn.reshape"(%[[QKV]]) : (tensor<256x192xbf16>) -> tensor<2x128x3x2x32xbf16>
+// CHECK-NEXT: %[[SPLIT:.*]] = "trn.transpose"(%[[HEADS]])
+// CHECK-NEXT: %[[Q:.*]] = "trn.view"(%[[SPLIT]]) {indexing_map = #map}
+// CHECK: %[[KT:.*]] = "trn.transpose"(%{{.*}}) {permutation = array<i64: 0, 1, 3, 2>} : (tensor<2x2x128x32xbf16>) -> tensor<2x2x32x128xbf16>
+// CHECK: %[[P:.*]] = "trn.convert"(%{{.*}}) : (tensor<2x2x128x128xf32>) -> tensor<2x2x128x128xbf16>
+// CHECK: %[[V:.*]] = "trn.view"(%{{.*}}) {indexing_map = #map2}
+// CHECK: %[[O:.*]] = "trn.transpose"(%{{.*}}) {permutation = array<i64: 0, 2, 1, 3>} : (tensor<2x2x128x32xbf16>) -> tensor<2x128x2x32xbf16>
+// CHECK-NEXT: %[[OF:.*]] = "trn.reshape"(%[[O]]) : (tensor<2x128x2x32xbf16>) -> tensor<16384xbf16>
+// CHECK-NEXT: %[[VF:.*]] = "trn.reshape"(%[[V]]) : (tensor<1x2x2x128x32xbf16>) -> tensor<16384xbf16>
+// CHECK-NEXT: %[[QF:.*]] = "trn.reshape"(%[[Q]]) : (tensor<1x2x2x128x32xbf16>) -> tensor<16384xbf16>
+// CHECK-NEXT: %[[KTF:.*]] = "trn.reshape"(%[[KT]]) : (tensor<2x2x32x128xbf16>) -> tensor<16384xbf16>
+// CHECK-NEXT: "trn.yield"(%[[P]], %[[OF]], %[[VF]], %[[QF]], %[[KTF]])
+// CHECK-NEXT: }) {kind = "attention"} : () -> (tensor<2x2x128x128xbf16>, tensor<16384xbf16>, tensor<16384xbf16>, tensor<16384xbf16>, tensor<16384xbf16>)
+// CHECK-NEXT: %[[OUT:.*]] = "trn.reshape"(%[[K]]#1) : (tensor<16384xbf16>) -> tensor<2x128x2x32xbf16>
+// CHECK-NEXT: %[[VOUT:.*]] = "trn.reshape"(%[[K]]#2) : (tensor<16384xbf16>) -> tensor<2x2x128x32xbf16>
+// CHECK-NEXT: %[[QOUT:.*]] = "trn.reshape"(%[[K]]#3) : (tensor<16384xbf16>) -> tensor<2x2x128x32xbf16>
+// CHECK-NEXT: %[[KTOUT:.*]] = "trn.reshape"(%[[K]]#4) : (tensor<16384xbf16>) -> tensor<2x2x32x128xbf16>
+// CHECK-NEXT: return %[[QOUT]], %[[KTOUT]], %[[K]]#0, %[[VOUT]], %[[OUT]]
+// NOSAVED-LABEL: func.func @training_attention_saves_q_kt_v
+// NOSAVED: }) {{{.*}}kind = "matmul"{{.*}}} : () -> tensor<256x192xbf16>
+// NOSAVED: }) {kind = "attention"} : () -> (tensor<2x128x2x32xbf16>, tensor<2x2x128x128xbf16>)
+// NOSAVED-NOT: trn.attention_input
+// NOSAVED: return
+// ISA-LABEL: func.func @training_attention_saves_q_kt_v
+// ISA-NOT: "nisa.alloc"() {memory = "hbm"}
+// ISA: return
+// ISA-NOSAVED-LABEL: func.func @training_attention_saves_q_kt_v
+// ISA-NOSAVED: "nisa.alloc"() {memory = "hbm"} : () -> memref<256x192xbf16, "hbm">
+func.func @training_attention_saves_q_kt_v(%arg0: tensor<2x128x64xbf16>, %arg1: tensor<192x64xbf16>, %arg2: tensor<192xbf16>) -> (tensor<2x2x128x32xbf16>, tensor<2x2x32x128xbf16>, tensor<2x2x128x128xbf16>, tensor<2x2x128x32xbf16>, tensor<2x128x2x32xbf16>) {
+  %0 = "trn.kernel"() ({
+    %11 = "trn.reshape"(%arg0) : (tensor<2x128x64xbf16>) -> tensor<256x64xbf16>
+    %12 = "trn.transpose"(%arg1) {permutation = array<i64: 1, 0>} : (tensor<192x64xbf16>) -> tensor<64x192xbf16>
+    %13 = "trn.broadcast"(%arg2) {dimensions = array<i64: 0>} : (tensor<192xbf16>) -> tensor<256x192xbf16>
+    %14 = "trn.matmul"(%11, %12) : (tensor<256x64xbf16>, tensor<64x192xbf16>) -> tensor<256x192xf32>
+    %15 = "trn.tensor_tensor"(%13, %14) {op = "add"} : (tensor<256x192xbf16>, tensor<256x192xf32>) -> tensor<256x192xf32>
+    %16 = "trn.convert"(%15) : (tensor<256x192xf32>) -> tensor<256x192xbf16>
+    "trn.yield"(%16) : (tensor<256x192xbf16>) -> ()
+  }) {gemm_block = 1 : i64, gemm_resident = "f", kind = "matmul", orientation = "mn"} : () -> tensor<256x192xbf16>
+  %1:2 = "trn.kernel"() ({
+    %11 = "trn.reshape"(%0) : (tensor<256x192xbf16>) -> tensor<2x128x3x2x32xbf16>
+    %12 = "trn.transpose"(%11) {permutation = array<i64: 2, 0, 3, 1, 4>} : (tensor<2x128x3x2x32xbf16>) -> tensor<3x2x2x128x32xbf16>
+    %13 = "trn.view"(%12) {indexing_map = affine_map<(d0, d1, d2, d3, d4) -> (d0, d1, d2, d3, d4)>} : (tensor<3x2x2x128x32xbf16>) -> tensor<1x2x2x128x32xbf16>
+    %14 = "trn.reshape"(%13) : (tensor<1x2x2x128x32xbf16>) -> tensor<4x128x32xbf16>
+    %15 = "trn.view"(%12) {indexing_map = affine_map<(d0, d1, d2, d3, d4) -> (d0 + 1, d1, d2, d3, d4)>} : (tensor<3x2x2x128x32xbf16>) -> tensor<1x2x2x128x32xbf16>
+    %16 = "trn.reshape"(%15) : (tensor<1x2x2x128x32xbf16>) -> tensor<2x2x128x32xbf16>
+    %17 = "trn.transpose"(%16) {permutation = array<i64: 0, 1, 3, 2>} : (tensor<2x2x128x32xbf16>) -> tensor<2x2x32x128xbf16>
+    %18 = "trn.reshape"(%17) : (tensor<2x2x32x128xbf16>) -> tensor<4x32x128xbf16>
+    %19 = "trn.matmul"(%14, %18) : (tensor<4x128x32xbf16>, tensor<4x32x128xbf16>) -> tensor<4x128x128xf32>
+    %20 = "trn.convert"(%19) : (tensor<4x128x128xf32>) -> tensor<4x128x128xbf16>
+    %21 = "trn.reshape"(%20) : (tensor<4x128x128xbf16>) -> tensor<2x2x128x128xbf16>
+    %22 = "trn.tensor_scalar"(%21) {op = "mul", reverse = false, scalar = 0.176776692 : f32} : (tensor<2x2x128x128xbf16>) -> tensor<2x2x128x128xf32>
+    %23 = "trn.reduce"(%22) {dimensions = array<i64: 3>, op = "max"} : (tensor<2x2x128x128xf32>) -> tensor<2x2x128xf32>
+    %24 = "trn.broadcast"(%23) {dimensions = array<i64: 3>} : (tensor<2x2x128xf32>) -> tensor<2x2x128x128xf32>
+    %25 = "trn.tensor_tensor"(%22, %24) {op = "sub"} : (tensor<2x2x128x128xf32>, tensor<2x2x128x128xf32>) -> tensor<2x2x128x128xf32>
+    %26 = "trn.activation"(%25) {bias = 0.000000e+00 : f32, func = "exp", scale = 1.000000e+00 : f32} : (tensor<2x2x128x128xf32>) -> tensor<2x2x128x128xf32>
+    %27 = "trn.reduce"(%26) {dimensions = array<i64: 3>, op = "add"} : (tensor<2x2x128x128xf32>) -> tensor<2x2x128xf32>
+    %28 = "trn.broadcast"(%27) {dimensions = array<i64: 3>} : (tensor<2x2x128xf32>) -> tensor<2x2x128x128xf32>
+    %29 = "trn.tensor_tensor"(%26, %28) {op = "div"} : (tensor<2x2x128x128xf32>, tensor<2x2x128x128xf32>) -> tensor<2x2x128x128xf32>
+    %30 = "trn.convert"(%29) : (tensor<2x2x128x128xf32>) -> tensor<2x2x128x128xbf16>
+    %31 = "trn.reshape"(%30) : (tensor<2x2x128x128xbf16>) -> tensor<4x128x128xbf16>
+    %32 = "trn.reshape"(%0) : (tensor<256x192xbf16>) -> tensor<2x128x3x2x32xbf16>
+    %33 = "trn.transpose"(%32) {permutation = array<i64: 2, 0, 3, 1, 4>} : (tensor<2x128x3x2x32xbf16>) -> tensor<3x2x2x128x32xbf16>
+    %34 = "trn.view"(%33) {indexing_map = affine_map<(d0, d1, d2, d3, d4) -> (d0 + 2, d1, d2, d3, d4)>} : (tensor<3x2x2x128x32xbf16>) -> tensor<1x2x2x128x32xbf16>
+    %35 = "trn.reshape"(%34) : (tensor<1x2x2x128x32xbf16>) -> tensor<4x128x32xbf16>
+    %36 = "trn.matmul"(%31, %35) : (tensor<4x128x128xbf16>, tensor<4x128x32xbf16>) -> tensor<4x128x32xf32>
+    %37 = "trn.convert"(%36) : (tensor<4x128x32xf32>) -> tensor<4x128x32xbf16>
+    %38 = "trn.reshape"(%37) : (tensor<4x128x32xbf16>) -> tensor<2x2x128x32xbf16>
+    %39 = "trn.transpose"(%38) {permutation = array<i64: 0, 2, 1, 3>} : (tensor<2x2x128x32xbf16>) -> tensor<2x128x2x32xbf16>
+    "trn.yield"(%39, %30) : (tensor<2x128x2x32xbf16>, tensor<2x2x128x128xbf16>) -> ()
+  }) {kind = "attention"} : () -> (tensor<2x128x2x32xbf16>, tensor<2x2x128x128xbf16>)
+  %2 = "trn.reshape"(%0) : (tensor<256x192xbf16>) -> tensor<2x128x3x2x32xbf16>
+  %3 = "trn.transpose"(%2) {permutation = array<i64: 2, 0, 3, 1, 4>} : (tensor<2x128x3x2x32xbf16>) -> tensor<3x2x2x128x32xbf16>
+  %4 = "trn.view"(%3) {indexing_map = affine_map<(d0, d1, d2, d3, d4) -> (d0, d1, d2, d3, d4)>} : (tensor<3x2x2x128x32xbf16>) -> tensor<1x2x2x128x32xbf16>
+  %5 = "trn.view"(%3) {indexing_map = affine_map<(d0, d1, d2, d3, d4) -> (d0 + 1, d1, d2, d3, d4)>} : (tensor<3x2x2x128x32xbf16>) -> tensor<1x2x2x128x32xbf16>
+  %6 = "trn.view"(%3) {indexing_map = affine_map<(d0, d1, d2, d3, d4) -> (d0 + 2, d1, d2, d3, d4)>} : (tensor<3x2x2x128x32xbf16>) -> tensor<1x2x2x128x32xbf16>
+  %7 = "trn.reshape"(%4) : (tensor<1x2x2x128x32xbf16>) -> tensor<2x2x128x32xbf16>
+  %8 = "trn.reshape"(%5) : (tensor<1x2x2x128x32xbf16>) -> tensor<2x2x128x32xbf16>
+  %9 = "trn.reshape"(%6) : (tensor<1x2x2x128x32xbf16>) -> tensor<2x2x128x32xbf16>
+  %10 = "trn.transpose"(%8) {permutation = array<i64: 0, 1, 3, 2>} : (tensor<2x2x128x32xbf16>) -> tensor<2x2x32x128xbf16>
+  return %7, %10, %1#1, %9, %1#0 : tensor<2x2x128x32xbf16>, tensor<2x2x32x128xbf16>, tensor<2x2x128x128xbf16>, tensor<2x2x128x32xbf16>, tensor<2x128x2x32xbf16>
 }
