@@ -68,6 +68,9 @@ class CompileOptions:
     # computed inside that gradient's kernel, T kept on chip
     fuse_weight_gradients: bool = True
     fuse_mlp: bool = True             # trn-fuse mlp: Linear - activation - Linear in one kernel
+    # trn-fuse mlp-saved: the same where the hidden activation is also saved (a training
+    # step's forward): stored as computed, handed to the second Linear on chip
+    fuse_mlp_saved: bool = True
     # trn-fuse mlp-rows: an mlp kernel read only by a row-wise kernel over its output rows
     # (the residual add and layer norm after a post-norm FFN) hands it its output on chip
     fuse_mlp_rows: bool = True
@@ -172,6 +175,7 @@ def stages(options: CompileOptions) -> list[Stage]:
             f"bias-gradients={str(options.fuse_bias_gradients).lower()} "
             f"weight-gradients={str(options.fuse_weight_gradients).lower()} "
             f"mlp={str(options.fuse_mlp).lower()} "
+            f"mlp-saved={str(options.fuse_mlp_saved).lower()} "
             f"mlp-rows={str(options.fuse_mlp_rows).lower()} "
             f"linear-rows={str(options.fuse_linear_rows).lower()} "
             f"row-results={str(options.fuse_row_results).lower()} "

@@ -48,6 +48,7 @@ GRAPH_OPTIONS = {
     "fuse_elementwise": bool,
     "layout_assignment": bool,
     "fuse_mlp": bool,
+    "fuse_mlp_saved": bool,
     "fuse_weight_gradients": bool,
     "fuse_mlp_rows": bool,
     "fuse_linear_rows": bool,

@@ -23,7 +23,9 @@ from torchneuron.compiler.kernels.conv import Padding, lower_conv, lower_pool
 from torchneuron.compiler.kernels.emitter import Emitter
 from torchneuron.compiler.kernels.gather import lower_gather
 from torchneuron.compiler.kernels.matmul import column_sum_ops, lower_matmul
-from torchneuron.compiler.kernels.mlp import RowTiles, _Mlp, lower_mlp, lower_mlp_rows
+from torchneuron.compiler.kernels.mlp import (
+    RowTiles, _Mlp, lower_mlp, lower_mlp_rows, lower_mlp_saved,
+)
 from torchneuron.compiler.kernels.scan import lower_scan
 from torchneuron.compiler.kernels.reduce import lower_reduce
 from torchneuron.compiler.kernels.rows import lower_rows
@@ -494,6 +496,23 @@ class _FunctionLowering:
                         saved=saved, scale_into_q=self.scale_into_q, computed=computed,
                         saved_operands=saved_operands)
 
+    def _lower_mlp_saved(self, kernel: ir.Operation, body: list[ir.Operation],
+                         outs: list[HbmView]) -> None:
+        """An mlp_saved kernel (trn-fuse mlp-saved): the first Linear's ops up to the one
+        marked PRODUCER_RESULT, then the second's."""
+        marked = [i for i, op in enumerate(body) if PRODUCER_RESULT in op.attributes]
+        if len(marked) != 1 or not marked[0] < len(body) - 2:
+            raise CompileError(f"an mlp_saved kernel needs one op marked {PRODUCER_RESULT}, "
+                               "not its last", kernel.location)
+        split = marked[0] + 1
+        views = dict(self.views)
+        first, _ = self._views_and_compute(body[:split], views, "mlp_saved")
+        hidden = body[marked[0]].results[0]
+        views[hidden] = storage_less_view(hidden)
+        second, _ = self._views_and_compute(body[split:-1], views, "mlp_saved")
+        lower_mlp_saved(self.em, first, second, views, hidden,
+                        list(zip(body[-1].operands, outs)), body[marked[0]].location)
+
     def _lower_linear_rows_part(self, kernel: ir.Operation, body: list[ir.Operation],
                                 handed_on: list[int], given_rows: dict, given_views: dict,
                                 inputs_loaded: tuple) -> tuple[list[ir.Operation], dict, dict,
@@ -557,13 +576,16 @@ class _FunctionLowering:
             # then, and its copies should balance its own work (kernels/emitter.py).
             self.em.discount_engine_work(ATTENTION_CARRY_OVER)
         if also and kind not in ("matmul", "elementwise", "weight_gradient", "attention",
-                                 "rows"):
+                                 "rows", "mlp_saved"):
             raise CompileError(f"a '{kind}' kernel has one result; only matmul, elementwise, "
-                               "weight_gradient, attention and rows kernels store more",
-                               kernel.location)
+                               "weight_gradient, attention, rows and mlp_saved kernels store "
+                               "more", kernel.location)
         extra = list(zip(list(body[-1].operands)[1:], also))
         if kind == "rows":
             self._lower_row_wise(kind, body, out, further=extra)
+            return
+        if kind == "mlp_saved":
+            self._lower_mlp_saved(kernel, body, [out] + also)
             return
         if kind == "attention" and any(ATTENTION_INPUT in op.attributes for op in body):
             self._lower_qkv_attention(kernel, body, [out] + also)

@@ -31,6 +31,7 @@ from torchneuron.compiler.kernels.emitter import Emitter, Tile
 from torchneuron.compiler.kernels.epilogue import Epilogue, store_accumulators
 from torchneuron.compiler.kernels.matmul import _Staged, matmul_element_type
 from torchneuron.compiler.kernels.rows import lower_rows
+from torchneuron.compiler.kernels.transfers import store_tile
 from torchneuron.compiler.kernels.tile_ops import VIEW_OPS
 from torchneuron.compiler.kernels.views import HbmView, row_major_strides, storage_less_view
 
@@ -84,10 +85,11 @@ class _Mlp:
     Linear), the staged X^T takes the hidden activation's place: Y = X @ B + epilogue."""
 
     def __init__(self, em: Emitter, compute: list[ir.Operation], views: dict,
-                 yielded: ir.Value, matmul_count: int = 2):
+                 yielded: ir.Value, matmul_count: int = 2, also: tuple = ()):
         """`compute`: the kernel's ops but views, sources and trn.yield (those are in
         `views`); `yielded`: the value the kernel yields; `matmul_count`: 2 for an mlp, 1
-        for a Linear."""
+        for a Linear; `also`: values of the second epilogue stored too (rounded to their
+        types, as the kernel yields them)."""
         target = em.target
         matmuls = [op for op in compute if op.name == "trn.matmul"]
         if len(matmuls) != matmul_count:
@@ -130,7 +132,7 @@ class _Mlp:
                         for n0 in range(0, self.out_features, tf)]
         self.epilogue1 = Epilogue(em, compute[position[first] + 1:position[second]], views,
                                   first.results[0], set()) if first is not None else None
-        self.epilogue2 = Epilogue(em, chain2, views, second.results[0], {yielded})
+        self.epilogue2 = Epilogue(em, chain2, views, second.results[0], {yielded, *also})
 
     def blocks(self):
         """(first token, tokens) of each token block."""
@@ -185,6 +187,9 @@ class RowTiles:
         self.mlp, self.value, self.location = mlp, value, location
         self.value_type = U.element_type(value)
         self.tiles: dict[int, Tile] = {}         # first token -> its evacuated row tile
+        # Values of the epilogue stored as each output tile is evacuated: {value: view of its
+        # destination [tokens, features]} (a training step's saved pre-activation).
+        self.chunk_stores: dict[ir.Value, HbmView] = {}
         # Called with (first token, row tile) as each row tile is evacuated: stores of parts
         # of the value a training step saves (`store_rows_of`).
         self.on_row_tile: list[Callable[[int, Tile], None]] = []
@@ -234,6 +239,8 @@ class RowTiles:
                     into={self.value: columns})
                 if results[self.value] is not columns:
                     em.copy(columns, results[self.value])
+                for value, dest in self.chunk_stores.items():
+                    store_tile(em, dest.slice(0, r0, rn).slice(1, n0, nn), results[value])
             self.tiles[r0] = row_tile
             for store in self.on_row_tile:
                 store(r0, row_tile)
@@ -321,6 +328,41 @@ def lower_mlp(em: Emitter, compute: list[ir.Operation], views: dict,
     mlp = _Mlp(em, compute, views, yielded)
     for t0, tn in mlp.blocks():
         store_accumulators(em, mlp.epilogue2, mlp.block(t0, tn), yielded, out)
+
+
+def lower_mlp_saved(em: Emitter, first: list[ir.Operation], second: list[ir.Operation],
+                    views: dict, hidden: ir.Value, outputs: list[tuple[ir.Value, HbmView]],
+                    first_location: ir.Location | None = None) -> None:
+    """An mlp_saved kernel (trn-fuse mlp-saved): a Linear `first` (ops but views, sources and
+    trn.yield; those are in `views`) computing `hidden` [tokens, hidden features] and
+    values on the way, whose rows a second Linear `second` reads as its input X. `outputs`:
+    (value, destination view) of the kernel's results -- the second Linear's result, then
+    `hidden` and values of the first's epilogue that a training step saves.
+
+    The first Linear's rows are computed 128 tokens at a time, as an mlp_rows kernel's
+    producer (`RowTiles`, its weight resident); each row tile of `hidden` is stored whole
+    and the other saved values tile by tile as they are evacuated. The second Linear (its
+    weight resident too) turns `hidden`'s row tiles on PE where it would have loaded them:
+    `hidden` is not read back from HBM."""
+    (value, out), saved = outputs[0], dict(outputs[1:])
+    if hidden not in saved:
+        raise CompileError("an mlp_saved kernel stores the first Linear's result",
+                           first[-1].location)
+    rows = RowTiles(_Mlp(em, first, views, hidden, 1,
+                         also=tuple(v for v in saved if v != hidden)), hidden, first_location)
+    rows.chunk_stores = {v: dest for v, dest in saved.items() if v != hidden}
+    views = dict(views)
+    views[hidden] = storage_less_view(hidden)
+    whole = store_rows_of(em, views[hidden], saved[hidden], U.shape(hidden)[1])
+    if whole is None:
+        raise CompileError("an mlp_saved kernel's first Linear yields its result as whole "
+                           "token rows", first[-1].location)
+    rows.on_row_tile.append(whole)
+    mlp = _Mlp(em, second, views, value, 1)
+    mlp.x_t.given_rows = ComputedRows(rows, mlp.x_t.view)
+    for t0, tn in mlp.blocks():
+        store_accumulators(em, mlp.epilogue2, mlp.block(t0, tn), value, out)
+    rows.all_rows()
 
 
 def lower_mlp_rows(em: Emitter, compute: list[ir.Operation], views: dict,

@@ -62,6 +62,14 @@ Groups formed:
   operand: Linear - activation - Linear, with both weights resident in SBUF and the hidden
   activation computed and consumed on chip, 128 hidden units at a time
   (compiler/kernels/mlp.py).
+- mlp with saved values (kind "mlp_saved"), merged after mlp: a 2-D matmul kernel (a Linear
+  and its epilogue, bias and activation) whose result H is the left operand of a second 2-D
+  matmul kernel and is also read elsewhere -- a training step's forward saves H (and the
+  pre-activation the epilogue rounds on the way) for the backward. The kernel computes H
+  128 tokens at a time as whole-row tiles, both weights resident, stores them (and the
+  other saved values) and turns them on PE for the second Linear (compiler/kernels/mlp.py
+  `lower_mlp_saved`): H is stored, as the step needs, but not loaded back (12.6 MB for
+  BERT-base's FFN over 2048 tokens). Only where H's 128-token block fits PSUM;
 - mlp + rows (kind "mlp_rows"), merged after mlp: an mlp kernel whose result only a
   row-wise kernel with one result reads, over rows of its output features (a post-norm
   transformer's FFN, then the residual add and layer norm). Each block of token rows'
@@ -127,6 +135,9 @@ class Fuse(Pass):
     bias_gradients: bool = True
     weight_gradients: bool = True
     mlp: bool = True
+    # A Linear whose result a second Linear reads and a training step saves: one kernel that
+    # stores the result and hands its rows to the second on chip (kind mlp_saved).
+    mlp_saved: bool = True
     # An mlp kernel read only by a row-wise kernel over its output rows is computed inside
     # it, its output handed to the rows on chip.
     mlp_rows: bool = True
@@ -216,6 +227,9 @@ class Fuse(Pass):
                 if self.mlp_rows and self.rows:
                     for pair in mlp_rows_pairs(func, get_target(self.target or None)):
                         merge_producer_rows(pair, "mlp_rows")
+            if self.mlp_saved and self.matmul_epilogue:
+                for pair in mlp_saved_pairs(func, get_target(self.target or None)):
+                    merge_mlp_saved(*pair)
             if self.linear_rows and self.rows and self.matmul_epilogue:
                 for pair in linear_rows_pairs(func, get_target(self.target or None)):
                     merge_producer_rows(pair, "linear_rows")
@@ -1860,6 +1874,118 @@ def mlp_pairs(func: ir.Operation, target) -> list[tuple]:
         pairs.append((first, second))
         taken.update((first, second))
     return pairs
+
+
+def mlp_saved_pairs(func: ir.Operation, target) -> list[tuple]:
+    """(first, second) matmul kernel pairs that form an mlp_saved kernel (see the module
+    docstring): 2-D matmuls, nothing computed ahead of either; the first kernel's results
+    of one type, its first (H) read by the second's matmul as its left operand and by
+    something after the second (a result or another kernel), its other results (values of
+    its epilogue) only after the second too; H's rows a whole number of 128-token tiles
+    whose block fits PSUM; and the two resident weights with the second's token block of
+    H's row tiles within SBUF's share for weights."""
+    pairs, taken = [], set()
+    body = U.body_ops(func)
+    position = {op: i for i, op in enumerate(body)}
+    for first in body:
+        if first.name != "trn.kernel" or U.str_attr(first, "kind") != "matmul" or \
+                first in taken or len({str(r.type) for r in first.results}) != 1:
+            continue
+        hidden = first.results[0]
+        readers = [U.operation(u.owner) for u in hidden.uses
+                   if U.operation(u.owner).name == "trn.matmul" and u.operand_number == 0]
+        second = U.operation(readers[0].parent) if len(readers) == 1 else None
+        if second is None or second.name != "trn.kernel" or \
+                U.str_attr(second, "kind") != "matmul" or second in taken or \
+                second.parent != first.parent or len(second.results) != 1:
+            continue
+        # Every other reader of the first's results comes after the second, where the
+        # merged kernel stands, or is a view that can move there.
+        if any(not _encloses(second, reader) and
+               not _reads_after(reader, position, position[second])
+               for r in first.results for reader in (U.operation(u.owner) for u in r.uses)):
+            continue
+        inside = sum(1 for u in hidden.uses if _encloses(second, U.operation(u.owner)))
+        if inside != 1 or inside == len(list(hidden.uses)):
+            continue      # (read by the second's matmul alone: an mlp kernel's case)
+        body1, body2 = kernel_body(first), kernel_body(second)
+        mm1 = [op for op in body1 if op.name == "trn.matmul"]
+        mm2 = [op for op in body2 if op.name == "trn.matmul"]
+        if len(mm1) != 1 or len(mm2) != 1 or mm2[0].operands[0] != hidden or any(
+                len(U.shape(v)) != 2 for v in (*mm1[0].operands, *mm2[0].operands,
+                                               mm1[0].results[0], mm2[0].results[0])) or \
+                body1[-1].operands[0] != body1[-2].results[0] or \
+                body1[-2].name in VIEW_OPS + SOURCE_OPS or \
+                any(op.name not in VIEW_OPS + SOURCE_OPS
+                    for b, mm in ((body1, mm1[0]), (body2, mm2[0]))
+                    for op in b[:b.index(mm)]):
+            continue
+        tokens, features = U.shape(mm1[0].operands[0])
+        hidden_features, out_features = U.shape(mm2[0].operands[1])
+        itemsize = max(U.element_bytes(U.element_type(v))
+                       for v in (*mm1[0].operands, mm2[0].operands[1]))
+        block = mlp_kernel.tokens_per_block(target, tokens, out_features)
+        if tokens % target.pe_cols or block is None or \
+                mlp_kernel.tokens_per_block(target, tokens, hidden_features) is None:
+            continue
+        rows = -(-block // target.pe_cols) * hidden_features * U.element_bytes(
+            U.element_type(hidden))
+        if mlp_kernel.resident_bytes(target, features, hidden_features, out_features,
+                                     itemsize) + rows > \
+                target.sbuf_partition_bytes * MLP_RESIDENT_SHARE:
+            continue
+        pairs.append((first, second))
+        taken.update((first, second))
+    return pairs
+
+
+def _reads_after(reader: ir.Operation, position: dict, place: int) -> bool:
+    """Whether `reader` stands after `place` in the function body, or is a view there
+    whose readers all do (through further views): it can move after `place`."""
+    top = _top_level(reader, position)
+    if position.get(top, -1) > place:
+        return True
+    return top is reader and reader.name in VIEW_OPS and all(
+        _reads_after(U.operation(u.owner), position, place) for u in reader.results[0].uses)
+
+
+def _views_before(op: ir.Operation, values) -> list[ir.Operation]:
+    """The view ops of the function body before `op` that read `values`, directly or
+    through one another, in body order."""
+    found, pending = [], list(values)
+    while pending:
+        for use in pending.pop().uses:
+            reader = U.operation(use.owner)
+            if reader.parent == op.parent and reader.name in VIEW_OPS and \
+                    reader.is_before_in_block(op) and reader not in found:
+                found.append(reader)
+                pending.append(reader.results[0])
+    position = {o: i for i, o in enumerate(U.body_ops(U.operation(op.parent)))}
+    return sorted(found, key=position.get)
+
+
+def merge_mlp_saved(first: ir.Operation, second: ir.Operation) -> ir.Operation:
+    """One mlp_saved kernel, at `second`'s place: `first`'s ops (the one computing its first
+    result marked PRODUCER_RESULT), then `second`'s; it yields `second`'s result, then
+    `first`'s results."""
+    # Views of the first's results standing before the second go after it (mlp_saved_pairs
+    # checked that their readers all come later).
+    for view in reversed(_views_before(second, first.results)):
+        view.move_after(second)
+    kernel_body(first)[-2].attributes[PRODUCER_RESULT] = ir.UnitAttr.get()
+    types = [second.results[0].type] + [r.type for r in first.results]
+    with ir.InsertionPoint(second), second.location:
+        merged = build_kernel("mlp_saved", types)
+    mapping: dict = {}
+    with ir.InsertionPoint(merged.regions[0].blocks[0]):
+        _clone_bodies((first, second), mapping)
+        build_yield([mapping[second.results[0]]] + [mapping[r] for r in first.results],
+                    loc=second.location)
+    for old, new in zip([second.results[0], *first.results], merged.results):
+        old.replace_all_uses_with(new)
+    second.erase()
+    first.erase()
+    return merged
 
 
 def mlp_rows_pairs(func: ir.Operation, target) -> list[tuple]:

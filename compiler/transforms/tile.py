@@ -78,7 +78,8 @@ def annotate(kernel: ir.Operation, target: Target) -> None:
     """Record the tiling decisions on `kernel`; decisions already present are validated and
     kept (so a user or autotuner can override them)."""
     body = kernel_body(kernel)
-    if U.str_attr(kernel, "kind") in ("attention", "matmul_rows", "mlp", "mlp_rows", "linear_rows",
+    if U.str_attr(kernel, "kind") in ("attention", "matmul_rows", "mlp", "mlp_rows", "mlp_saved",
+                                      "linear_rows",
                                       "attention_linear_rows", "weight_gradient"):
         return          # its lowering fixes its tiling (compiler/kernels/attention.py, mlp.py,
         #                 weight_gradient.py)

@@ -6,6 +6,7 @@
 // RUN: not neuron-opt --convert-trn-to-nisa %S/Inputs/trn_to_nisa-invalid.mlir 2>&1 | FileCheck %s --check-prefix=ERR
 // RUN: not neuron-opt --convert-trn-to-nisa %S/Inputs/trn_to_nisa-invalid-mlp.mlir 2>&1 | FileCheck %s --check-prefix=ERRMLP
 // RUN: not neuron-opt --convert-trn-to-nisa %S/Inputs/trn_to_nisa-invalid-mlp-rows.mlir 2>&1 | FileCheck %s --check-prefix=ERRMLPROWS
+// RUN: not neuron-opt --convert-trn-to-nisa %S/Inputs/trn_to_nisa-invalid-mlp-saved.mlir 2>&1 | FileCheck %s --check-prefix=ERRMLPSAVED
 // RUN: not neuron-opt --convert-trn-to-nisa %S/Inputs/trn_to_nisa-invalid-results.mlir 2>&1 | FileCheck %s --check-prefix=ERRRES
 // RUN: not neuron-opt --convert-trn-to-nisa %S/Inputs/trn_to_nisa-invalid-row-results.mlir 2>&1 | FileCheck %s --check-prefix=ERRROWRES
 // RUN: not neuron-opt --split-input-file --convert-trn-to-nisa %S/Inputs/trn_to_nisa-invalid-column-sum.mlir 2>&1 | FileCheck %s --check-prefix=ERRCOLS
@@ -1155,7 +1156,7 @@ func.func @mlp(%arg0: tensor<256x128xbf16>, %arg1: tensor<512x128xbf16>, %arg2: 
 
 // ERRWG: trn_to_nisa-invalid-weight-gradient.mlir:7:10: error: convert-trn-to-nisa: a weight_gradient kernel's second matmul reads the transpose of the first's result
 // ERRMLP: trn_to_nisa-invalid-mlp.mlir:5:10: error: convert-trn-to-nisa: an mlp kernel holds two matmuls
-// ERRRES: trn_to_nisa-invalid-results.mlir:3:10: error: convert-trn-to-nisa: a 'reduce' kernel has one result; only matmul, elementwise, weight_gradient, attention and rows kernels store more
+// ERRRES: trn_to_nisa-invalid-results.mlir:3:10: error: convert-trn-to-nisa: a 'reduce' kernel has one result; only matmul, elementwise, weight_gradient, attention, rows and mlp_saved kernels store more
 // ERRROWRES: trn_to_nisa-invalid-row-results.mlir:{{[0-9]+}}:{{[0-9]+}}: error: convert-trn-to-nisa: a row-wise kernel's further results are per-row values
 // ERRCOLS: trn_to_nisa-invalid-column-sum.mlir:8:{{[0-9]+}}: error: convert-trn-to-nisa: a row-wise kernel's sum over its rows is a float sum over every kept dim of a row value
 // ERRCOLS: trn_to_nisa-invalid-column-sum.mlir:22:{{[0-9]+}}: error: convert-trn-to-nisa: a row-wise kernel's first result is over its rows, not a column sum
@@ -2241,4 +2242,32 @@ func.func @matmul_rows_scaled_result(%do: tensor<1x128x64xbf16>, %vt: tensor<1x6
     "trn.yield"(%8) : (tensor<1x128x128xf32>) -> ()
   }) {kind = "matmul_rows"} : () -> tensor<1x128x128xf32>
   return %0 : tensor<1x128x128xf32>
+}
+
+// -----
+
+// Tests that an mlp_saved kernel stores the hidden activation and the pre-activation it
+// yields after its result (each [128, 512] tile; a transfer is split over queues), and that
+// the second Linear reads the hidden activation on chip: nothing loads a [256, 512] buffer.
+// An mlp_saved kernel without its op marked trn.producer_result is an error naming it.
+// CHECK-LABEL: func.func @mlp_saved
+// CHECK-COUNT-16: "nisa.dma"(%{{.*}}) {{.*}} : (memref<256x512xbf16, "hbm">, memref<128x512xbf16, "sbuf">)
+// CHECK-NOT: memref<256x512xbf16, "hbm">)
+// CHECK: return
+// ERRMLPSAVED: trn_to_nisa-invalid-mlp-saved.mlir:3:{{[0-9]+}}: error: convert-trn-to-nisa: an mlp_saved kernel needs one op marked trn.producer_result, not its last
+func.func @mlp_saved(%arg0: tensor<256x128xbf16>, %arg1: tensor<512x128xbf16>, %arg2: tensor<512xbf16>, %arg3: tensor<128x512xbf16>) -> (tensor<256x128xbf16>, tensor<256x512xbf16>, tensor<256x512xbf16>) {
+  %0:3 = "trn.kernel"() ({
+    %1 = "trn.transpose"(%arg1) {permutation = array<i64: 1, 0>} : (tensor<512x128xbf16>) -> tensor<128x512xbf16>
+    %2 = "trn.broadcast"(%arg2) {dimensions = array<i64: 0>} : (tensor<512xbf16>) -> tensor<256x512xbf16>
+    %3 = "trn.matmul"(%arg0, %1) : (tensor<256x128xbf16>, tensor<128x512xbf16>) -> tensor<256x512xf32>
+    %4 = "trn.tensor_tensor"(%3, %2) {op = "add"} : (tensor<256x512xf32>, tensor<256x512xbf16>) -> tensor<256x512xf32>
+    %5 = "trn.convert"(%4) : (tensor<256x512xf32>) -> tensor<256x512xbf16>
+    %6 = "trn.activation"(%5) {bias = 0.000000e+00 : f32, func = "gelu", scale = 1.000000e+00 : f32} : (tensor<256x512xbf16>) -> tensor<256x512xf32>
+    %7 = "trn.convert"(%6) {trn.producer_result} : (tensor<256x512xf32>) -> tensor<256x512xbf16>
+    %8 = "trn.transpose"(%arg3) {permutation = array<i64: 1, 0>} : (tensor<128x512xbf16>) -> tensor<512x128xbf16>
+    %9 = "trn.matmul"(%7, %8) : (tensor<256x512xbf16>, tensor<512x128xbf16>) -> tensor<256x128xf32>
+    %10 = "trn.convert"(%9) : (tensor<256x128xf32>) -> tensor<256x128xbf16>
+    "trn.yield"(%10, %7, %5) : (tensor<256x128xbf16>, tensor<256x512xbf16>, tensor<256x512xbf16>) -> ()
+  }) {kind = "mlp_saved"} : () -> (tensor<256x128xbf16>, tensor<256x512xbf16>, tensor<256x512xbf16>)
+  return %0#0, %0#2, %0#1 : tensor<256x128xbf16>, tensor<256x512xbf16>, tensor<256x512xbf16>
 }

@@ -58,8 +58,9 @@ def test_mlp_kernel_matches_eager_and_the_unfused_kernels(dtype, d, hidden, d_ou
 
 def test_mlp_kernel_not_formed_when_the_hidden_activation_is_also_an_output(tmp_path,
                                                                            monkeypatch):
-    """Training saves the hidden activation for the backward: it must reach HBM, so the two
-    matmuls stay separate kernels."""
+    """Training saves the hidden activation for the backward: it must reach HBM, so no mlp
+    kernel (which keeps it on chip, hidden units on partitions) forms; the values are right
+    (an mlp_saved kernel stores it instead: the next test)."""
     torch.manual_seed(0)
     fc1, fc2 = torch.nn.Linear(128, 256), torch.nn.Linear(256, 128)
 
@@ -78,15 +79,13 @@ def test_mlp_kernel_not_formed_when_the_hidden_activation_is_also_an_output(tmp_
     assert 'kind = "mlp"' not in next(tmp_path.glob("*.trn.mlir")).read_text()
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_saved_linear_output_and_its_activation_come_from_one_kernel(dtype, tmp_path,
-                                                                     monkeypatch):
-    """trn-fuse epilogue-results: a training step's forward saves fc1's output and applies GELU
-    to it; GELU runs in fc1's epilogue and the kernel stores both, so fc1's output is not read
-    back from HBM. Values as eager's and as the separate kernels'."""
+def _saving_linear_gelu_linear(dtype, hidden: int, d_out: int):
+    """(f, x, f(x)) for f(x) = (fc2(gelu(fc1(x))), fc1(x), gelu(fc1(x))) -- a Linear - GELU -
+    Linear block returning the values a training step's forward saves -- over 384 tokens of
+    256 features."""
     torch.manual_seed(0)
-    fc1 = torch.nn.Linear(256, 512).to(dtype)
-    fc2 = torch.nn.Linear(512, 128).to(dtype)
+    fc1 = torch.nn.Linear(256, hidden).to(dtype)
+    fc2 = torch.nn.Linear(hidden, d_out).to(dtype)
 
     def f(x):
         pre = fc1(x)
@@ -95,7 +94,61 @@ def test_saved_linear_output_and_its_activation_come_from_one_kernel(dtype, tmp_
 
     x = torch.randn(384, 256).to(dtype)
     with torch.no_grad():
-        expected = f(x)
+        return f, x, f(x)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_mlp_saved_kernel_stores_the_hidden_activation_and_keeps_it_on_chip(dtype, tmp_path,
+                                                                            monkeypatch):
+    """trn-fuse mlp-saved: Linear - GELU - Linear whose pre-activation and hidden activation
+    are also results (as a training step's forward saves them) is one kernel: it stores both
+    and hands the hidden activation's rows to the second Linear on chip, which the separate
+    kernels load back from HBM. The same bits as those kernels (the same K-tiles summed in
+    the same order), close to eager's."""
+    f, x, expected = _saving_linear_gelu_linear(dtype, 1024, 192)
+    on, on_profile, on_trn = _run(f, x, tmp_path, monkeypatch, True, "fuse_mlp_saved")
+    off, off_profile, off_trn = _run(f, x, tmp_path, monkeypatch, False, "fuse_mlp_saved")
+    assert on_trn.count('"trn.kernel"') == 1 and 'kind = "mlp_saved"' in on_trn
+    assert off_trn.count('"trn.kernel"') == 2 and 'kind = "mlp_saved"' not in off_trn
+    tolerance = dict(atol=2e-2, rtol=2e-2) if dtype == torch.bfloat16 else {}
+    for got, unfused, want in zip(on, off, expected):
+        assert torch.equal(got, unfused)
+        torch.testing.assert_close(got, want, **tolerance)
+    assert off_profile.dma_bytes - on_profile.dma_bytes == 384 * 1024 * dtype.itemsize
+
+
+def test_training_mlp_forward_stores_what_it_saves_in_one_kernel(tmp_path, monkeypatch):
+    """The same in a compiled training step (Linear - GELU - Linear, bf16): the forward is one
+    mlp_saved kernel; forward and gradients are bitwise those of the separate kernels."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(256, 1024), torch.nn.GELU(),
+                                torch.nn.Linear(1024, 256)).to(torch.bfloat16)
+    x = torch.randn(384, 256).to(torch.bfloat16).requires_grad_()
+    results = {}
+    for fused in (True, False):
+        dump = tmp_path / str(fused)
+        monkeypatch.setenv("TORCHNEURON_DUMP_DIR", str(dump))
+        torch._dynamo.reset()
+        x.grad = None
+        model.zero_grad()
+        out = torch.compile(model, backend="neuron", options={"fuse_mlp_saved": fused})(x)
+        out.float().sum().backward()
+        assert all(r.fully_compiled for r in backend.graph_reports()[-2:])
+        forward = next(dump.glob("*forward.trn.mlir")).read_text()
+        results[fused] = (out, x.grad.clone(), model[0].weight.grad.clone(), forward)
+    on, off = results[True], results[False]
+    assert 'kind = "mlp_saved"' in on[3] and 'kind = "mlp_saved"' not in off[3]
+    for a, b in zip(on[:3], off[:3]):
+        assert torch.equal(a.view(torch.int16), b.view(torch.int16))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_saved_linear_output_and_its_activation_come_from_one_kernel(dtype, tmp_path,
+                                                                     monkeypatch):
+    """trn-fuse epilogue-results: a training step's forward saves fc1's output and applies GELU
+    to it; GELU runs in fc1's epilogue and the kernel stores both, so fc1's output is not read
+    back from HBM. Values as eager's and as the separate kernels'."""
+    f, x, expected = _saving_linear_gelu_linear(dtype, 512, 128)
     results = {}
     for fused in (True, False):
         dump = tmp_path / str(fused)
@@ -103,7 +156,8 @@ def test_saved_linear_output_and_its_activation_come_from_one_kernel(dtype, tmp_
         torch._dynamo.reset()
         with torch.no_grad():
             out = torch.compile(f, backend="neuron",
-                                options={"fuse_epilogue_results": fused})(x)
+                                options={"fuse_epilogue_results": fused,
+                                         "fuse_mlp_saved": False})(x)
         trn = next(dump.glob("*.trn.mlir")).read_text()
         results[fused] = (out, backend.compiled_graphs()[-1].last_profile, trn)
     (on, on_profile, on_trn), (off, off_profile, off_trn) = results[True], results[False]

@@ -7,6 +7,7 @@
 // RUN: neuron-opt --split-input-file --trn-fuse="epilogue-producers=false" %s | FileCheck %s --check-prefix=NOPROD
 // RUN: neuron-opt --split-input-file --trn-fuse="mlp=false" %s | FileCheck %s --check-prefix=NOMLP
 // RUN: neuron-opt --split-input-file --trn-fuse="mlp-rows=false" %s | FileCheck %s --check-prefix=NOMLPROWS
+// RUN: neuron-opt --split-input-file --trn-fuse="mlp-saved=false" %s | FileCheck %s --check-prefix=NOMLPSAVED
 // RUN: neuron-opt --split-input-file --trn-fuse="linear-rows=false" %s | FileCheck %s --check-prefix=NOLINROWS
 // RUN: neuron-opt --split-input-file --trn-fuse="epilogue-results=false" %s | FileCheck %s --check-prefix=RES
 // RUN: neuron-opt --split-input-file --trn-fuse="bias-gradients=false" %s | FileCheck %s --check-prefix=BIAS
@@ -520,6 +521,40 @@ func.func @mlp(%x: tensor<256x128xbf16>, %w1: tensor<512x128xbf16>, %b1: tensor<
   %y = "trn.matmul"(%gb, %w2t) : (tensor<256x512xbf16>, tensor<512x128xbf16>) -> tensor<256x128xf32>
   %yb = "trn.convert"(%y) : (tensor<256x128xf32>) -> tensor<256x128xbf16>
   return %yb : tensor<256x128xbf16>
+}
+
+// -----
+
+// Tests that Linear - GELU - Linear whose hidden activation and pre-activation the function
+// also returns (a training step's forward saves them) becomes one mlp_saved kernel: the
+// first Linear's ops (the op computing the hidden activation marked trn.producer_result),
+// then the second's; it yields the second's result, then the first kernel's results. Off,
+// the two matmul kernels stay apart.
+// CHECK-LABEL: func.func @mlp_saved
+// CHECK-NEXT: %[[K:.*]]:3 = "trn.kernel"() ({
+// CHECK: %[[PRE:.*]] = "trn.convert"(%{{.*}}) : (tensor<256x512xf32>) -> tensor<256x512xbf16>
+// CHECK-NEXT: "trn.activation"(%[[PRE]]) {{.*}}func = "gelu"
+// CHECK-NEXT: %[[H:.*]] = "trn.convert"(%{{.*}}) {trn.producer_result} : (tensor<256x512xf32>) -> tensor<256x512xbf16>
+// CHECK: %[[Y:.*]] = "trn.matmul"(%[[H]], %{{.*}})
+// CHECK-NEXT: %[[YB:.*]] = "trn.convert"(%[[Y]])
+// CHECK-NEXT: "trn.yield"(%[[YB]], %[[H]], %[[PRE]])
+// CHECK-NEXT: }) {kind = "mlp_saved"} : () -> (tensor<256x128xbf16>, tensor<256x512xbf16>, tensor<256x512xbf16>)
+// CHECK-NEXT: return %[[K]]#0, %[[K]]#2, %[[K]]#1
+// NOMLPSAVED-LABEL: func.func @mlp_saved
+// NOMLPSAVED: }) {kind = "matmul"} : () -> (tensor<256x512xbf16>, tensor<256x512xbf16>)
+// NOMLPSAVED: }) {kind = "matmul"} : () -> tensor<256x128xbf16>
+func.func @mlp_saved(%x: tensor<256x128xbf16>, %w1: tensor<512x128xbf16>, %b1: tensor<512xbf16>, %w2: tensor<128x512xbf16>) -> (tensor<256x128xbf16>, tensor<256x512xbf16>, tensor<256x512xbf16>) {
+  %w1t = "trn.transpose"(%w1) {permutation = array<i64: 1, 0>} : (tensor<512x128xbf16>) -> tensor<128x512xbf16>
+  %h = "trn.matmul"(%x, %w1t) : (tensor<256x128xbf16>, tensor<128x512xbf16>) -> tensor<256x512xf32>
+  %bb = "trn.broadcast"(%b1) {dimensions = array<i64: 0>} : (tensor<512xbf16>) -> tensor<256x512xbf16>
+  %hb = "trn.tensor_tensor"(%h, %bb) {op = "add"} : (tensor<256x512xf32>, tensor<256x512xbf16>) -> tensor<256x512xf32>
+  %hr = "trn.convert"(%hb) : (tensor<256x512xf32>) -> tensor<256x512xbf16>
+  %g = "trn.activation"(%hr) {bias = 0.0 : f32, func = "gelu", scale = 1.0 : f32} : (tensor<256x512xbf16>) -> tensor<256x512xf32>
+  %gb = "trn.convert"(%g) : (tensor<256x512xf32>) -> tensor<256x512xbf16>
+  %w2t = "trn.transpose"(%w2) {permutation = array<i64: 1, 0>} : (tensor<128x512xbf16>) -> tensor<512x128xbf16>
+  %y = "trn.matmul"(%gb, %w2t) : (tensor<256x512xbf16>, tensor<512x128xbf16>) -> tensor<256x128xf32>
+  %yb = "trn.convert"(%y) : (tensor<256x128xf32>) -> tensor<256x128xbf16>
+  return %yb, %hr, %gb : tensor<256x128xbf16>, tensor<256x512xbf16>, tensor<256x512xbf16>
 }
 
 // -----
