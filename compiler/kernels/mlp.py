@@ -99,7 +99,10 @@ class _Mlp:
         self.em, self.first, self.second = em, first, second
         self.hidden_value = second.operands[0]
         position = {op: i for i, op in enumerate(compute)}
-        chain2 = compute[position[second] + 1:]
+        # (A Linear's epilogue also holds the producers merged ahead of its matmul: a
+        # backward's GELU derivative, multiplied into the gradient it computes.)
+        chain2 = compute[position[second] + 1:] if first is not None else \
+            [op for op in compute if op is not second]
         x, b = views.get((first or second).operands[0]), views.get(second.operands[1])
         a = views.get(first.operands[1]) if first is not None else None
         if x is None or b is None or (first is not None and a is None) or x.rank != 2:

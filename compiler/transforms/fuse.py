@@ -69,7 +69,11 @@ Groups formed:
   128 tokens at a time as whole-row tiles, both weights resident, stores them (and the
   other saved values) and turns them on PE for the second Linear (compiler/kernels/mlp.py
   `lower_mlp_saved`): H is stored, as the step needs, but not loaded back (12.6 MB for
-  BERT-base's FFN over 2048 tokens). Only where H's 128-token block fits PSUM;
+  BERT-base's FFN over 2048 tokens). The backward has the same shape: the gradient of the
+  hidden activation (dY @ W2 times GELU's derivative, its epilogue's producers merged ahead
+  of its matmul) is read by the input gradient's Linear and stored for the first weight's
+  gradient; there the kernel takes the first's place, ahead of that weight gradient. Only
+  where H's 128-token block fits PSUM;
 - mlp + rows (kind "mlp_rows"), merged after mlp: an mlp kernel whose result only a
   row-wise kernel with one result reads, over rows of its output features (a post-norm
   transformer's FFN, then the residual add and layer norm). Each block of token rows'
@@ -1878,12 +1882,15 @@ def mlp_pairs(func: ir.Operation, target) -> list[tuple]:
 
 def mlp_saved_pairs(func: ir.Operation, target) -> list[tuple]:
     """(first, second) matmul kernel pairs that form an mlp_saved kernel (see the module
-    docstring): 2-D matmuls, nothing computed ahead of either; the first kernel's results
-    of one type, its first (H) read by the second's matmul as its left operand and by
-    something after the second (a result or another kernel), its other results (values of
-    its epilogue) only after the second too; H's rows a whole number of 128-token tiles
-    whose block fits PSUM; and the two resident weights with the second's token block of
-    H's row tiles within SBUF's share for weights."""
+    docstring), with the op the merged kernel goes before: 2-D matmuls, nothing computed
+    ahead of either but the first's epilogue producers (a backward's GELU derivative,
+    merged by epilogue-producers); the first kernel's results of one type, its first (H)
+    read by the second's matmul as its left operand and by something else too; H's rows a
+    whole number of 128-token tiles whose block fits PSUM; and the two resident weights
+    with the second's token block of H's row tiles within SBUF's share for weights. The
+    merged kernel stands where the first did when the second reads nothing computed after
+    it (a backward's weight gradient, placed between them, reads H too), else where the
+    second did, when every other reader of the first's results comes after it."""
     pairs, taken = [], set()
     body = U.body_ops(func)
     position = {op: i for i, op in enumerate(body)}
@@ -1899,11 +1906,13 @@ def mlp_saved_pairs(func: ir.Operation, target) -> list[tuple]:
                 U.str_attr(second, "kind") != "matmul" or second in taken or \
                 second.parent != first.parent or len(second.results) != 1:
             continue
+        at = first if _inputs_before(second, first, position) else second
         # Every other reader of the first's results comes after the second, where the
-        # merged kernel stands, or is a view that can move there.
-        if any(not _encloses(second, reader) and
-               not _reads_after(reader, position, position[second])
-               for r in first.results for reader in (U.operation(u.owner) for u in r.uses)):
+        # merged kernel then stands, or is a view that can move there.
+        if at == second and any(
+                not _encloses(second, reader) and
+                not _reads_after(reader, position, position[second])
+                for r in first.results for reader in (U.operation(u.owner) for u in r.uses)):
             continue
         inside = sum(1 for u in hidden.uses if _encloses(second, U.operation(u.owner)))
         if inside != 1 or inside == len(list(hidden.uses)):
@@ -1916,10 +1925,10 @@ def mlp_saved_pairs(func: ir.Operation, target) -> list[tuple]:
                                                mm1[0].results[0], mm2[0].results[0])) or \
                 body1[-1].operands[0] != body1[-2].results[0] or \
                 body1[-2].name in VIEW_OPS + SOURCE_OPS or \
-                any(op.name not in VIEW_OPS + SOURCE_OPS
-                    for b, mm in ((body1, mm1[0]), (body2, mm2[0]))
-                    for op in b[:b.index(mm)]):
-            continue
+                any(op.name not in VIEW_OPS + SOURCE_OPS + ELEMENTWISE_OPS
+                    for op in body1[:body1.index(mm1[0])]) or \
+                any(op.name not in VIEW_OPS + SOURCE_OPS for op in body2[:body2.index(mm2[0])]):
+            continue      # (the first's epilogue may have producers merged ahead of its matmul)
         tokens, features = U.shape(mm1[0].operands[0])
         hidden_features, out_features = U.shape(mm2[0].operands[1])
         itemsize = max(U.element_bytes(U.element_type(v))
@@ -1934,9 +1943,23 @@ def mlp_saved_pairs(func: ir.Operation, target) -> list[tuple]:
                                      itemsize) + rows > \
                 target.sbuf_partition_bytes * MLP_RESIDENT_SHARE:
             continue
-        pairs.append((first, second))
+        pairs.append((first, second, at))
         taken.update((first, second))
     return pairs
+
+
+def _inputs_before(kernel: ir.Operation, op: ir.Operation, position: dict) -> bool:
+    """Whether every value `kernel` reads from outside it is a function argument, `op`'s
+    result or computed before `op` (a key of `position`, as `kernel` is)."""
+    for inner in kernel_body(kernel):
+        for value in inner.operands:
+            producer = U.defining_op(value)
+            if producer is None or _encloses(kernel, producer):
+                continue
+            top = _top_level(producer, position)
+            if top != op and position.get(top, len(position)) >= position[op]:
+                return False
+    return True
 
 
 def _reads_after(reader: ir.Operation, position: dict, place: int) -> bool:
@@ -1964,17 +1987,19 @@ def _views_before(op: ir.Operation, values) -> list[ir.Operation]:
     return sorted(found, key=position.get)
 
 
-def merge_mlp_saved(first: ir.Operation, second: ir.Operation) -> ir.Operation:
-    """One mlp_saved kernel, at `second`'s place: `first`'s ops (the one computing its first
-    result marked PRODUCER_RESULT), then `second`'s; it yields `second`'s result, then
-    `first`'s results."""
-    # Views of the first's results standing before the second go after it (mlp_saved_pairs
-    # checked that their readers all come later).
-    for view in reversed(_views_before(second, first.results)):
-        view.move_after(second)
+def merge_mlp_saved(first: ir.Operation, second: ir.Operation,
+                    at: ir.Operation) -> ir.Operation:
+    """One mlp_saved kernel, before `at` (`first` or `second`, see mlp_saved_pairs):
+    `first`'s ops (the one computing its first result marked PRODUCER_RESULT), then
+    `second`'s; it yields `second`'s result, then `first`'s results."""
+    if at == second:
+        # Views of the first's results standing before the second go after it
+        # (mlp_saved_pairs checked that their readers all come later).
+        for view in reversed(_views_before(second, first.results)):
+            view.move_after(second)
     kernel_body(first)[-2].attributes[PRODUCER_RESULT] = ir.UnitAttr.get()
     types = [second.results[0].type] + [r.type for r in first.results]
-    with ir.InsertionPoint(second), second.location:
+    with ir.InsertionPoint(at), second.location:
         merged = build_kernel("mlp_saved", types)
     mapping: dict = {}
     with ir.InsertionPoint(merged.regions[0].blocks[0]):

@@ -119,7 +119,10 @@ def test_mlp_saved_kernel_stores_the_hidden_activation_and_keeps_it_on_chip(dtyp
 
 def test_training_mlp_forward_stores_what_it_saves_in_one_kernel(tmp_path, monkeypatch):
     """The same in a compiled training step (Linear - GELU - Linear, bf16): the forward is one
-    mlp_saved kernel; forward and gradients are bitwise those of the separate kernels."""
+    mlp_saved kernel, and so is the backward's gradient of the hidden activation (dY @ W2
+    times GELU's derivative, stored for the first weight's gradient) with the input gradient
+    that reads it (dH @ W1), placed where the former stood (the weight gradient between them
+    reads it too); forward and gradients are bitwise those of the separate kernels."""
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(256, 1024), torch.nn.GELU(),
                                 torch.nn.Linear(1024, 256)).to(torch.bfloat16)
@@ -134,10 +137,11 @@ def test_training_mlp_forward_stores_what_it_saves_in_one_kernel(tmp_path, monke
         out = torch.compile(model, backend="neuron", options={"fuse_mlp_saved": fused})(x)
         out.float().sum().backward()
         assert all(r.fully_compiled for r in backend.graph_reports()[-2:])
-        forward = next(dump.glob("*forward.trn.mlir")).read_text()
-        results[fused] = (out, x.grad.clone(), model[0].weight.grad.clone(), forward)
+        trn = "".join(next(dump.glob(f"*{part}.trn.mlir")).read_text()
+                      for part in ("forward", "backward"))
+        results[fused] = (out, x.grad.clone(), model[0].weight.grad.clone(), trn)
     on, off = results[True], results[False]
-    assert 'kind = "mlp_saved"' in on[3] and 'kind = "mlp_saved"' not in off[3]
+    assert on[3].count('kind = "mlp_saved"') == 2 and 'kind = "mlp_saved"' not in off[3]
     for a, b in zip(on[:3], off[:3]):
         assert torch.equal(a.view(torch.int16), b.view(torch.int16))
 

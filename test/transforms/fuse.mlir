@@ -559,6 +559,30 @@ func.func @mlp_saved(%x: tensor<256x128xbf16>, %w1: tensor<512x128xbf16>, %b1: t
 
 // -----
 
+// Tests that where a kernel standing between the two Linears reads the first one's result
+// too (a backward's bias gradient of the hidden activation's gradient), the mlp_saved kernel
+// takes the first Linear's place, ahead of that reader, the second Linear reading nothing
+// computed in between.
+// CHECK-LABEL: func.func @mlp_saved_before_a_reader
+// CHECK-NEXT: %[[K:.*]]:2 = "trn.kernel"() ({
+// CHECK: }) {kind = "mlp_saved"} : () -> (tensor<256x128xbf16>, tensor<256x512xbf16>)
+// CHECK-NEXT: %[[S:.*]] = "trn.kernel"() ({
+// CHECK-NEXT: "trn.reduce"(%[[K]]#1)
+// CHECK: return %[[K]]#0, %[[S]]
+// NOMLPSAVED-LABEL: func.func @mlp_saved_before_a_reader
+// NOMLPSAVED-NOT: mlp_saved
+// NOMLPSAVED: return
+func.func @mlp_saved_before_a_reader(%dy: tensor<256x128xbf16>, %w2: tensor<128x512xbf16>, %w1: tensor<512x128xbf16>) -> (tensor<256x128xbf16>, tensor<512xf32>) {
+  %h = "trn.matmul"(%dy, %w2) : (tensor<256x128xbf16>, tensor<128x512xbf16>) -> tensor<256x512xf32>
+  %hb = "trn.convert"(%h) : (tensor<256x512xf32>) -> tensor<256x512xbf16>
+  %s = "trn.reduce"(%hb) {dimensions = array<i64: 0>, op = "add"} : (tensor<256x512xbf16>) -> tensor<512xf32>
+  %y = "trn.matmul"(%hb, %w1) : (tensor<256x512xbf16>, tensor<512x128xbf16>) -> tensor<256x128xf32>
+  %yb = "trn.convert"(%y) : (tensor<256x128xf32>) -> tensor<256x128xbf16>
+  return %yb, %s : tensor<256x128xbf16>, tensor<512xf32>
+}
+
+// -----
+
 // Tests that the mlp kernel also forms over batched tokens ([batch, tokens, features], as
 // Linear - GELU - Linear on a 3-D input traces): the GELU runs on a 3-D view of the first
 // addmm's result, and the second addmm reads a 2-D view of that. Once the GELU moves into the
