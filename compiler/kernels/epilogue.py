@@ -42,6 +42,9 @@ class Epilogue:
         self.vectors: dict[tuple, Tile] = {}
         self.broadcasts: dict[tuple, Tile] = {}
         self.broadcast_bytes = 0
+        # Where set: an operand's part already on chip (the rows an earlier part of the kernel
+        # loaded), or None to load it.
+        self.given_part: Callable[[HbmView], Tile | None] | None = None
 
     def run(self, acc: Tile, partitions: tuple[int, int], locate: Locate,
             into: dict | None = None) -> dict:
@@ -146,6 +149,11 @@ class Epilogue:
         key = (value, part.offset, part.shape, part.strides) \
             if part.buffer is not None and part.strides[0] == 0 else None
         tile = self.broadcasts.get(key) if key is not None else None
+        if tile is None and key is None and self.given_part is not None:
+            tile = self.given_part(part)
+            if tile is not None:
+                tiles[value] = tile
+                return tile
         if tile is None:
             if part.rank == 2 and part.buffer is not None:
                 tile = load_tile(self.em, part, view.element_type)

@@ -218,6 +218,24 @@ class RowTiles:
         tile = mlp.x_rows.get(t0)
         return tile if tile is not None and tile.partitions == rows else None
 
+    def input_part(self, view: HbmView) -> Tile | None:
+        """The part of the rows of the mlp's input X that its X^T staging loaded, where
+        `view` is rows of 128-token tiles already computed, any run of columns (a second
+        Linear's residual that is the first's input: the part is not loaded again); None
+        otherwise."""
+        mlp = self.mlp
+        x = mlp.x
+        if view.rank != 2 or view.buffer is None or view.buffer != x.buffer or \
+                view.strides != x.strides or x.strides[0] <= 0:
+            return None
+        t0, c0 = divmod(view.offset - x.offset, x.strides[0])
+        rows, columns = view.shape
+        tile = mlp.x_rows.get(t0) if t0 >= 0 and c0 >= 0 else None
+        if tile is None or tile.partitions != rows or c0 + columns > tile.free or \
+                view != x.slice(0, t0, rows).slice(1, c0, columns):
+            return None
+        return tile.columns(c0, columns)
+
     def of(self, t0: int) -> Tile:
         """The row tile of the 128 tokens from t0 (a multiple of 128)."""
         if t0 not in self.tiles:
@@ -363,6 +381,9 @@ def lower_mlp_saved(em: Emitter, first: list[ir.Operation], second: list[ir.Oper
     rows.on_row_tile.append(whole)
     mlp = _Mlp(em, second, views, value, 1)
     mlp.x_t.given_rows = ComputedRows(rows, mlp.x_t.view)
+    # A residual that is the first Linear's input (a post-norm FFN's, or its backward's
+    # gradient of it) is read from the rows the first loaded.
+    mlp.epilogue2.given_part = rows.input_part
     for t0, tn in mlp.blocks():
         store_accumulators(em, mlp.epilogue2, mlp.block(t0, tn), value, out)
     rows.all_rows()

@@ -79,10 +79,10 @@ def test_mlp_kernel_not_formed_when_the_hidden_activation_is_also_an_output(tmp_
     assert 'kind = "mlp"' not in next(tmp_path.glob("*.trn.mlir")).read_text()
 
 
-def _saving_linear_gelu_linear(dtype, hidden: int, d_out: int):
-    """(f, x, f(x)) for f(x) = (fc2(gelu(fc1(x))), fc1(x), gelu(fc1(x))) -- a Linear - GELU -
-    Linear block returning the values a training step's forward saves -- over 384 tokens of
-    256 features."""
+def _saving_linear_gelu_linear(dtype, hidden: int, d_out: int, residual: bool = False):
+    """(f, x, f(x)) for f(x) = (fc2(gelu(fc1(x))) [+ x], fc1(x), gelu(fc1(x))) -- a Linear -
+    GELU - Linear block returning the values a training step's forward saves -- over 384
+    tokens of 256 features."""
     torch.manual_seed(0)
     fc1 = torch.nn.Linear(256, hidden).to(dtype)
     fc2 = torch.nn.Linear(hidden, d_out).to(dtype)
@@ -90,22 +90,25 @@ def _saving_linear_gelu_linear(dtype, hidden: int, d_out: int):
     def f(x):
         pre = fc1(x)
         act = torch.nn.functional.gelu(pre)
-        return fc2(act), pre, act
+        return fc2(act) + x if residual else fc2(act), pre, act
 
     x = torch.randn(384, 256).to(dtype)
     with torch.no_grad():
         return f, x, f(x)
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_mlp_saved_kernel_stores_the_hidden_activation_and_keeps_it_on_chip(dtype, tmp_path,
-                                                                            monkeypatch):
+@pytest.mark.parametrize("dtype,residual", [(torch.float32, False), (torch.bfloat16, False),
+                                            (torch.bfloat16, True)])
+def test_mlp_saved_kernel_stores_the_hidden_activation_and_keeps_it_on_chip(
+        dtype, residual, tmp_path, monkeypatch):
     """trn-fuse mlp-saved: Linear - GELU - Linear whose pre-activation and hidden activation
     are also results (as a training step's forward saves them) is one kernel: it stores both
     and hands the hidden activation's rows to the second Linear on chip, which the separate
-    kernels load back from HBM. The same bits as those kernels (the same K-tiles summed in
-    the same order), close to eager's."""
-    f, x, expected = _saving_linear_gelu_linear(dtype, 1024, 192)
+    kernels load back from HBM; a residual that is the block's input is added from the rows
+    the first Linear loaded, not loaded again. The same bits as those kernels (the same
+    K-tiles summed in the same order), close to eager's."""
+    f, x, expected = _saving_linear_gelu_linear(dtype, 1024, 256 if residual else 192,
+                                                residual)
     on, on_profile, on_trn = _run(f, x, tmp_path, monkeypatch, True, "fuse_mlp_saved")
     off, off_profile, off_trn = _run(f, x, tmp_path, monkeypatch, False, "fuse_mlp_saved")
     assert on_trn.count('"trn.kernel"') == 1 and 'kind = "mlp_saved"' in on_trn
@@ -114,7 +117,8 @@ def test_mlp_saved_kernel_stores_the_hidden_activation_and_keeps_it_on_chip(dtyp
     for got, unfused, want in zip(on, off, expected):
         assert torch.equal(got, unfused)
         torch.testing.assert_close(got, want, **tolerance)
-    assert off_profile.dma_bytes - on_profile.dma_bytes == 384 * 1024 * dtype.itemsize
+    reloaded = 384 * (1024 + (256 if residual else 0)) * dtype.itemsize
+    assert off_profile.dma_bytes - on_profile.dma_bytes == reloaded
 
 
 def test_training_mlp_forward_stores_what_it_saves_in_one_kernel(tmp_path, monkeypatch):
