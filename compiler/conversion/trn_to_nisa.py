@@ -18,6 +18,7 @@ from torch_mlir.dialects import func as func_d
 from torchneuron.compiler import ir_utils as U
 from torchneuron.compiler.errors import CompileError, UnsupportedOpError
 from torchneuron.compiler.kernels.attention import lower_attention
+from torchneuron.compiler.kernels.epilogue import store_accumulators
 from torchneuron.compiler.kernels.elementwise import lower_elementwise
 from torchneuron.compiler.kernels.conv import Padding, lower_conv, lower_pool
 from torchneuron.compiler.kernels.emitter import Emitter
@@ -477,24 +478,53 @@ class _FunctionLowering:
         while U.defining_op(probs) is not None and U.defining_op(probs).name == "trn.reshape" \
                 and U.operation(U.defining_op(probs).parent) == kernel:
             probs = U.defining_op(probs).operands[0]
-        output, saved, saved_operands = None, None, []
+        # The output projection's part, where one follows the attention's output op.
+        marked = [i for i, op in enumerate(body) if ATTENTION_OUTPUT in op.attributes]
+        end = marked[0] + 1 if marked else len(body) - 1
+        if len(marked) > 1 or (marked and not start < marked[0] < len(body) - 2):
+            raise CompileError(f"an attention kernel that computes its operands has at most "
+                               f"one op marked {ATTENTION_OUTPUT}, after its attention's ops",
+                               kernel.location)
+        output_value = body[marked[0]].results[0] if marked else None
+        projected = {op.results[0] for op in body[end:-1]}
+        output, saved, saved_operands, projection = None, None, [], None
         for value, out in yielded:
             if _view_source(value, kernel) == qkv:
                 saved_operands.append((value, out))
             elif value == probs and saved is None:
                 saved = (value, out)
-            elif output is None:
+            elif value in projected and projection is None:
+                projection = (value, out)
+            elif output is None and (output_value is None or value == output_value):
                 output = (value, out)
             else:
-                raise CompileError("an attention kernel yields its output, its probabilities "
-                                   "and views of its operands", kernel.location)
-        if output is None:
+                raise CompileError("an attention kernel yields its output, its probabilities, "
+                                   "views of its operands and its output projection's result",
+                                   kernel.location)
+        if output is None or (marked and projection is None):
             raise CompileError("an attention kernel that computes its operands yields no "
-                               "output", kernel.location)
-        lower_attention(self.em, [op for op in body[start:-1] if op not in flattening], views,
+                               "output" if output is None else "an attention kernel with an "
+                               "output projection yields no projection", kernel.location)
+        rows = {} if marked else None
+        lower_attention(self.em, [op for op in body[start:end] if op not in flattening], views,
                         self._batched_view, output, masked_keys=self.masked_keys,
                         saved=saved, scale_into_q=self.scale_into_q, computed=computed,
-                        saved_operands=saved_operands)
+                        saved_operands=saved_operands, token_rows=rows,
+                        token_rows_stored=bool(marked))
+        if not marked:
+            return
+        # The output projection reads the output's token rows where it would load them, and
+        # a residual that is the layer's input from the rows the QKV projection loaded.
+        value, out = projection
+        views[output_value] = storage_less_view(output_value)
+        compute, _ = self._views_and_compute(
+            [op for op in body[end:-1] if op not in flattening], views, "attention")
+        linear = _Mlp(self.em, compute, views, value, 1)
+        linear.x_t.given_rows = rows
+        linear.epilogue2.given_part = computed.input_part
+        with body[end].location:
+            for t0, tn in linear.blocks():
+                store_accumulators(self.em, linear.epilogue2, linear.block(t0, tn), value, out)
 
     def _lower_mlp_saved(self, kernel: ir.Operation, body: list[ir.Operation],
                          outs: list[HbmView]) -> None:

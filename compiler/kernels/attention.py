@@ -78,7 +78,8 @@ def lower_attention(em: Emitter, body: list[ir.Operation], views: dict,
                     scale_into_q: bool = True,
                     token_rows: dict[int, Tile] | None = None,
                     computed: RowTiles | None = None,
-                    saved_operands: list[tuple[ir.Value, HbmView]] = ()) -> None:
+                    saved_operands: list[tuple[ir.Value, HbmView]] = (),
+                    token_rows_stored: bool = False) -> None:
     """`body`: the kernel's ops without trn.yield; `views`: HbmViews of values defined above
     the kernel; `view_of(op, source)`: the view a view op makes (batch dims a reshape cannot
     merge stay unmerged: operands are indexed by a flat batch index); `output`: (yielded
@@ -99,7 +100,10 @@ def lower_attention(em: Emitter, body: list[ir.Operation], views: dict,
     of views the kernel yields that are Q, K^T or V themselves (a training step saves them;
     trn-fuse-attention-output qkv-saved), only with `computed`: Q's and V's elements are
     stored from each computed row tile (`store_rows_of`), and K^T's tiles as they are turned
-    on PE for a batch index's staging (all of them, as every key is)."""
+    on PE for a batch index's staging (all of them, as every key is); `token_rows_stored`:
+    the token rows kept on chip are also stored to `output`'s view (a training step saves
+    the output its projection reads on chip), and the kernel may then store its
+    probabilities too."""
     if masked_keys:
         body = _mask_before_scale(body, views, view_of)
     matmuls = [op for op in body if op.name == "trn.matmul"]
@@ -439,7 +443,7 @@ def lower_attention(em: Emitter, body: list[ir.Operation], views: dict,
         if entry[1] == out_heads:
             if token_rows is not None:
                 token_rows[outer * sq + q0] = entry[0]
-            else:
+            if token_rows is None or token_rows_stored:
                 store_tile(em, pick(rows_out, outer).slice(0, q0, qn), entry[0])
             del rows_tiles[outer, q0]
 
@@ -454,10 +458,12 @@ def lower_attention(em: Emitter, body: list[ir.Operation], views: dict,
             U.element_bytes(out_view.element_type) <= quarter:
         rows_out = out_view.merge_heads(-1)
         out_heads = out_view.shape[-3] if rows_out is not None else 1
-    if token_rows is not None and (rows_out is None or saved is not None or
+    if token_rows is not None and (rows_out is None or
+                                   (saved is not None and not token_rows_stored) or
                                    third is not None or not token_major):
         raise CompileError("an attention kernel keeps its output on chip only as token rows "
-                           "of all heads, with no second result", first.location)
+                           "of all heads, with no second result unless it stores them too",
+                           first.location)
 
     # The scores and probabilities never get a buffer: storage-less row-major views of them
     # tell the row-wise lowering their layout, and `locate` their rows.

@@ -52,7 +52,13 @@ trailing reshape) as one of the attention's operands, the projection joins the a
 kernel in front (its result op marked `trn.attention_input`, as with `qkv`) and the kernel
 yields the views as further results: its lowering stores them from what it has on chip --
 Q's and V's columns of each computed 128-token row tile, and the K^T tiles it turns on PE
-(kernels/attention.py `saved_operands`). The projection's result never reaches HBM. (IRDL
+(kernels/attention.py `saved_operands`). The projection's result never reaches HBM. Where
+the output projection (a matmul kernel: the Linear, its bias, the residual) alone reads
+the attention's output as its input, it joins too, behind the attention (the op computing
+the output marked `trn.attention_output`): the kernel stores the output's token rows, which
+the step saves, and keeps them for the projection to turn on PE, adding the residual from
+the layer input's rows the QKV projection loaded (3.1 MB each for BERT-base over 2048
+tokens). (IRDL
 binds one type to all of a kernel's results after the first, dialects/trn.py: the kernel
 yields its probabilities first and the rest -- its output and the views, as many elements
 each in self-attention -- flat, reshaped back outside.)
@@ -71,8 +77,8 @@ from torchneuron.compiler.kernels import mlp as mlp_kernel
 from torchneuron.compiler.kernels.tile_ops import SOURCE_OPS, VIEW_OPS
 from torchneuron.compiler.passes import Pass, register
 from torchneuron.compiler.transforms.fuse import (
-    MLP_RESIDENT_SHARE, PRODUCER_RESULT, _clone_bodies, _encloses, merge_kernels,
-    mlp_sbuf_bytes,
+    MLP_RESIDENT_SHARE, PRODUCER_RESULT, _clone_bodies, _encloses, _inputs_before,
+    merge_kernels, mlp_sbuf_bytes,
 )
 from torchneuron.compiler.transforms.layout import TOKEN_MAJOR
 from torchneuron.compiler.transforms.tile import kernel_body
@@ -129,8 +135,8 @@ class FuseAttentionOutput(Pass):
                     kernel_body(merged)[-2].attributes[ROWS_HANDED_ON] = ir.UnitAttr.get()
                     merge_kernels((merged, ffn), KIND)
             if self.qkv_saved:
-                for attention, qkv, saved in qkv_saved_triples(func, target):
-                    merge_qkv_saved(attention, qkv, saved)
+                for attention, qkv, saved, projection in qkv_saved_triples(func, target):
+                    merge_qkv_saved(attention, qkv, saved, projection)
 
 
 def attention_output_pairs(func: ir.Operation, target) -> list[tuple]:
@@ -317,12 +323,16 @@ def _ffn_reading(kernel: ir.Operation, target) -> ir.Operation | None:
 
 
 def qkv_saved_triples(func: ir.Operation, target) -> list[tuple]:
-    """(attention kernel, QKV projection kernel, saved views) for the `qkv-saved` merge (see
-    the module docstring): `saved` pairs each returned view of the projection's result with
-    the value inside the attention kernel that is the same view (the operand's chain of view
-    ops without its trailing reshape)."""
+    """(attention kernel, QKV projection kernel, saved views, output projection or None) for
+    the `qkv-saved` merge (see the module docstring): `saved` pairs each returned view of
+    the QKV projection's result with the value inside the attention kernel that is the same
+    view (the operand's chain of view ops without its trailing reshape); the output
+    projection joins too where `_output_projection` finds it and the attention output's
+    token rows, all kept until it reads them, fit OUTPUT_SBUF_SHARE of SBUF."""
     triples = []
-    for kernel in U.body_ops(func):
+    body = U.body_ops(func)
+    position = {op: i for i, op in enumerate(body)}
+    for kernel in body:
         if kernel.name != "trn.kernel" or U.str_attr(kernel, "kind") != "attention" or \
                 len(kernel.results) > 2:
             continue
@@ -352,9 +362,54 @@ def qkv_saved_triples(func: ir.Operation, target) -> list[tuple]:
             output_bytes = b * -(-s // target.pe_cols) * h * dv * U.element_bytes(
                 U.element_type(kernel.results[0]))
         keys = U.shape(matmuls[0].results[0])[-1]
-        if _computable_as_rows(producer, target, keys, output_bytes):
-            triples.append((kernel, producer, saved))
+        if not _computable_as_rows(producer, target, keys, output_bytes):
+            continue
+        projection = _output_projection(kernel, position) if output_bytes and \
+            output_bytes <= target.sbuf_partition_bytes * OUTPUT_SBUF_SHARE else None
+        if projection is not None and further_results_flat(
+                list(kernel.results)[:-1] + [value for value, _ in saved] +
+                [projection.results[0]]) is None:
+            projection = None
+        triples.append((kernel, producer, saved, projection))
     return triples
+
+
+def _output_projection(kernel: ir.Operation, position: dict) -> ir.Operation | None:
+    """The matmul kernel (a Linear and its epilogue: the output projection, its bias and the
+    residual) whose matmul reads the attention `kernel`'s output O [B, S, H, Dv] as its
+    left operand through a reshape of its own to [B * S, H * Dv] that nothing else reads,
+    where O is the op `kernel` computes last and the projection reads nothing computed
+    after `kernel`; else None. (O's other readers -- a training step saves it -- read it
+    from the merged kernel's result.)"""
+    body = kernel_body(kernel)
+    output = kernel.results[0]
+    if len(body) < 2 or body[-1].operands[0] != body[-2].results[0] or \
+            len(U.shape(output)) != 4:
+        return None
+    b, s, h, dv = U.shape(output)
+    reshapes = [U.operation(u.owner) for u in output.uses
+                if U.operation(u.owner).name == "trn.reshape" and
+                U.operation(U.operation(u.owner).parent).name == "trn.kernel"]
+    if len(reshapes) != 1 or U.shape(reshapes[0].results[0]) != [b * s, h * dv]:
+        return None
+    reshape = reshapes[0]
+    projection = U.operation(reshape.parent)
+    if U.str_attr(projection, "kind") != "matmul" or len(projection.results) != 1 or \
+            projection.parent != kernel.parent or \
+            not _inputs_before(projection, kernel, position):
+        return None
+    inner = kernel_body(projection)
+    matmuls = [op for op in inner if op.name == "trn.matmul"]
+    readers = [U.operation(u.owner) for u in reshape.results[0].uses]
+    if len(matmuls) != 1 or readers != [matmuls[0]] or \
+            matmuls[0].operands[0] != reshape.results[0] or \
+            matmuls[0].operands[1] == reshape.results[0] or \
+            len(U.shape(matmuls[0].results[0])) != 2 or \
+            inner[-1].operands[0] != inner[-2].results[0] or \
+            inner[-2].name in VIEW_OPS + SOURCE_OPS or \
+            any(op.name not in VIEW_OPS + SOURCE_OPS for op in inner[:inner.index(matmuls[0])]):
+        return None
+    return projection
 
 
 def _view_chain(value: ir.Value, inside: ir.Operation | None
@@ -419,15 +474,21 @@ def _returned_operand_views(source: ir.Value, kernel: ir.Operation,
     return saved
 
 
-def merge_qkv_saved(attention: ir.Operation, qkv: ir.Operation, saved: list[tuple]) -> None:
+def merge_qkv_saved(attention: ir.Operation, qkv: ir.Operation, saved: list[tuple],
+                    projection: ir.Operation | None = None) -> None:
     """One attention kernel: `qkv`'s ops (its result op marked ATTENTION_INPUT), then
-    `attention`'s. It yields first `attention`'s last result (its probabilities, where it
-    stores them), then flat (see `further_results_flat`) its other result and each saved
-    view (the value inside `attention` it equals); reshapes outside give them their shapes
-    back. The views outside are erased."""
+    `attention`'s, then the output `projection`'s where given (the op computing the
+    attention's output marked ATTENTION_OUTPUT). It yields first `attention`'s last result
+    (its probabilities, where it stores them), then flat (see `further_results_flat`) its
+    other result, each saved view (the value inside `attention` it equals) and the
+    projection's result; reshapes outside give them their shapes back. The views outside
+    are erased."""
     kernel_body(qkv)[-2].attributes[ATTENTION_INPUT] = ir.UnitAttr.get()
+    if projection is not None:
+        kernel_body(attention)[-2].attributes[ATTENTION_OUTPUT] = ir.UnitAttr.get()
     returned = list(dict.fromkeys(value for value, _ in saved))
-    further = list(attention.results)[:-1] + returned
+    further = list(attention.results)[:-1] + returned + \
+        ([projection.results[0]] if projection is not None else [])
     flat = further_results_flat(further)
     types = [attention.results[-1].type] + [flat] * len(further)
     with ir.InsertionPoint(attention), attention.location:
@@ -438,7 +499,8 @@ def merge_qkv_saved(attention: ir.Operation, qkv: ir.Operation, saved: list[tupl
     inner_of = dict(saved)
     mapping: dict = {}
     with ir.InsertionPoint(merged.regions[0].blocks[0]):
-        _clone_bodies((qkv, attention), mapping)
+        _clone_bodies((qkv, attention) + ((projection,) if projection is not None else ()),
+                      mapping)
         values = []
         for value in further:
             inner = mapping[inner_of.get(value, value)]
@@ -461,6 +523,8 @@ def merge_qkv_saved(attention: ir.Operation, qkv: ir.Operation, saved: list[tupl
     if any(True for _ in qkv.results[0].uses if not _encloses(attention, U.operation(_.owner))):
         raise CompileError("the QKV projection's result is read outside the attention kernel "
                            "after the merge", qkv.location)
+    if projection is not None:
+        projection.erase()
     attention.erase()
     qkv.erase()
 

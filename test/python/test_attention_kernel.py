@@ -363,6 +363,32 @@ def test_attention_output_stays_on_chip_for_the_projection(d, heads, batch, seq,
     assert no_qkv_profile.dma_bytes - fused_profile.dma_bytes == (2 * 3 + 1) * elements * 2
 
 
+@pytest.mark.parametrize("d,heads,batch,seq,causal", [(128, 2, 2, 128, False),
+                                                      (192, 3, 2, 256, True)])
+def test_training_forward_keeps_the_attention_output_on_chip_for_the_projection(
+        d, heads, batch, seq, causal, tmp_path, monkeypatch):
+    """trn-fuse-attention-output qkv-saved with the output projection: in a training step's
+    forward the projection (its bias and the residual) joins the kernel that computes Q, K
+    and V and the attention, and reads the attention output's token rows on chip as the
+    kernel stores them (the step saves them), the residual from the rows the QKV projection
+    loaded. The same bits (forward, input gradient, both projections' weight gradients);
+    besides Q, K and V's three trips, the output's reload and the residual's are gone."""
+    torch.manual_seed(0)
+    model = PostNormAttentionBlock(d, heads, causal=causal).to(torch.bfloat16)
+    x = torch.randn(batch, seq, d).to(torch.bfloat16).requires_grad_()
+    results = {}
+    for on in (True, False):
+        out, x_grad, qkv_grad, trn, profile = _train_step(
+            model, x, tmp_path / str(on), monkeypatch, fuse_attention_qkv_saved=on)
+        results[on] = (out, x_grad, qkv_grad, model.proj.weight.grad.clone(), trn, profile)
+    on, off = results[True], results[False]
+    assert "trn.attention_output" in on[4] and "trn.attention_output" not in off[4]
+    for a, b in zip(on[:4], off[:4]):
+        assert torch.equal(a.view(torch.int16), b.view(torch.int16))
+    elements = batch * seq * d
+    assert off[5].dma_bytes - on[5].dma_bytes == (3 * 3 + 2) * elements * 2
+
+
 class PostNormEncoderLayer(PostNormAttentionBlock):
     """A whole post-norm encoder layer: the attention half, then the FFN, its residual add
     and layer norm."""

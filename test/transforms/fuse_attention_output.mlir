@@ -438,3 +438,122 @@ func.func @training_attention_saves_q_kt_v(%arg0: tensor<2x128x64xbf16>, %arg1: 
   %10 = "trn.transpose"(%8) {permutation = array<i64: 0, 1, 3, 2>} : (tensor<2x2x128x32xbf16>) -> tensor<2x2x32x128xbf16>
   return %7, %10, %1#1, %9, %1#0 : tensor<2x2x128x32xbf16>, tensor<2x2x32x128xbf16>, tensor<2x2x128x128xbf16>, tensor<2x2x128x32xbf16>, tensor<2x128x2x32xbf16>
 }
+
+// -----
+
+// Tests that where the output projection (its bias and the residual) alone reads the
+// attention's output as its matmul's input, and the step saves that output too, the
+// projection joins the merged kernel behind the attention (the op computing the output
+// marked trn.attention_output): the kernel yields the probabilities, then flat its output,
+// the saved views and the projection's result. Lowered, no buffer holds the QKV projection's
+// result (with qkv-saved=false it is stored).
+// CHECK-LABEL: func.func @training_attention_and_projection
+// CHECK-NEXT: %[[K:.*]]:6 = "trn.kernel"() ({
+// CHECK: trn.attention_input
+// CHECK: %[[O:.*]] = "trn.transpose"(%{{.*}}) {permutation = array<i64: 0, 2, 1, 3>, trn.attention_output} : (tensor<2x2x128x64xbf16>) -> tensor<2x128x2x64xbf16>
+// CHECK-NEXT: %[[X:.*]] = "trn.reshape"(%[[O]]) : (tensor<2x128x2x64xbf16>) -> tensor<256x128xbf16>
+// CHECK: %[[Y:.*]] = "trn.matmul"(%[[X]], %{{.*}}) : (tensor<256x128xbf16>, tensor<128x128xbf16>) -> tensor<256x128xf32>
+// CHECK: %[[S:.*]] = "trn.convert"(%{{.*}}) : (tensor<256x128xf32>) -> tensor<256x128xbf16>
+// CHECK-NEXT: %[[OF:.*]] = "trn.reshape"(%[[O]]) : (tensor<2x128x2x64xbf16>) -> tensor<32768xbf16>
+// CHECK: %[[SF:.*]] = "trn.reshape"(%[[S]]) : (tensor<256x128xbf16>) -> tensor<32768xbf16>
+// CHECK-NEXT: "trn.yield"(%{{.*}}, %[[OF]], %{{.*}}, %{{.*}}, %{{.*}}, %[[SF]])
+// CHECK-NEXT: }) {kind = "attention"} : () -> (tensor<2x2x128x128xbf16>, tensor<32768xbf16>, tensor<32768xbf16>, tensor<32768xbf16>, tensor<32768xbf16>, tensor<32768xbf16>)
+// CHECK: "trn.reshape"(%[[K]]#5) : (tensor<32768xbf16>) -> tensor<256x128xbf16>
+// CHECK: }) {free_tile = 256 : i64, kind = "rows"}
+// NOSAVED-LABEL: func.func @training_attention_and_projection
+// NOSAVED-NOT: trn.attention_output
+// NOSAVED: return
+// ISA-LABEL: func.func @training_attention_and_projection
+// ISA-NOT: "nisa.alloc"() {memory = "hbm"}
+// ISA: return
+// ISA-NOSAVED-LABEL: func.func @training_attention_and_projection
+// ISA-NOSAVED: "nisa.alloc"() {memory = "hbm"} : () -> memref<256x384xbf16, "hbm">
+func.func @training_attention_and_projection(%arg0: tensor<2x128x128xbf16>, %arg1: tensor<384x128xbf16>, %arg2: tensor<384xbf16>, %arg3: tensor<128x128xbf16>, %arg4: tensor<128xbf16>, %arg5: tensor<128xbf16>, %arg6: tensor<128xbf16>) -> (tensor<2x2x128x64xbf16>, tensor<2x2x64x128xbf16>, tensor<2x2x128x128xbf16>, tensor<2x2x128x64xbf16>, tensor<2x128x2x64xbf16>, tensor<2x128x128xbf16>, tensor<2x128x128xbf16>, tensor<2x128x1xbf16>, tensor<2x128x1xbf16>) {
+  %0 = "trn.kernel"() ({
+    %14 = "trn.reshape"(%arg0) : (tensor<2x128x128xbf16>) -> tensor<256x128xbf16>
+    %15 = "trn.transpose"(%arg1) {permutation = array<i64: 1, 0>} : (tensor<384x128xbf16>) -> tensor<128x384xbf16>
+    %16 = "trn.broadcast"(%arg2) {dimensions = array<i64: 0>} : (tensor<384xbf16>) -> tensor<256x384xbf16>
+    %17 = "trn.matmul"(%14, %15) : (tensor<256x128xbf16>, tensor<128x384xbf16>) -> tensor<256x384xf32>
+    %18 = "trn.tensor_tensor"(%16, %17) {op = "add"} : (tensor<256x384xbf16>, tensor<256x384xf32>) -> tensor<256x384xf32>
+    %19 = "trn.convert"(%18) : (tensor<256x384xf32>) -> tensor<256x384xbf16>
+    "trn.yield"(%19) : (tensor<256x384xbf16>) -> ()
+  }) {gemm_block = 1 : i64, gemm_resident = "f", kind = "matmul", orientation = "mn"} : () -> tensor<256x384xbf16>
+  %1:2 = "trn.kernel"() ({
+    %14 = "trn.reshape"(%0) : (tensor<256x384xbf16>) -> tensor<2x128x3x2x64xbf16>
+    %15 = "trn.transpose"(%14) {permutation = array<i64: 2, 0, 3, 1, 4>} : (tensor<2x128x3x2x64xbf16>) -> tensor<3x2x2x128x64xbf16>
+    %16 = "trn.view"(%15) {indexing_map = affine_map<(d0, d1, d2, d3, d4) -> (d0, d1, d2, d3, d4)>} : (tensor<3x2x2x128x64xbf16>) -> tensor<1x2x2x128x64xbf16>
+    %17 = "trn.reshape"(%16) : (tensor<1x2x2x128x64xbf16>) -> tensor<4x128x64xbf16>
+    %18 = "trn.view"(%15) {indexing_map = affine_map<(d0, d1, d2, d3, d4) -> (d0 + 1, d1, d2, d3, d4)>} : (tensor<3x2x2x128x64xbf16>) -> tensor<1x2x2x128x64xbf16>
+    %19 = "trn.reshape"(%18) : (tensor<1x2x2x128x64xbf16>) -> tensor<2x2x128x64xbf16>
+    %20 = "trn.transpose"(%19) {permutation = array<i64: 0, 1, 3, 2>} : (tensor<2x2x128x64xbf16>) -> tensor<2x2x64x128xbf16>
+    %21 = "trn.reshape"(%20) : (tensor<2x2x64x128xbf16>) -> tensor<4x64x128xbf16>
+    %22 = "trn.matmul"(%17, %21) : (tensor<4x128x64xbf16>, tensor<4x64x128xbf16>) -> tensor<4x128x128xf32>
+    %23 = "trn.convert"(%22) : (tensor<4x128x128xf32>) -> tensor<4x128x128xbf16>
+    %24 = "trn.reshape"(%23) : (tensor<4x128x128xbf16>) -> tensor<2x2x128x128xbf16>
+    %25 = "trn.tensor_scalar"(%24) {op = "mul", reverse = false, scalar = 1.250000e-01 : f32} : (tensor<2x2x128x128xbf16>) -> tensor<2x2x128x128xf32>
+    %26 = "trn.reduce"(%25) {dimensions = array<i64: 3>, op = "max"} : (tensor<2x2x128x128xf32>) -> tensor<2x2x128xf32>
+    %27 = "trn.broadcast"(%26) {dimensions = array<i64: 3>} : (tensor<2x2x128xf32>) -> tensor<2x2x128x128xf32>
+    %28 = "trn.tensor_tensor"(%25, %27) {op = "sub"} : (tensor<2x2x128x128xf32>, tensor<2x2x128x128xf32>) -> tensor<2x2x128x128xf32>
+    %29 = "trn.activation"(%28) {bias = 0.000000e+00 : f32, func = "exp", scale = 1.000000e+00 : f32} : (tensor<2x2x128x128xf32>) -> tensor<2x2x128x128xf32>
+    %30 = "trn.reduce"(%29) {dimensions = array<i64: 3>, op = "add"} : (tensor<2x2x128x128xf32>) -> tensor<2x2x128xf32>
+    %31 = "trn.broadcast"(%30) {dimensions = array<i64: 3>} : (tensor<2x2x128xf32>) -> tensor<2x2x128x128xf32>
+    %32 = "trn.tensor_tensor"(%29, %31) {op = "div"} : (tensor<2x2x128x128xf32>, tensor<2x2x128x128xf32>) -> tensor<2x2x128x128xf32>
+    %33 = "trn.convert"(%32) : (tensor<2x2x128x128xf32>) -> tensor<2x2x128x128xbf16>
+    %34 = "trn.reshape"(%33) : (tensor<2x2x128x128xbf16>) -> tensor<4x128x128xbf16>
+    %35 = "trn.reshape"(%0) : (tensor<256x384xbf16>) -> tensor<2x128x3x2x64xbf16>
+    %36 = "trn.transpose"(%35) {permutation = array<i64: 2, 0, 3, 1, 4>} : (tensor<2x128x3x2x64xbf16>) -> tensor<3x2x2x128x64xbf16>
+    %37 = "trn.view"(%36) {indexing_map = affine_map<(d0, d1, d2, d3, d4) -> (d0 + 2, d1, d2, d3, d4)>} : (tensor<3x2x2x128x64xbf16>) -> tensor<1x2x2x128x64xbf16>
+    %38 = "trn.reshape"(%37) : (tensor<1x2x2x128x64xbf16>) -> tensor<4x128x64xbf16>
+    %39 = "trn.matmul"(%34, %38) : (tensor<4x128x128xbf16>, tensor<4x128x64xbf16>) -> tensor<4x128x64xf32>
+    %40 = "trn.convert"(%39) : (tensor<4x128x64xf32>) -> tensor<4x128x64xbf16>
+    %41 = "trn.reshape"(%40) : (tensor<4x128x64xbf16>) -> tensor<2x2x128x64xbf16>
+    %42 = "trn.transpose"(%41) {permutation = array<i64: 0, 2, 1, 3>} : (tensor<2x2x128x64xbf16>) -> tensor<2x128x2x64xbf16>
+    "trn.yield"(%42, %33) : (tensor<2x128x2x64xbf16>, tensor<2x2x128x128xbf16>) -> ()
+  }) {kind = "attention"} : () -> (tensor<2x128x2x64xbf16>, tensor<2x2x128x128xbf16>)
+  %2 = "trn.kernel"() ({
+    %14 = "trn.reshape"(%1#0) : (tensor<2x128x2x64xbf16>) -> tensor<256x128xbf16>
+    %15 = "trn.transpose"(%arg3) {permutation = array<i64: 1, 0>} : (tensor<128x128xbf16>) -> tensor<128x128xbf16>
+    %16 = "trn.broadcast"(%arg4) {dimensions = array<i64: 0>} : (tensor<128xbf16>) -> tensor<256x128xbf16>
+    %17 = "trn.reshape"(%arg0) : (tensor<2x128x128xbf16>) -> tensor<256x128xbf16>
+    %18 = "trn.matmul"(%14, %15) : (tensor<256x128xbf16>, tensor<128x128xbf16>) -> tensor<256x128xf32>
+    %19 = "trn.tensor_tensor"(%16, %18) {op = "add"} : (tensor<256x128xbf16>, tensor<256x128xf32>) -> tensor<256x128xf32>
+    %20 = "trn.tensor_tensor"(%17, %19) {op = "add"} : (tensor<256x128xbf16>, tensor<256x128xf32>) -> tensor<256x128xf32>
+    %21 = "trn.convert"(%20) : (tensor<256x128xf32>) -> tensor<256x128xbf16>
+    "trn.yield"(%21) : (tensor<256x128xbf16>) -> ()
+  }) {gemm_block = 1 : i64, gemm_resident = "f", kind = "matmul", orientation = "mn"} : () -> tensor<256x128xbf16>
+  %3 = "trn.reshape"(%2) : (tensor<256x128xbf16>) -> tensor<2x128x128xbf16>
+  %4:3 = "trn.kernel"() ({
+    %14 = "trn.broadcast"(%arg5) {dimensions = array<i64: 0, 1>} : (tensor<128xbf16>) -> tensor<2x128x128xbf16>
+    %15 = "trn.broadcast"(%arg6) {dimensions = array<i64: 0, 1>} : (tensor<128xbf16>) -> tensor<2x128x128xbf16>
+    %16 = "trn.reduce"(%3) {dimensions = array<i64: 2>, op = "add"} : (tensor<2x128x128xbf16>) -> tensor<2x128xbf16>
+    %17 = "trn.tensor_scalar"(%16) {op = "mul", reverse = false, scalar = 7.812500e-03 : f32} : (tensor<2x128xbf16>) -> tensor<2x128xf32>
+    %18 = "trn.convert"(%17) : (tensor<2x128xf32>) -> tensor<2x128xbf16>
+    %19 = "trn.reshape"(%18) : (tensor<2x128xbf16>) -> tensor<2x128x1xbf16>
+    %20 = "trn.broadcast"(%18) {dimensions = array<i64: 2>} : (tensor<2x128xbf16>) -> tensor<2x128x128xbf16>
+    %21 = "trn.tensor_tensor"(%3, %20) {op = "sub"} : (tensor<2x128x128xbf16>, tensor<2x128x128xbf16>) -> tensor<2x128x128xf32>
+    %22 = "trn.tensor_tensor"(%21, %21) {op = "mul"} : (tensor<2x128x128xf32>, tensor<2x128x128xf32>) -> tensor<2x128x128xf32>
+    %23 = "trn.convert"(%22) : (tensor<2x128x128xf32>) -> tensor<2x128x128xbf16>
+    %24 = "trn.reduce"(%23) {dimensions = array<i64: 2>, op = "add"} : (tensor<2x128x128xbf16>) -> tensor<2x128xbf16>
+    %25 = "trn.tensor_scalar"(%24) {op = "mul", reverse = false, scalar = 7.812500e-03 : f32} : (tensor<2x128xbf16>) -> tensor<2x128xf32>
+    %26 = "trn.tensor_scalar"(%25) {op = "add", reverse = false, scalar = 9.99999974E-6 : f32} : (tensor<2x128xf32>) -> tensor<2x128xf32>
+    %27 = "trn.activation"(%26) {bias = 0.000000e+00 : f32, func = "rsqrt", scale = 1.000000e+00 : f32} : (tensor<2x128xf32>) -> tensor<2x128xf32>
+    %28 = "trn.convert"(%27) : (tensor<2x128xf32>) -> tensor<2x128xbf16>
+    %29 = "trn.reshape"(%28) : (tensor<2x128xbf16>) -> tensor<2x128x1xbf16>
+    %30 = "trn.broadcast"(%28) {dimensions = array<i64: 2>} : (tensor<2x128xbf16>) -> tensor<2x128x128xbf16>
+    %31 = "trn.tensor_tensor"(%21, %30) {op = "mul"} : (tensor<2x128x128xf32>, tensor<2x128x128xbf16>) -> tensor<2x128x128xf32>
+    %32 = "trn.tensor_tensor"(%31, %14) {op = "mul"} : (tensor<2x128x128xf32>, tensor<2x128x128xbf16>) -> tensor<2x128x128xf32>
+    %33 = "trn.tensor_tensor"(%32, %15) {op = "add"} : (tensor<2x128x128xf32>, tensor<2x128x128xbf16>) -> tensor<2x128x128xf32>
+    %34 = "trn.convert"(%33) : (tensor<2x128x128xf32>) -> tensor<2x128x128xbf16>
+    "trn.yield"(%34, %19, %29) : (tensor<2x128x128xbf16>, tensor<2x128x1xbf16>, tensor<2x128x1xbf16>) -> ()
+  }) {free_tile = 256 : i64, kind = "rows"} : () -> (tensor<2x128x128xbf16>, tensor<2x128x1xbf16>, tensor<2x128x1xbf16>)
+  %5 = "trn.reshape"(%0) : (tensor<256x384xbf16>) -> tensor<2x128x3x2x64xbf16>
+  %6 = "trn.transpose"(%5) {permutation = array<i64: 2, 0, 3, 1, 4>} : (tensor<2x128x3x2x64xbf16>) -> tensor<3x2x2x128x64xbf16>
+  %7 = "trn.view"(%6) {indexing_map = affine_map<(d0, d1, d2, d3, d4) -> (d0, d1, d2, d3, d4)>} : (tensor<3x2x2x128x64xbf16>) -> tensor<1x2x2x128x64xbf16>
+  %8 = "trn.view"(%6) {indexing_map = affine_map<(d0, d1, d2, d3, d4) -> (d0 + 1, d1, d2, d3, d4)>} : (tensor<3x2x2x128x64xbf16>) -> tensor<1x2x2x128x64xbf16>
+  %9 = "trn.view"(%6) {indexing_map = affine_map<(d0, d1, d2, d3, d4) -> (d0 + 2, d1, d2, d3, d4)>} : (tensor<3x2x2x128x64xbf16>) -> tensor<1x2x2x128x64xbf16>
+  %10 = "trn.reshape"(%7) : (tensor<1x2x2x128x64xbf16>) -> tensor<2x2x128x64xbf16>
+  %11 = "trn.reshape"(%8) : (tensor<1x2x2x128x64xbf16>) -> tensor<2x2x128x64xbf16>
+  %12 = "trn.reshape"(%9) : (tensor<1x2x2x128x64xbf16>) -> tensor<2x2x128x64xbf16>
+  %13 = "trn.transpose"(%11) {permutation = array<i64: 0, 1, 3, 2>} : (tensor<2x2x128x64xbf16>) -> tensor<2x2x64x128xbf16>
+  return %10, %13, %1#1, %12, %1#0, %3, %4#0, %4#1, %4#2 : tensor<2x2x128x64xbf16>, tensor<2x2x64x128xbf16>, tensor<2x2x128x128xbf16>, tensor<2x2x128x64xbf16>, tensor<2x128x2x64xbf16>, tensor<2x128x128xbf16>, tensor<2x128x128xbf16>, tensor<2x128x1xbf16>, tensor<2x128x1xbf16>
+}
