@@ -449,9 +449,12 @@ class _FunctionLowering:
         """An attention kernel that the QKV projection joined, yielding the views of Q, K^T
         and V a training step saves (trn-fuse-attention-output qkv-saved): the projection's
         ops (up to the one marked ATTENTION_INPUT) compute its rows as the attention stages
-        each batch index. The kernel yields its probabilities (or its output) first, and
-        the rest flat: each flat yield is a reshape of the value it stands for, whose
-        destination is its buffer in that value's shape."""
+        each batch index. Where an op after them is marked ATTENTION_OUTPUT, the attention's
+        ops end there and the output projection's follow: the attention keeps its output's
+        token rows (and stores them), and the projection turns them on PE. The kernel
+        yields its probabilities (or its output) first, and the rest flat: each flat yield
+        is a reshape of the value it stands for, whose destination is its buffer in that
+        value's shape; the others are told apart by what computes them."""
         marked = [i for i, op in enumerate(body) if ATTENTION_INPUT in op.attributes]
         if len(marked) != 1 or not marked[0] < len(body) - 2:
             raise CompileError(f"an attention kernel that computes its operands needs one op "
