@@ -490,11 +490,19 @@ class _FunctionLowering:
                                kernel.location)
         output_value = body[marked[0]].results[0] if marked else None
         projected = {op.results[0] for op in body[end:-1]}
+        # A third matmul contracts the rows over their row dim (a softmax backward's dK^T):
+        # what is computed from its product is the kernel's second result.
+        contracted = set()
+        if len(matmuls) == 3:
+            contracted.add(matmuls[2].results[0])
+            for op in body[body.index(matmuls[2]) + 1:-1]:
+                if any(v in contracted for v in op.operands):
+                    contracted.update(op.results)
         output, saved, saved_operands, projection = None, None, [], None
         for value, out in yielded:
             if _view_source(value, kernel) == qkv:
                 saved_operands.append((value, out))
-            elif value == probs and saved is None:
+            elif (value == probs or value in contracted) and saved is None:
                 saved = (value, out)
             elif value in projected and projection is None:
                 projection = (value, out)

@@ -97,10 +97,12 @@ def lower_attention(em: Emitter, body: list[ir.Operation], views: dict,
     an earlier part of the kernel computes it (the QKV projection): their views are then
     storage-less, and each batch index's operands take its token rows from it as it comes
     (`ComputedRows`) instead of loading them; `saved_operands`: (value, destination view)
-    of views the kernel yields that are Q, K^T or V themselves (a training step saves them;
-    trn-fuse-attention-output qkv-saved), only with `computed`: Q's and V's elements are
-    stored from each computed row tile (`store_rows_of`), and K^T's tiles as they are turned
-    on PE for a batch index's staging (all of them, as every key is); `token_rows_stored`:
+    of views of that computed value the kernel yields (trn-fuse-attention-output
+    qkv-saved: a training step saves Q, K^T and V; a backward's dO, which another kernel
+    reads too), only with `computed`: K^T's tiles are stored as they are turned on PE for a
+    batch index's staging (all of them, as every key is), and any view that is runs of
+    columns of the computed rows (Q, V, the whole value) from each computed row tile
+    (`store_rows_of`); `token_rows_stored`:
     the token rows kept on chip are also stored to `output`'s view (a training step saves
     the output its projection reads on chip), and the kernel may then store its
     probabilities too."""
@@ -186,11 +188,11 @@ def lower_attention(em: Emitter, body: list[ir.Operation], views: dict,
         if _same_elements(view, kt_view):
             kt_saved.append(dest.reshape(kt_view.shape))
             continue
-        store = store_rows_of(em, view, dest, computed.mlp.out_features) if any(
-            _same_elements(view, v) for v in (q_view, v_view) if v is not None) else None
+        store = store_rows_of(em, view, dest, computed.mlp.out_features)
         if store is None:
-            raise CompileError("a saved view of an attention kernel's operands must be Q, "
-                               "K^T or V as they are staged", U.defining_op(value).location)
+            raise CompileError("a saved view of an attention kernel's operands must be K^T as "
+                               "it is staged or runs of columns of the computed rows (Q, V, "
+                               "or the whole value)", U.defining_op(value).location)
         computed.on_row_tile.append(store)
 
     sq, sk = U.shape(first.results[0])[-2:]
@@ -516,6 +518,8 @@ def lower_attention(em: Emitter, body: list[ir.Operation], views: dict,
 
 def _same_elements(a: HbmView, b: HbmView) -> bool:
     """Whether two views hold the same elements in the same order (up to their shapes)."""
+    if (a.buffer is None) != (b.buffer is None):
+        return False        # (one computed on chip, the other in HBM)
     if a.shape != b.shape:
         a = a.reshape(b.shape)
     return a == b

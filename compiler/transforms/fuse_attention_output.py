@@ -58,10 +58,15 @@ the attention's output as its input, it joins too, behind the attention (the op 
 the output marked `trn.attention_output`): the kernel stores the output's token rows, which
 the step saves, and keeps them for the projection to turn on PE, adding the residual from
 the layer input's rows the QKV projection loaded (3.1 MB each for BERT-base over 2048
-tokens). (IRDL
+tokens). The same merge serves a training step's backward: the Linear computing dO, the
+softmax backward's left operand of dO @ V^T, joins its attention kernel in front, which
+stores dO whole for dV's kernel that reads it too (not loaded back by the attention:
+3.1 MB); the merged kernel then stands where that Linear did. (IRDL
 binds one type to all of a kernel's results after the first, dialects/trn.py: the kernel
 yields its probabilities first and the rest -- its output and the views, as many elements
-each in self-attention -- flat, reshaped back outside.)
+each in self-attention -- flat, reshaped back outside; a backward's kernel, whose further
+results flatten alike, yields its output first, dQ, which then goes straight into its
+slice of the QKV gradient.)
 """
 
 from __future__ import annotations
@@ -78,7 +83,7 @@ from torchneuron.compiler.kernels.tile_ops import SOURCE_OPS, VIEW_OPS
 from torchneuron.compiler.passes import Pass, register
 from torchneuron.compiler.transforms.fuse import (
     MLP_RESIDENT_SHARE, PRODUCER_RESULT, _clone_bodies, _encloses, _inputs_before,
-    merge_kernels, mlp_sbuf_bytes,
+    _top_level, merge_kernels, mlp_sbuf_bytes,
 )
 from torchneuron.compiler.transforms.layout import TOKEN_MAJOR
 from torchneuron.compiler.transforms.tile import kernel_body
@@ -135,8 +140,9 @@ class FuseAttentionOutput(Pass):
                     kernel_body(merged)[-2].attributes[ROWS_HANDED_ON] = ir.UnitAttr.get()
                     merge_kernels((merged, ffn), KIND)
             if self.qkv_saved:
-                for attention, qkv, saved, projection in qkv_saved_triples(func, target):
-                    merge_qkv_saved(attention, qkv, saved, projection)
+                for attention, qkv, saved, projection, at in qkv_saved_triples(func,
+                                                                               target):
+                    merge_qkv_saved(attention, qkv, saved, projection, at)
 
 
 def attention_output_pairs(func: ir.Operation, target) -> list[tuple]:
@@ -336,24 +342,33 @@ def qkv_saved_triples(func: ir.Operation, target) -> list[tuple]:
         if kernel.name != "trn.kernel" or U.str_attr(kernel, "kind") != "attention" or \
                 len(kernel.results) > 2:
             continue
-        body = kernel_body(kernel)
-        matmuls = [op for op in body if op.name == "trn.matmul"]
-        if len(matmuls) != 2 or any(ATTENTION_INPUT in op.attributes for op in body):
+        inner = kernel_body(kernel)
+        matmuls = [op for op in inner if op.name == "trn.matmul"]
+        if len(matmuls) not in (2, 3) or any(ATTENTION_INPUT in op.attributes for op in inner):
             continue
         operands = (matmuls[0].operands[0], matmuls[0].operands[1], matmuls[1].operands[1])
         chains = [_view_chain(value, kernel) for value in operands]
-        sources = {chain[0] for chain in chains if chain is not None}
-        if None in chains or len(sources) != 1:
+        if None in chains:
             continue
-        source = sources.pop()
+        source = chains[0][0]
         producer = U.defining_op(source)
         if producer is None or producer.name != "trn.kernel" or \
                 U.str_attr(producer, "kind") != "matmul" or len(producer.results) != 1 or \
                 producer.parent != kernel.parent:
             continue
-        saved = _returned_operand_views(source, kernel, [_stripped(c[1]) for c in chains])
-        if not saved or further_results_flat(
-                list(kernel.results)[:-1] + [value for value, _ in saved]) is None:
+        saved = _returned_operand_views(source, kernel, [_stripped(c[1]) for c in chains]) \
+            if len({chain[0] for chain in chains}) == 1 else None
+        # Where the source is kept whole for readers standing between the two kernels, the
+        # merged kernel takes the projection's place (the attention reading nothing computed
+        # in between).
+        at = kernel
+        if saved is None:
+            saved = _kept_whole(source, kernel, position, position[kernel])
+            if saved is None and _inputs_before(kernel, producer, position):
+                at = producer
+                saved = _kept_whole(source, kernel, position, position[producer])
+        if saved is None or further_results_flat(_first_and_further(
+                list(kernel.results), [value for value, _ in saved])[1]) is None:
             continue
         output = U.shape(kernel.results[0])
         output_bytes = 0
@@ -364,14 +379,40 @@ def qkv_saved_triples(func: ir.Operation, target) -> list[tuple]:
         keys = U.shape(matmuls[0].results[0])[-1]
         if not _computable_as_rows(producer, target, keys, output_bytes):
             continue
-        projection = _output_projection(kernel, position) if output_bytes and \
-            output_bytes <= target.sbuf_partition_bytes * OUTPUT_SBUF_SHARE else None
-        if projection is not None and further_results_flat(
-                list(kernel.results)[:-1] + [value for value, _ in saved] +
-                [projection.results[0]]) is None:
+        projection = _output_projection(kernel, position) if output_bytes and at == kernel \
+            and output_bytes <= target.sbuf_partition_bytes * OUTPUT_SBUF_SHARE else None
+        if projection is not None and further_results_flat(_first_and_further(
+                list(kernel.results), [value for value, _ in saved] +
+                [projection.results[0]])[1]) is None:
             projection = None
-        triples.append((kernel, producer, saved, projection))
+        triples.append((kernel, producer, saved, projection, at))
     return triples
+
+
+def _kept_whole(source: ir.Value, kernel: ir.Operation, position: dict,
+                place: int) -> list[tuple] | None:
+    """[(source, source)] where `kernel` reads `source` only through view ops ending as
+    operands of its matmuls and something standing after `place` (where the merged kernel
+    will) reads it too (a softmax backward's dO, the left operand of dO @ V^T, which dV's
+    kernel reads): the merged kernel then stores it whole; [] where nothing else reads it;
+    None otherwise."""
+    outside = False
+    for use in source.uses:
+        reader = U.operation(use.owner)
+        if not _encloses(kernel, reader):
+            if position.get(_top_level(reader, position), -1) <= place:
+                return None
+            outside = True
+            continue
+        pending = [reader]
+        while pending:
+            op = pending.pop()
+            if op.name == "trn.matmul":
+                continue
+            if op.name not in VIEW_OPS:
+                return None
+            pending.extend(U.operation(u.owner) for u in op.results[0].uses)
+    return [(source, source)] if outside else []
 
 
 def _output_projection(kernel: ir.Operation, position: dict) -> ir.Operation | None:
@@ -475,8 +516,10 @@ def _returned_operand_views(source: ir.Value, kernel: ir.Operation,
 
 
 def merge_qkv_saved(attention: ir.Operation, qkv: ir.Operation, saved: list[tuple],
-                    projection: ir.Operation | None = None) -> None:
-    """One attention kernel: `qkv`'s ops (its result op marked ATTENTION_INPUT), then
+                    projection: ir.Operation | None = None,
+                    at: ir.Operation | None = None) -> None:
+    """One attention kernel, before `at` (default `attention`): `qkv`'s ops (its result op
+    marked ATTENTION_INPUT), then
     `attention`'s, then the output `projection`'s where given (the op computing the
     attention's output marked ATTENTION_OUTPUT). It yields first `attention`'s last result
     (its probabilities, where it stores them), then flat (see `further_results_flat`) its
@@ -487,11 +530,11 @@ def merge_qkv_saved(attention: ir.Operation, qkv: ir.Operation, saved: list[tupl
     if projection is not None:
         kernel_body(attention)[-2].attributes[ATTENTION_OUTPUT] = ir.UnitAttr.get()
     returned = list(dict.fromkeys(value for value, _ in saved))
-    further = list(attention.results)[:-1] + returned + \
-        ([projection.results[0]] if projection is not None else [])
+    first, further = _first_and_further(
+        list(attention.results), returned + ([projection.results[0]] if projection else []))
     flat = further_results_flat(further)
-    types = [attention.results[-1].type] + [flat] * len(further)
-    with ir.InsertionPoint(attention), attention.location:
+    types = [first.type] + [flat] * len(further)
+    with ir.InsertionPoint(at if at is not None else attention), attention.location:
         merged = build_kernel("attention", types)
     for name in U.attributes_of(attention):
         if name != "kind":
@@ -506,9 +549,9 @@ def merge_qkv_saved(attention: ir.Operation, qkv: ir.Operation, saved: list[tupl
             inner = mapping[inner_of.get(value, value)]
             values.append(U.create("trn.reshape", [flat], [inner], {},
                                    loc=attention.location).results[0])
-        build_yield([mapping[attention.results[-1]]] + values, loc=attention.location)
-    attention.results[-1].replace_all_uses_with(merged.results[0])
-    with ir.InsertionPoint(attention):
+        build_yield([mapping[first]] + values, loc=attention.location)
+    first.replace_all_uses_with(merged.results[0])
+    with ir.InsertionPoint(at if at is not None else attention):
         for value, result in zip(further, list(merged.results)[1:]):
             shaped = U.create("trn.reshape", [value.type], [result], {},
                               loc=attention.location).results[0]
@@ -527,6 +570,18 @@ def merge_qkv_saved(attention: ir.Operation, qkv: ir.Operation, saved: list[tupl
         projection.erase()
     attention.erase()
     qkv.erase()
+
+
+def _first_and_further(results: list[ir.Value], more: list[ir.Value]
+                       ) -> tuple[ir.Value, list[ir.Value]]:
+    """The attention kernel's result the merged kernel yields first, and the values it yields
+    flat after it (`further_results_flat`): its output first where the rest flatten alike
+    (a softmax backward's dQ, which then goes straight into the slice of the QKV gradient
+    it is inserted in: convert-trn-to-nisa `_kernels_into_slices`), else its last result
+    (a forward's probabilities, of another size than the rest)."""
+    if len(results) > 1 and further_results_flat(results[1:] + more) is not None:
+        return results[0], results[1:] + more
+    return results[-1], results[:-1] + more
 
 
 def further_results_flat(values: list[ir.Value]) -> ir.Type | None:

@@ -372,7 +372,9 @@ def test_training_forward_keeps_the_attention_output_on_chip_for_the_projection(
     and V and the attention, and reads the attention output's token rows on chip as the
     kernel stores them (the step saves them), the residual from the rows the QKV projection
     loaded. The same bits (forward, input gradient, both projections' weight gradients);
-    besides Q, K and V's three trips, the output's reload and the residual's are gone."""
+    besides Q, K and V's three trips, the output's reload and the residual's are gone. In
+    the backward the Linear computing dO joins the softmax backward's kernel the same way,
+    storing dO whole for dV's kernel."""
     torch.manual_seed(0)
     model = PostNormAttentionBlock(d, heads, causal=causal).to(torch.bfloat16)
     x = torch.randn(batch, seq, d).to(torch.bfloat16).requires_grad_()
@@ -383,6 +385,10 @@ def test_training_forward_keeps_the_attention_output_on_chip_for_the_projection(
         results[on] = (out, x_grad, qkv_grad, model.proj.weight.grad.clone(), trn, profile)
     on, off = results[True], results[False]
     assert "trn.attention_output" in on[4] and "trn.attention_output" not in off[4]
+    backward = {on: next((tmp_path / str(on)).glob("*backward.trn.mlir")).read_text()
+                for on in (True, False)}
+    assert "trn.attention_input" in backward[True]
+    assert "trn.attention_input" not in backward[False]
     for a, b in zip(on[:4], off[:4]):
         assert torch.equal(a.view(torch.int16), b.view(torch.int16))
     elements = batch * seq * d

@@ -15,8 +15,9 @@
 // is one whose linear_rows part, handing on its rows, has lost its own.
 // ERR-ROWS: fuse_attention_output-handed-on-invalid.mlir:{{[0-9]+}}:{{[0-9]+}}: error: convert-trn-to-nisa: an attention_linear_rows kernel hands on the rows of one linear_rows part: one op marked trn.rows_handed_on after one marked trn.producer_result, and not its last
 // A training step's attention kernel that yields, as a view saved from its QKV projection,
-// one that is not Q, K^T or V as it stages them is an error naming that view.
-// ERR-SAVED: fuse_attention_output-saved-invalid.mlir:21:{{[0-9]+}}: error: convert-trn-to-nisa: a saved view of an attention kernel's operands must be Q, K^T or V as they are staged
+// one that is neither K^T as it stages it nor runs of columns of the computed row tiles is
+// an error naming that view.
+// ERR-SAVED: fuse_attention_output-saved-invalid.mlir:48:{{[0-9]+}}: error: convert-trn-to-nisa: a saved view of an attention kernel's operands must be K^T as it is staged or runs of columns of the computed rows (Q, V, or the whole value)
 // ERR: fuse_attention_output-invalid.mlir:{{[0-9]+}}:{{[0-9]+}}: error: convert-trn-to-nisa: an attention_linear_rows kernel needs one op marked trn.attention_output, not its last, and at most one before it marked trn.attention_input
 
 // Tests that a token-major attention kernel read only by the output projection's
@@ -556,4 +557,129 @@ func.func @training_attention_and_projection(%arg0: tensor<2x128x128xbf16>, %arg
   %12 = "trn.reshape"(%9) : (tensor<1x2x2x128x64xbf16>) -> tensor<2x2x128x64xbf16>
   %13 = "trn.transpose"(%11) {permutation = array<i64: 0, 1, 3, 2>} : (tensor<2x2x128x64xbf16>) -> tensor<2x2x64x128xbf16>
   return %10, %13, %1#1, %12, %1#0, %3, %4#0, %4#1, %4#2 : tensor<2x2x128x64xbf16>, tensor<2x2x64x128xbf16>, tensor<2x2x128x128xbf16>, tensor<2x2x128x64xbf16>, tensor<2x128x2x64xbf16>, tensor<2x128x128xbf16>, tensor<2x128x128xbf16>, tensor<2x128x1xbf16>, tensor<2x128x1xbf16>
+}
+
+// -----
+
+// Tests that in a training step's backward the Linear computing dO (the attention's left
+// operand of dO @ V^T) joins the softmax backward's attention kernel in front, where dV's
+// kernel reads dO too: the kernel yields its output dQ first (its other results flatten
+// alike), then flat dK^T and dO whole, and stands where the Linear stood, ahead of dV's
+// kernel, which reads dO from the reshaped result.
+// CHECK-LABEL: func.func @training_backward_attention_and_do
+// CHECK: }) {free_tile = 256 : i64, kind = "rows"}
+// CHECK-NEXT: %[[K:.*]]:3 = "trn.kernel"() ({
+// CHECK: "trn.matmul"(%{{.*}}, %{{.*}}) {trn.attention_input} : (tensor<256x128xf32>, tensor<128x128xf32>) -> tensor<256x128xf32>
+// CHECK: }) {kind = "attention"} : () -> (tensor<2x128x2x64xf32>, tensor<32768xf32>, tensor<32768xf32>)
+// CHECK-NEXT: "trn.reshape"(%[[K]]#1) : (tensor<32768xf32>) -> tensor<4x64x128xf32>
+// CHECK-NEXT: %[[DO:.*]] = "trn.reshape"(%[[K]]#2) : (tensor<32768xf32>) -> tensor<256x128xf32>
+// CHECK-NEXT: "trn.kernel"() ({
+// CHECK: "trn.reshape"(%[[DO]]) : (tensor<256x128xf32>) -> tensor<2x128x2x64xf32>
+// CHECK: }) {kind = "matmul", orientation = "mn"} : () -> tensor<2x128x2x64xf32>
+// NOSAVED-LABEL: func.func @training_backward_attention_and_do
+// NOSAVED-NOT: trn.attention_input
+// NOSAVED: return
+func.func @training_backward_attention_and_do(%arg0: tensor<2x128x128xf32>, %arg1: tensor<2x128x1xf32>, %arg2: tensor<2x128x1xf32>, %arg3: tensor<2x128x128xf32>, %arg4: tensor<128xf32>, %arg5: tensor<128x128xf32>, %arg6: tensor<256x128xf32>, %arg7: tensor<4x128x128xf32>, %arg8: tensor<4x128x64xf32>, %arg9: tensor<2x2x128x128xf32>, %arg10: tensor<4x128x64xf32>, %arg11: tensor<4x64x128xf32>, %arg12: tensor<128x384xf32>, %arg13: tensor<256x128xf32>) -> (tensor<128xf32>, tensor<128xf32>, tensor<128x128xf32>, tensor<1x128xf32>, tensor<384x128xf32>, tensor<1x384xf32>, tensor<2x128x128xf32>) {
+  %0:3 = "trn.kernel"() ({
+    %20 = "trn.broadcast"(%arg4) {dimensions = array<i64: 0, 1>} : (tensor<128xf32>) -> tensor<2x128x128xf32>
+    %21 = "trn.reshape"(%arg1) : (tensor<2x128x1xf32>) -> tensor<2x128xf32>
+    %22 = "trn.broadcast"(%21) {dimensions = array<i64: 2>} : (tensor<2x128xf32>) -> tensor<2x128x128xf32>
+    %23 = "trn.tensor_tensor"(%arg0, %22) {op = "sub"} : (tensor<2x128x128xf32>, tensor<2x128x128xf32>) -> tensor<2x128x128xf32>
+    %24 = "trn.reshape"(%arg2) : (tensor<2x128x1xf32>) -> tensor<2x128xf32>
+    %25 = "trn.broadcast"(%24) {dimensions = array<i64: 2>} : (tensor<2x128xf32>) -> tensor<2x128x128xf32>
+    %26 = "trn.tensor_tensor"(%23, %25) {op = "mul"} : (tensor<2x128x128xf32>, tensor<2x128x128xf32>) -> tensor<2x128x128xf32>
+    %27 = "trn.tensor_tensor"(%arg3, %20) {op = "mul"} : (tensor<2x128x128xf32>, tensor<2x128x128xf32>) -> tensor<2x128x128xf32>
+    %28 = "trn.tensor_scalar"(%27) {op = "mul", reverse = false, scalar = 1.280000e+02 : f32} : (tensor<2x128x128xf32>) -> tensor<2x128x128xf32>
+    %29 = "trn.reduce"(%27) {dimensions = array<i64: 2>, op = "add"} : (tensor<2x128x128xf32>) -> tensor<2x128xf32>
+    %30 = "trn.tensor_tensor"(%27, %26) {op = "mul"} : (tensor<2x128x128xf32>, tensor<2x128x128xf32>) -> tensor<2x128x128xf32>
+    %31 = "trn.reduce"(%30) {dimensions = array<i64: 2>, op = "add"} : (tensor<2x128x128xf32>) -> tensor<2x128xf32>
+    %32 = "trn.broadcast"(%31) {dimensions = array<i64: 2>} : (tensor<2x128xf32>) -> tensor<2x128x128xf32>
+    %33 = "trn.tensor_tensor"(%26, %32) {op = "mul"} : (tensor<2x128x128xf32>, tensor<2x128x128xf32>) -> tensor<2x128x128xf32>
+    %34 = "trn.broadcast"(%29) {dimensions = array<i64: 2>} : (tensor<2x128xf32>) -> tensor<2x128x128xf32>
+    %35 = "trn.tensor_tensor"(%28, %34) {op = "sub"} : (tensor<2x128x128xf32>, tensor<2x128x128xf32>) -> tensor<2x128x128xf32>
+    %36 = "trn.tensor_tensor"(%35, %33) {op = "sub"} : (tensor<2x128x128xf32>, tensor<2x128x128xf32>) -> tensor<2x128x128xf32>
+    %37 = "trn.tensor_scalar"(%arg2) {op = "mul", reverse = false, scalar = 7.812500e-03 : f32} : (tensor<2x128x1xf32>) -> tensor<2x128x1xf32>
+    %38 = "trn.reshape"(%37) : (tensor<2x128x1xf32>) -> tensor<2x128xf32>
+    %39 = "trn.broadcast"(%38) {dimensions = array<i64: 2>} : (tensor<2x128xf32>) -> tensor<2x128x128xf32>
+    %40 = "trn.tensor_tensor"(%arg3, %26) {op = "mul"} : (tensor<2x128x128xf32>, tensor<2x128x128xf32>) -> tensor<2x128x128xf32>
+    %41 = "trn.reduce"(%40) {dimensions = array<i64: 0, 1>, op = "add"} : (tensor<2x128x128xf32>) -> tensor<128xf32>
+    %42 = "trn.reduce"(%arg3) {dimensions = array<i64: 0, 1>, op = "add"} : (tensor<2x128x128xf32>) -> tensor<128xf32>
+    %43 = "trn.tensor_tensor"(%39, %36) {op = "mul"} : (tensor<2x128x128xf32>, tensor<2x128x128xf32>) -> tensor<2x128x128xf32>
+    "trn.yield"(%43, %41, %42) : (tensor<2x128x128xf32>, tensor<128xf32>, tensor<128xf32>) -> ()
+  }) {free_tile = 256 : i64, kind = "rows"} : () -> (tensor<2x128x128xf32>, tensor<128xf32>, tensor<128xf32>)
+  %1 = "trn.kernel"() ({
+    %20 = "trn.reshape"(%0#0) : (tensor<2x128x128xf32>) -> tensor<256x128xf32>
+    %21 = "trn.transpose"(%arg5) {permutation = array<i64: 1, 0>} : (tensor<128x128xf32>) -> tensor<128x128xf32>
+    %22 = "trn.matmul"(%20, %21) : (tensor<256x128xf32>, tensor<128x128xf32>) -> tensor<256x128xf32>
+    "trn.yield"(%22) : (tensor<256x128xf32>) -> ()
+  }) {gemm_block = 1 : i64, gemm_resident = "f", kind = "matmul", orientation = "mn"} : () -> tensor<256x128xf32>
+  %2:2 = "trn.kernel"() ({
+    %20 = "trn.reshape"(%1) : (tensor<256x128xf32>) -> tensor<2x128x2x64xf32>
+    %21 = "trn.transpose"(%20) {permutation = array<i64: 0, 2, 1, 3>} : (tensor<2x128x2x64xf32>) -> tensor<2x2x128x64xf32>
+    %22 = "trn.reshape"(%21) : (tensor<2x2x128x64xf32>) -> tensor<4x128x64xf32>
+    %23 = "trn.transpose"(%arg8) {permutation = array<i64: 0, 2, 1>} : (tensor<4x128x64xf32>) -> tensor<4x64x128xf32>
+    %24 = "trn.matmul"(%22, %23) : (tensor<4x128x64xf32>, tensor<4x64x128xf32>) -> tensor<4x128x128xf32>
+    %25 = "trn.reshape"(%24) : (tensor<4x128x128xf32>) -> tensor<2x2x128x128xf32>
+    %26 = "trn.tensor_tensor"(%25, %arg9) {op = "mul"} : (tensor<2x2x128x128xf32>, tensor<2x2x128x128xf32>) -> tensor<2x2x128x128xf32>
+    %27 = "trn.reduce"(%26) {dimensions = array<i64: 3>, op = "add"} : (tensor<2x2x128x128xf32>) -> tensor<2x2x128xf32>
+    %28 = "trn.broadcast"(%27) {dimensions = array<i64: 3>} : (tensor<2x2x128xf32>) -> tensor<2x2x128x128xf32>
+    %29 = "trn.tensor_tensor"(%arg9, %28) {op = "mul"} : (tensor<2x2x128x128xf32>, tensor<2x2x128x128xf32>) -> tensor<2x2x128x128xf32>
+    %30 = "trn.tensor_tensor"(%26, %29) {op = "sub"} : (tensor<2x2x128x128xf32>, tensor<2x2x128x128xf32>) -> tensor<2x2x128x128xf32>
+    %31 = "trn.tensor_scalar"(%30) {op = "mul", reverse = false, scalar = 1.250000e-01 : f32} : (tensor<2x2x128x128xf32>) -> tensor<2x2x128x128xf32>
+    %32 = "trn.reshape"(%31) : (tensor<2x2x128x128xf32>) -> tensor<4x128x128xf32>
+    %33 = "trn.transpose"(%arg11) {permutation = array<i64: 0, 2, 1>} : (tensor<4x64x128xf32>) -> tensor<4x128x64xf32>
+    %34 = "trn.matmul"(%32, %33) : (tensor<4x128x128xf32>, tensor<4x128x64xf32>) -> tensor<4x128x64xf32>
+    %35 = "trn.transpose"(%arg10) {permutation = array<i64: 0, 2, 1>} : (tensor<4x128x64xf32>) -> tensor<4x64x128xf32>
+    %36 = "trn.reshape"(%31) : (tensor<2x2x128x128xf32>) -> tensor<4x128x128xf32>
+    %37 = "trn.matmul"(%35, %36) : (tensor<4x64x128xf32>, tensor<4x128x128xf32>) -> tensor<4x64x128xf32>
+    %38 = "trn.reshape"(%34) : (tensor<4x128x64xf32>) -> tensor<2x2x128x64xf32>
+    %39 = "trn.transpose"(%38) {permutation = array<i64: 0, 2, 1, 3>} : (tensor<2x2x128x64xf32>) -> tensor<2x128x2x64xf32>
+    "trn.yield"(%39, %37) : (tensor<2x128x2x64xf32>, tensor<4x64x128xf32>) -> ()
+  }) {kind = "attention"} : () -> (tensor<2x128x2x64xf32>, tensor<4x64x128xf32>)
+  %3 = "trn.kernel"() ({
+    %20 = "trn.transpose"(%arg7) {permutation = array<i64: 0, 2, 1>} : (tensor<4x128x128xf32>) -> tensor<4x128x128xf32>
+    %21 = "trn.reshape"(%1) : (tensor<256x128xf32>) -> tensor<2x128x2x64xf32>
+    %22 = "trn.transpose"(%21) {permutation = array<i64: 0, 2, 1, 3>} : (tensor<2x128x2x64xf32>) -> tensor<2x2x128x64xf32>
+    %23 = "trn.reshape"(%22) : (tensor<2x2x128x64xf32>) -> tensor<4x128x64xf32>
+    %24 = "trn.matmul"(%20, %23) : (tensor<4x128x128xf32>, tensor<4x128x64xf32>) -> tensor<4x128x64xf32>
+    %25 = "trn.reshape"(%24) : (tensor<4x128x64xf32>) -> tensor<2x2x128x64xf32>
+    %26 = "trn.transpose"(%25) {permutation = array<i64: 0, 2, 1, 3>} : (tensor<2x2x128x64xf32>) -> tensor<2x128x2x64xf32>
+    "trn.yield"(%26) : (tensor<2x128x2x64xf32>) -> ()
+  }) {kind = "matmul", orientation = "mn"} : () -> tensor<2x128x2x64xf32>
+  %4 = "trn.reshape"(%2#1) : (tensor<4x64x128xf32>) -> tensor<2x2x64x128xf32>
+  %5 = "trn.transpose"(%4) {permutation = array<i64: 0, 1, 3, 2>} : (tensor<2x2x64x128xf32>) -> tensor<2x2x128x64xf32>
+  %6 = "trn.empty"() : () -> tensor<2x128x3x2x64xf32>
+  %7 = "trn.reshape"(%2#0) : (tensor<2x128x2x64xf32>) -> tensor<2x128x1x2x64xf32>
+  %8 = "trn.insert_slice"(%6, %7) {offsets = array<i64: 0, 0, 0, 0, 0>, strides = array<i64: 1, 1, 1, 1, 1>} : (tensor<2x128x3x2x64xf32>, tensor<2x128x1x2x64xf32>) -> tensor<2x128x3x2x64xf32>
+  %9 = "trn.transpose"(%5) {permutation = array<i64: 0, 2, 1, 3>} : (tensor<2x2x128x64xf32>) -> tensor<2x128x2x64xf32>
+  %10 = "trn.reshape"(%9) : (tensor<2x128x2x64xf32>) -> tensor<2x128x1x2x64xf32>
+  %11 = "trn.insert_slice"(%8, %10) {offsets = array<i64: 0, 0, 1, 0, 0>, strides = array<i64: 1, 1, 1, 1, 1>} : (tensor<2x128x3x2x64xf32>, tensor<2x128x1x2x64xf32>) -> tensor<2x128x3x2x64xf32>
+  %12 = "trn.reshape"(%3) : (tensor<2x128x2x64xf32>) -> tensor<2x128x1x2x64xf32>
+  %13 = "trn.insert_slice"(%11, %12) {offsets = array<i64: 0, 0, 2, 0, 0>, strides = array<i64: 1, 1, 1, 1, 1>} : (tensor<2x128x3x2x64xf32>, tensor<2x128x1x2x64xf32>) -> tensor<2x128x3x2x64xf32>
+  %14 = "trn.kernel"() ({
+    %20 = "trn.reshape"(%13) : (tensor<2x128x3x2x64xf32>) -> tensor<256x384xf32>
+    %21 = "trn.transpose"(%arg12) {permutation = array<i64: 1, 0>} : (tensor<128x384xf32>) -> tensor<384x128xf32>
+    %22 = "trn.reshape"(%0#0) : (tensor<2x128x128xf32>) -> tensor<256x128xf32>
+    %23 = "trn.matmul"(%20, %21) : (tensor<256x384xf32>, tensor<384x128xf32>) -> tensor<256x128xf32>
+    %24 = "trn.tensor_tensor"(%22, %23) {op = "add"} : (tensor<256x128xf32>, tensor<256x128xf32>) -> tensor<256x128xf32>
+    "trn.yield"(%24) : (tensor<256x128xf32>) -> ()
+  }) {gemm_block = 1 : i64, gemm_resident = "f", kind = "matmul", orientation = "mn"} : () -> tensor<256x128xf32>
+  %15:2 = "trn.kernel"() ({
+    %20 = "trn.reshape"(%13) : (tensor<2x128x3x2x64xf32>) -> tensor<256x384xf32>
+    %21 = "trn.transpose"(%20) {permutation = array<i64: 1, 0>} : (tensor<256x384xf32>) -> tensor<384x256xf32>
+    %22 = "trn.matmul"(%21, %arg13) : (tensor<384x256xf32>, tensor<256x128xf32>) -> tensor<384x128xf32>
+    %23 = "trn.reduce"(%20) {dimensions = array<i64: 0>, op = "add"} : (tensor<256x384xf32>) -> tensor<384xf32>
+    "trn.yield"(%22, %23) : (tensor<384x128xf32>, tensor<384xf32>) -> ()
+  }) {gemm_block = 1 : i64, gemm_resident = "f", kind = "matmul", orientation = "mn"} : () -> (tensor<384x128xf32>, tensor<384xf32>)
+  %16:2 = "trn.kernel"() ({
+    %20 = "trn.reshape"(%0#0) : (tensor<2x128x128xf32>) -> tensor<256x128xf32>
+    %21 = "trn.transpose"(%20) {permutation = array<i64: 1, 0>} : (tensor<256x128xf32>) -> tensor<128x256xf32>
+    %22 = "trn.matmul"(%21, %arg6) : (tensor<128x256xf32>, tensor<256x128xf32>) -> tensor<128x128xf32>
+    %23 = "trn.reduce"(%20) {dimensions = array<i64: 0>, op = "add"} : (tensor<256x128xf32>) -> tensor<128xf32>
+    "trn.yield"(%22, %23) : (tensor<128x128xf32>, tensor<128xf32>) -> ()
+  }) {gemm_block = 1 : i64, gemm_resident = "f", kind = "matmul", orientation = "mn"} : () -> (tensor<128x128xf32>, tensor<128xf32>)
+  %17 = "trn.reshape"(%16#1) : (tensor<128xf32>) -> tensor<1x128xf32>
+  %18 = "trn.reshape"(%15#1) : (tensor<384xf32>) -> tensor<1x384xf32>
+  %19 = "trn.reshape"(%14) : (tensor<256x128xf32>) -> tensor<2x128x128xf32>
+  return %0#1, %0#2, %16#0, %17, %15#0, %18, %19 : tensor<128xf32>, tensor<128xf32>, tensor<128x128xf32>, tensor<1x128xf32>, tensor<384x128xf32>, tensor<1x384xf32>, tensor<2x128x128xf32>
 }
