@@ -17,7 +17,7 @@ from torch_mlir.dialects import func as func_d
 
 from torchneuron.compiler import ir_utils as U
 from torchneuron.compiler.errors import CompileError, UnsupportedOpError
-from torchneuron.compiler.kernels.attention import lower_attention
+from torchneuron.compiler.kernels.attention import lower_attention, probabilities
 from torchneuron.compiler.kernels.epilogue import store_accumulators
 from torchneuron.compiler.kernels.elementwise import lower_elementwise
 from torchneuron.compiler.kernels.conv import Padding, lower_conv, lower_pool
@@ -39,6 +39,7 @@ from torchneuron.compiler.passes import Pass, register
 from torchneuron.compiler.transforms.fuse import PRODUCER_RESULT, outline
 from torchneuron.compiler.transforms.fuse_attention_output import (
     ATTENTION_INPUT, ATTENTION_OUTPUT, KIND as ATTENTION_LINEAR_ROWS, ROWS_HANDED_ON,
+    view_chain,
 )
 from torchneuron.compiler.transforms.tile import annotate, kernel_body
 from torchneuron.target import get_target
@@ -427,12 +428,7 @@ class _FunctionLowering:
             # The QKV projection: its rows computed as the attention stages each batch index.
             start = first[0] + 1
             views = dict(self.views)
-            compute, _ = self._views_and_compute(body[:start], views, ATTENTION_LINEAR_ROWS)
-            qkv = body[first[0]].results[0]
-            # (Each part's instructions carry its own location, the profile's attribution.)
-            computed = RowTiles(_Mlp(self.em, compute, views, qkv, 1), qkv,
-                                body[first[0]].location)
-            views[qkv] = storage_less_view(qkv)
+            computed = self._computed_rows(body, first[0], views, ATTENTION_LINEAR_ROWS)
         value = body[marked[0]].results[0]
         view = storage_less_view(value)
         rows: dict = {}
@@ -443,6 +439,19 @@ class _FunctionLowering:
                             scale_into_q=self.scale_into_q, token_rows=rows,
                             computed=computed)
         return body[marked[0] + 1:], rows, {value: view}, (computed,) if computed else ()
+
+    def _computed_rows(self, body: list[ir.Operation], marked: int, views: dict,
+                       kind: str) -> RowTiles:
+        """The rows of the projection whose ops begin `body` up to `body[marked]` (the op
+        marked ATTENTION_INPUT), computed 128 tokens at a time as the attention part of the
+        kernel stages them; records in `views` the projection's views and a storage-less
+        view of its result, which the attention's operands derive from."""
+        compute, _ = self._views_and_compute(body[:marked + 1], views, kind)
+        value = body[marked].results[0]
+        # (Each part's instructions carry its own location, the profile's attribution.)
+        rows = RowTiles(_Mlp(self.em, compute, views, value, 1), value, body[marked].location)
+        views[value] = storage_less_view(value)
+        return rows
 
     def _lower_qkv_attention(self, kernel: ir.Operation, body: list[ir.Operation],
                              outs: list[HbmView]) -> None:
@@ -461,11 +470,8 @@ class _FunctionLowering:
                                f"marked {ATTENTION_INPUT}, not its last", kernel.location)
         start = marked[0] + 1
         views = dict(self.views)
-        compute, _ = self._views_and_compute(body[:start], views, "attention")
-        qkv = body[marked[0]].results[0]
-        computed = RowTiles(_Mlp(self.em, compute, views, qkv, 1), qkv,
-                            body[marked[0]].location)
-        views[qkv] = storage_less_view(qkv)
+        computed = self._computed_rows(body, marked[0], views, "attention")
+        qkv = computed.value
         flattening = set()
         yielded = []
         for i, (value, out) in enumerate(zip(body[-1].operands, outs)):
@@ -477,10 +483,7 @@ class _FunctionLowering:
                 out = out.reshape(tuple(U.shape(value)))
             yielded.append((value, out))
         matmuls = [op for op in body[start:] if op.name == "trn.matmul"]
-        probs = matmuls[1].operands[0] if len(matmuls) > 1 else None
-        while U.defining_op(probs) is not None and U.defining_op(probs).name == "trn.reshape" \
-                and U.operation(U.defining_op(probs).parent) == kernel:
-            probs = U.defining_op(probs).operands[0]
+        probs = probabilities(matmuls[1], set(body)) if len(matmuls) > 1 else None
         # The output projection's part, where one follows the attention's output op.
         marked = [i for i, op in enumerate(body) if ATTENTION_OUTPUT in op.attributes]
         end = marked[0] + 1 if marked else len(body) - 1
@@ -500,7 +503,7 @@ class _FunctionLowering:
                     contracted.update(op.results)
         output, saved, saved_operands, projection = None, None, [], None
         for value, out in yielded:
-            if _view_source(value, kernel) == qkv:
+            if view_chain(value, kernel)[0] == qkv:
                 saved_operands.append((value, out))
             elif (value == probs or value in contracted) and saved is None:
                 saved = (value, out)
@@ -802,15 +805,6 @@ def _without_unit_batch_dims(view: HbmView) -> HbmView:
         if view.shape[dim] == 1:
             view = view.select(dim, 0)
     return view
-
-
-def _view_source(value: ir.Value, kernel: ir.Operation) -> ir.Value:
-    """`value` followed back through the view ops of `kernel` that compute it."""
-    op = U.defining_op(value)
-    while op is not None and op.name in VIEW_OPS and U.operation(op.parent) == kernel:
-        value = op.operands[0]
-        op = U.defining_op(value)
-    return value
 
 
 def _merges_matmul_batch(op: ir.Operation) -> bool:

@@ -141,9 +141,7 @@ def lower_attention(em: Emitter, body: list[ir.Operation], views: dict,
         break
     # The probabilities: the value the second matmul's left operand reshapes (without a
     # second matmul, the kernel's result).
-    probs = second.operands[0] if second is not None else output[0]
-    while U.defining_op(probs) in position and U.defining_op(probs).name == "trn.reshape":
-        probs = U.defining_op(probs).operands[0]
+    probs = probabilities(second, position) if second is not None else output[0]
     # The row-wise part: what the probabilities depend on after the scores' chain.
     start = position[chain1[-1]] + 1 if chain1 else position[first] + 1
     needed, rows_body = {probs}, []
@@ -177,14 +175,14 @@ def lower_attention(em: Emitter, body: list[ir.Operation], views: dict,
     v_view = views.get(second.operands[1]) if second is not None else None
     if q_view is None or kt_view is None or (second is not None and v_view is None):
         raise CompileError("attention operands must come from HBM", first.location)
-    # Saved views of the operands: K^T's destinations, shaped as its view; Q's and V's are
-    # stored as the QKV projection's row tiles are computed.
+    # Saved views of the computed operand: K^T's destinations, shaped as its view; the rest
+    # (Q, V, the value kept whole) are stored as the projection's row tiles are computed.
     kt_saved = []
     for value, dest in saved_operands:
         view = views.get(value)
         if computed is None or view is None:
-            raise CompileError("an attention kernel stores views of Q, K^T or V only where "
-                               "it computes the QKV projection on chip", first.location)
+            raise CompileError("an attention kernel stores views of its operands only where "
+                               "it computes them on chip", first.location)
         if _same_elements(view, kt_view):
             kt_saved.append(dest.reshape(kt_view.shape))
             continue
@@ -514,6 +512,15 @@ def lower_attention(em: Emitter, body: list[ir.Operation], views: dict,
                            first.location)
     if computed is not None and computed.on_row_tile:
         computed.all_rows()         # (rows no query or key asked for still hold saved values)
+
+
+def probabilities(matmul: ir.Operation, ops) -> ir.Value:
+    """The value the attention's second matmul reads as its left operand (the
+    probabilities), before the reshapes among `ops` (the kernel's body) that regroup it."""
+    probs = matmul.operands[0]
+    while U.defining_op(probs) in ops and U.defining_op(probs).name == "trn.reshape":
+        probs = U.defining_op(probs).operands[0]
+    return probs
 
 
 def _same_elements(a: HbmView, b: HbmView) -> bool:

@@ -140,8 +140,7 @@ class FuseAttentionOutput(Pass):
                     kernel_body(merged)[-2].attributes[ROWS_HANDED_ON] = ir.UnitAttr.get()
                     merge_kernels((merged, ffn), KIND)
             if self.qkv_saved:
-                for attention, qkv, saved, projection, at in qkv_saved_triples(func,
-                                                                               target):
+                for attention, qkv, saved, projection, at in qkv_saved_merges(func, target):
                     merge_qkv_saved(attention, qkv, saved, projection, at)
 
 
@@ -160,14 +159,19 @@ def attention_output_pairs(func: ir.Operation, target) -> list[tuple]:
         projection = _projection_reading(kernel)
         if projection is None:
             continue
-        b, s, h, dv = U.shape(kernel.results[0])
-        tiles = b * -(-s // target.pe_cols)
-        if s % target.pe_cols or tiles * h * dv * U.element_bytes(
-                U.element_type(kernel.results[0])) > \
+        if U.shape(kernel.results[0])[1] % target.pe_cols or \
+                _token_rows_bytes(kernel.results[0], target) > \
                 target.sbuf_partition_bytes * OUTPUT_SBUF_SHARE:
             continue
         pairs.append((kernel, projection))
     return pairs
+
+
+def _token_rows_bytes(output: ir.Value, target) -> int:
+    """SBUF bytes per partition that an attention output [B, S, H, Dv] takes as token rows
+    of all heads, 128 tokens to a tile, all of them kept at once."""
+    b, s, h, dv = U.shape(output)
+    return b * -(-s // target.pe_cols) * h * dv * U.element_bytes(U.element_type(output))
 
 
 def _projection_reading(attention: ir.Operation) -> ir.Operation | None:
@@ -216,9 +220,8 @@ def _qkv_projection_of(kernel: ir.Operation, target) -> ir.Operation | None:
     found = [p for p in producers if p is not None and p.name == "trn.kernel" and
              U.str_attr(p, "kind") == "matmul" and len(p.results) == 1 and
              p.parent == kernel.parent]
-    b, s, h, dv = U.shape(body[end].results[0])
-    output_bytes = b * -(-s // target.pe_cols) * h * dv * U.element_bytes(
-        U.element_type(body[end].results[0]))
+    s = U.shape(body[end].results[0])[1]
+    output_bytes = _token_rows_bytes(body[end].results[0], target)
     for producer in found:
         if _read_as_attention_operands(producer.results[0], attention_ops) and \
                 _computable_as_rows(producer, target, s, output_bytes):
@@ -328,11 +331,12 @@ def _ffn_reading(kernel: ir.Operation, target) -> ir.Operation | None:
     return ffn
 
 
-def qkv_saved_triples(func: ir.Operation, target) -> list[tuple]:
-    """(attention kernel, QKV projection kernel, saved views, output projection or None) for
-    the `qkv-saved` merge (see the module docstring): `saved` pairs each returned view of
-    the QKV projection's result with the value inside the attention kernel that is the same
-    view (the operand's chain of view ops without its trailing reshape); the output
+def qkv_saved_merges(func: ir.Operation, target) -> list[tuple]:
+    """(attention kernel, projection kernel, saved, output projection or None, the op the
+    merged kernel goes before) for the `qkv-saved` merge (see the module docstring):
+    `saved` pairs each returned view of the projection's result with the value inside the
+    attention kernel that is the same view (the operand's chain of view ops without its
+    trailing reshape), or is the result itself, kept whole (`_kept_whole`); the output
     projection joins too where `_output_projection` finds it and the attention output's
     token rows, all kept until it reads them, fit OUTPUT_SBUF_SHARE of SBUF."""
     triples = []
@@ -347,9 +351,7 @@ def qkv_saved_triples(func: ir.Operation, target) -> list[tuple]:
         if len(matmuls) not in (2, 3) or any(ATTENTION_INPUT in op.attributes for op in inner):
             continue
         operands = (matmuls[0].operands[0], matmuls[0].operands[1], matmuls[1].operands[1])
-        chains = [_view_chain(value, kernel) for value in operands]
-        if None in chains:
-            continue
+        chains = [view_chain(value, kernel) for value in operands]
         source = chains[0][0]
         producer = U.defining_op(source)
         if producer is None or producer.name != "trn.kernel" or \
@@ -367,23 +369,19 @@ def qkv_saved_triples(func: ir.Operation, target) -> list[tuple]:
             if saved is None and _inputs_before(kernel, producer, position):
                 at = producer
                 saved = _kept_whole(source, kernel, position, position[producer])
-        if saved is None or further_results_flat(_first_and_further(
-                list(kernel.results), [value for value, _ in saved])[1]) is None:
+        if saved is None or _flat_layout(list(kernel.results),
+                                         [value for value, _ in saved]) is None:
             continue
-        output = U.shape(kernel.results[0])
-        output_bytes = 0
-        if len(output) == 4:
-            b, s, h, dv = output
-            output_bytes = b * -(-s // target.pe_cols) * h * dv * U.element_bytes(
-                U.element_type(kernel.results[0]))
+        output_bytes = _token_rows_bytes(kernel.results[0], target) \
+            if len(U.shape(kernel.results[0])) == 4 else 0
         keys = U.shape(matmuls[0].results[0])[-1]
         if not _computable_as_rows(producer, target, keys, output_bytes):
             continue
         projection = _output_projection(kernel, position) if output_bytes and at == kernel \
             and output_bytes <= target.sbuf_partition_bytes * OUTPUT_SBUF_SHARE else None
-        if projection is not None and further_results_flat(_first_and_further(
-                list(kernel.results), [value for value, _ in saved] +
-                [projection.results[0]])[1]) is None:
+        if projection is not None and _flat_layout(
+                list(kernel.results),
+                [value for value, _ in saved] + [projection.results[0]]) is None:
             projection = None
         triples.append((kernel, producer, saved, projection, at))
     return triples
@@ -396,22 +394,17 @@ def _kept_whole(source: ir.Value, kernel: ir.Operation, position: dict,
     will) reads it too (a softmax backward's dO, the left operand of dO @ V^T, which dV's
     kernel reads): the merged kernel then stores it whole; [] where nothing else reads it;
     None otherwise."""
-    outside = False
+    inside, outside = set(kernel_body(kernel)), False
     for use in source.uses:
         reader = U.operation(use.owner)
         if not _encloses(kernel, reader):
             if position.get(_top_level(reader, position), -1) <= place:
                 return None
             outside = True
-            continue
-        pending = [reader]
-        while pending:
-            op = pending.pop()
-            if op.name == "trn.matmul":
-                continue
-            if op.name not in VIEW_OPS:
-                return None
-            pending.extend(U.operation(u.owner) for u in op.results[0].uses)
+        elif reader.name != "trn.matmul" and (
+                reader.name not in VIEW_OPS or
+                not _read_as_attention_operands(reader.results[0], inside)):
+            return None
     return [(source, source)] if outside else []
 
 
@@ -453,11 +446,11 @@ def _output_projection(kernel: ir.Operation, position: dict) -> ir.Operation | N
     return projection
 
 
-def _view_chain(value: ir.Value, inside: ir.Operation | None
-                ) -> tuple[ir.Value, list[ir.Operation]] | None:
+def view_chain(value: ir.Value, inside: ir.Operation | None
+               ) -> tuple[ir.Value, list[ir.Operation]]:
     """(source, view ops from the source to `value`, in order): `value` followed back through
-    view ops (those of kernel `inside`, or of the function where None) to the first value
-    that no such op computes; None where a view op reads more than one value."""
+    view ops (each reads one value; those of kernel `inside`, or of the function where None)
+    to the first value that no such op computes."""
     ops = []
     while True:
         op = U.defining_op(value)
@@ -466,8 +459,6 @@ def _view_chain(value: ir.Value, inside: ir.Operation | None
                  else op.parent.name != "func.func"):
             ops.reverse()
             return value, ops
-        if len(op.operands) != 1:
-            return None
         ops.append(op)
         value = op.operands[0]
 
@@ -500,9 +491,8 @@ def _returned_operand_views(source: ir.Value, kernel: ir.Operation,
                     return None
                 continue
             if reader.name == "func.return":
-                chain = _view_chain(value, None)
-                stripped = _stripped(chain[1]) if chain is not None and \
-                    chain[0] == source else None
+                chain = view_chain(value, None)
+                stripped = _stripped(chain[1]) if chain[0] == source else None
                 match = next((c for c in operand_chains if stripped is not None and
                               _same_view_ops(stripped, c)), None)
                 if match is None:
@@ -519,20 +509,17 @@ def merge_qkv_saved(attention: ir.Operation, qkv: ir.Operation, saved: list[tupl
                     projection: ir.Operation | None = None,
                     at: ir.Operation | None = None) -> None:
     """One attention kernel, before `at` (default `attention`): `qkv`'s ops (its result op
-    marked ATTENTION_INPUT), then
-    `attention`'s, then the output `projection`'s where given (the op computing the
-    attention's output marked ATTENTION_OUTPUT). It yields first `attention`'s last result
-    (its probabilities, where it stores them), then flat (see `further_results_flat`) its
-    other result, each saved view (the value inside `attention` it equals) and the
-    projection's result; reshapes outside give them their shapes back. The views outside
-    are erased."""
+    marked ATTENTION_INPUT), then `attention`'s, then the output `projection`'s where given
+    (the op computing the attention's output marked ATTENTION_OUTPUT). It yields one of
+    `attention`'s results first and the rest of them, each saved value (the value inside
+    `attention` it equals) and the projection's result flat after it (`_flat_layout`);
+    reshapes outside give them their shapes back. The views outside are erased."""
     kernel_body(qkv)[-2].attributes[ATTENTION_INPUT] = ir.UnitAttr.get()
     if projection is not None:
         kernel_body(attention)[-2].attributes[ATTENTION_OUTPUT] = ir.UnitAttr.get()
     returned = list(dict.fromkeys(value for value, _ in saved))
-    first, further = _first_and_further(
+    first, further, flat = _flat_layout(
         list(attention.results), returned + ([projection.results[0]] if projection else []))
-    flat = further_results_flat(further)
     types = [first.type] + [flat] * len(further)
     with ir.InsertionPoint(at if at is not None else attention), attention.location:
         merged = build_kernel("attention", types)
@@ -559,10 +546,9 @@ def merge_qkv_saved(attention: ir.Operation, qkv: ir.Operation, saved: list[tupl
     # The views outside, now unread, go with the projection they read.
     body = U.body_ops(U.operation(attention.parent))
     for op in reversed(body):
-        if op.name in VIEW_OPS and not any(True for r in op.results for _ in r.uses):
-            chain = _view_chain(op.results[0], None)
-            if chain is not None and chain[0] == qkv.results[0]:
-                op.erase()
+        if op.name in VIEW_OPS and not any(True for r in op.results for _ in r.uses) and \
+                view_chain(op.results[0], None)[0] == qkv.results[0]:
+            op.erase()
     if any(True for _ in qkv.results[0].uses if not _encloses(attention, U.operation(_.owner))):
         raise CompileError("the QKV projection's result is read outside the attention kernel "
                            "after the merge", qkv.location)
@@ -572,24 +558,22 @@ def merge_qkv_saved(attention: ir.Operation, qkv: ir.Operation, saved: list[tupl
     qkv.erase()
 
 
-def _first_and_further(results: list[ir.Value], more: list[ir.Value]
-                       ) -> tuple[ir.Value, list[ir.Value]]:
-    """The attention kernel's result the merged kernel yields first, and the values it yields
-    flat after it (`further_results_flat`): its output first where the rest flatten alike
-    (a softmax backward's dQ, which then goes straight into the slice of the QKV gradient
-    it is inserted in: convert-trn-to-nisa `_kernels_into_slices`), else its last result
-    (a forward's probabilities, of another size than the rest)."""
-    if len(results) > 1 and further_results_flat(results[1:] + more) is not None:
-        return results[0], results[1:] + more
-    return results[-1], results[:-1] + more
-
-
-def further_results_flat(values: list[ir.Value]) -> ir.Type | None:
-    """The one type, [elements] of their element type, in which a kernel can yield `values`
-    after its first result (IRDL binds one type to all of a kernel's results after the first:
-    dialects/trn.py), or None where their element counts or types differ."""
-    counts = {math.prod(U.shape(v)) for v in values}
-    types = {str(U.element_type(v)) for v in values}
-    if len(counts) != 1 or len(types) != 1:
-        return None
-    return ir.RankedTensorType.get([counts.pop()], U.element_type(values[0]))
+def _flat_layout(results: list[ir.Value], more: list[ir.Value]
+                 ) -> tuple[ir.Value, list[ir.Value], ir.Type] | None:
+    """(first, further, type): the attention kernel's result the merged kernel yields first,
+    the values it yields after it, and the one type they take there, [elements] of their
+    element type (IRDL binds one type to all of a kernel's results after the first:
+    dialects/trn.py). Its output first where the rest flatten alike (a softmax backward's
+    dQ, which then goes straight into the slice of the QKV gradient it is inserted in:
+    convert-trn-to-nisa `_kernels_into_slices`), else its last result (a forward's
+    probabilities, of another size than the rest); None where neither flattens."""
+    orders = [(results[-1], results[:-1] + more)]
+    if len(results) > 1:
+        orders.insert(0, (results[0], results[1:] + more))
+    for first, further in orders:
+        counts = {math.prod(U.shape(v)) for v in further}
+        types = {str(U.element_type(v)) for v in further}
+        if len(counts) == 1 and len(types) == 1:
+            return first, further, ir.RankedTensorType.get([counts.pop()],
+                                                           U.element_type(further[0]))
+    return None
