@@ -1968,7 +1968,7 @@ def _reads_after(reader: ir.Operation, position: dict, place: int) -> bool:
     top = _top_level(reader, position)
     if position.get(top, -1) > place:
         return True
-    return top is reader and reader.name in VIEW_OPS and all(
+    return top == reader and reader.name in VIEW_OPS and all(
         _reads_after(U.operation(u.owner), position, place) for u in reader.results[0].uses)
 
 
@@ -1998,19 +1998,8 @@ def merge_mlp_saved(first: ir.Operation, second: ir.Operation,
         for view in reversed(_views_before(second, first.results)):
             view.move_after(second)
     kernel_body(first)[-2].attributes[PRODUCER_RESULT] = ir.UnitAttr.get()
-    types = [second.results[0].type] + [r.type for r in first.results]
-    with ir.InsertionPoint(at), second.location:
-        merged = build_kernel("mlp_saved", types)
-    mapping: dict = {}
-    with ir.InsertionPoint(merged.regions[0].blocks[0]):
-        _clone_bodies((first, second), mapping)
-        build_yield([mapping[second.results[0]]] + [mapping[r] for r in first.results],
-                    loc=second.location)
-    for old, new in zip([second.results[0], *first.results], merged.results):
-        old.replace_all_uses_with(new)
-    second.erase()
-    first.erase()
-    return merged
+    # (Its first result, H, something outside reads: mlp_saved_pairs checked.)
+    return merge_kernels((first, second), "mlp_saved", also=first, at=at)
 
 
 def mlp_rows_pairs(func: ir.Operation, target) -> list[tuple]:
@@ -2206,26 +2195,25 @@ def merge_producer_rows(pair: tuple, kind: str) -> ir.Operation:
 def merge_kernels(kernels: tuple, kind: str, also: ir.Operation | None = None,
                   at: ir.Operation | None = None) -> ir.Operation:
     """One kernel of `kind` computing `kernels` (in block order, each read by the next):
-    their bodies one after another, each reading its predecessor's yielded value. Where
-    something outside them reads the result of `also` (one of `kernels`, read only after the
-    merged kernel), the merged kernel yields it second. It goes before `at` (default: the
+    their bodies one after another, each reading its predecessor's yielded value. The results
+    of `also` (one of `kernels`, read only after the merged kernel) that something outside
+    them reads, the merged kernel yields after its own. It goes before `at` (default: the
     last of `kernels`), which the caller has checked every value it reads is defined before."""
     last = kernels[-1]
     at = at if at is not None else last
-    saved = also.results[0] if also is not None and any(
-        not any(_encloses(k, U.operation(u.owner)) for k in kernels)
-        for u in also.results[0].uses) else None
-    types = [last.results[0].type] + ([saved.type] if saved is not None else [])
+    saved = [r for r in also.results if any(
+        not any(_encloses(k, U.operation(u.owner)) for k in kernels) for u in r.uses)] \
+        if also is not None else []
+    types = [last.results[0].type] + [r.type for r in saved]
     with ir.InsertionPoint(at), last.location:
         merged = build_kernel(kind, types)
     mapping: dict = {}
     with ir.InsertionPoint(merged.regions[0].blocks[0]):
         _clone_bodies(kernels, mapping)
-        build_yield([mapping[last.results[0]]] + ([mapping[saved]] if saved is not None
-                                                   else []), loc=last.location)
-    last.results[0].replace_all_uses_with(merged.results[0])
-    if saved is not None:
-        saved.replace_all_uses_with(merged.results[1])
+        build_yield([mapping[last.results[0]]] + [mapping[r] for r in saved],
+                    loc=last.location)
+    for old, new in zip([last.results[0], *saved], merged.results):
+        old.replace_all_uses_with(new)
     for kernel in reversed(kernels):
         kernel.erase()
     return merged
