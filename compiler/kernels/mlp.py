@@ -201,40 +201,42 @@ class RowTiles:
         """The tile the mlp's X^T staging loaded for these rows of its input X, where `view`
         is whole 128-token rows of X (a post-norm block's residual: its FFN reads the norm's
         output X and adds X back), so that they are loaded once; None otherwise."""
-        mlp = self.mlp
-        x = mlp.x
-        if view.buffer is None or x.buffer is None or view.buffer != x.buffer:
+        flat = view.reshape((view.shape[0], math.prod(view.shape[1:]))) \
+            if view.buffer is not None else None
+        at = self._input_at(flat)
+        if at is None or at[1]:
             return None
-        rows = view.shape[0]
-        flat = view.reshape((rows, math.prod(view.shape[1:])))
-        step = x.strides[0]
-        if flat is None or step <= 0 or (flat.offset - x.offset) % step:
-            return None
-        t0 = (flat.offset - x.offset) // step
-        if t0 % mlp.tp or not 0 <= t0 < mlp.tokens or \
-                flat != x.slice(0, t0, min(rows, mlp.tokens - t0)):
-            return None
-        self.of(t0)          # (the block's staging loads X's rows)
-        tile = mlp.x_rows.get(t0)
-        return tile if tile is not None and tile.partitions == rows else None
+        self.of(at[0])          # (the block's staging loads X's rows)
+        tile = self.mlp.x_rows.get(at[0])
+        return tile if tile is not None and tile.partitions == view.shape[0] else None
 
     def input_part(self, view: HbmView) -> Tile | None:
         """The part of the rows of the mlp's input X that its X^T staging loaded, where
         `view` is rows of 128-token tiles already computed, any run of columns (a second
         Linear's residual that is the first's input: the part is not loaded again); None
         otherwise."""
-        mlp = self.mlp
-        x = mlp.x
-        if view.rank != 2 or view.buffer is None or view.buffer != x.buffer or \
-                view.strides != x.strides or x.strides[0] <= 0:
+        at = self._input_at(view)
+        if at is None:
+            return None
+        (t0, c0), (rows, columns) = at, view.shape
+        tile = self.mlp.x_rows.get(t0)
+        if tile is None or tile.partitions != rows or c0 + columns > tile.free:
+            return None
+        return tile.columns(c0, columns)
+
+    def _input_at(self, view: HbmView | None) -> tuple[int, int] | None:
+        """(first token, first column) where `view` [rows, columns] is those rows and
+        columns of the mlp's input X, its first row starting a 128-token tile; else None."""
+        mlp, x = self.mlp, self.mlp.x
+        if view is None or view.rank != 2 or view.buffer is None or x.buffer is None or \
+                view.buffer != x.buffer or x.strides[0] <= 0:
             return None
         t0, c0 = divmod(view.offset - x.offset, x.strides[0])
         rows, columns = view.shape
-        tile = mlp.x_rows.get(t0) if t0 >= 0 and c0 >= 0 else None
-        if tile is None or tile.partitions != rows or c0 + columns > tile.free or \
-                view != x.slice(0, t0, rows).slice(1, c0, columns):
+        if t0 % mlp.tp or not 0 <= t0 < mlp.tokens or \
+                view != x.slice(0, t0, min(rows, mlp.tokens - t0)).slice(1, c0, columns):
             return None
-        return tile.columns(c0, columns)
+        return t0, c0
 
     def of(self, t0: int) -> Tile:
         """The row tile of the 128 tokens from t0 (a multiple of 128)."""
@@ -356,7 +358,8 @@ def lower_mlp_saved(em: Emitter, first: list[ir.Operation], second: list[ir.Oper
                     first_location: ir.Location | None = None) -> None:
     """An mlp_saved kernel (trn-fuse mlp-saved): a Linear `first` (ops but views, sources and
     trn.yield; those are in `views`) computing `hidden` [tokens, hidden features] and
-    values on the way, whose rows a second Linear `second` reads as its input X. `outputs`:
+    values on the way, whose rows a second Linear `second` reads as its input X (`views`
+    holds a storage-less view of `hidden`, which the second's views derive from). `outputs`:
     (value, destination view) of the kernel's results -- the second Linear's result, then
     `hidden` and values of the first's epilogue that a training step saves.
 
@@ -372,8 +375,6 @@ def lower_mlp_saved(em: Emitter, first: list[ir.Operation], second: list[ir.Oper
     rows = RowTiles(_Mlp(em, first, views, hidden, 1,
                          also=tuple(v for v in saved if v != hidden)), hidden, first_location)
     rows.chunk_stores = {v: dest for v, dest in saved.items() if v != hidden}
-    views = dict(views)
-    views[hidden] = storage_less_view(hidden)
     whole = store_rows_of(em, views[hidden], saved[hidden], U.shape(hidden)[1])
     if whole is None:
         raise CompileError("an mlp_saved kernel's first Linear yields its result as whole "
