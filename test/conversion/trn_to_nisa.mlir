@@ -7,6 +7,7 @@
 // RUN: not neuron-opt --convert-trn-to-nisa %S/Inputs/trn_to_nisa-invalid-mlp.mlir 2>&1 | FileCheck %s --check-prefix=ERRMLP
 // RUN: not neuron-opt --convert-trn-to-nisa %S/Inputs/trn_to_nisa-invalid-mlp-rows.mlir 2>&1 | FileCheck %s --check-prefix=ERRMLPROWS
 // RUN: not neuron-opt --convert-trn-to-nisa %S/Inputs/trn_to_nisa-invalid-mlp-saved.mlir 2>&1 | FileCheck %s --check-prefix=ERRMLPSAVED
+// RUN: not neuron-opt --split-input-file --convert-trn-to-nisa %S/Inputs/trn_to_nisa-invalid-merged.mlir 2>&1 | FileCheck %s --check-prefix=ERRMERGED
 // RUN: not neuron-opt --convert-trn-to-nisa %S/Inputs/trn_to_nisa-invalid-results.mlir 2>&1 | FileCheck %s --check-prefix=ERRRES
 // RUN: not neuron-opt --convert-trn-to-nisa %S/Inputs/trn_to_nisa-invalid-row-results.mlir 2>&1 | FileCheck %s --check-prefix=ERRROWRES
 // RUN: not neuron-opt --split-input-file --convert-trn-to-nisa %S/Inputs/trn_to_nisa-invalid-column-sum.mlir 2>&1 | FileCheck %s --check-prefix=ERRCOLS
@@ -2254,6 +2255,12 @@ func.func @matmul_rows_scaled_result(%do: tensor<1x128x64xbf16>, %vt: tensor<1x6
 // CHECK-COUNT-16: "nisa.dma"(%{{.*}}) {{.*}} : (memref<256x512xbf16, "hbm">, memref<128x512xbf16, "sbuf">)
 // CHECK-NOT: memref<256x512xbf16, "hbm">)
 // CHECK: return
+// Merged kernels whose marks or results their lowering cannot take are errors naming the
+// kernel (or, for the mlp_saved kernel, its first Linear's last op).
+// ERRMERGED: trn_to_nisa-invalid-merged.mlir:7:10: error: convert-trn-to-nisa: an attention kernel that computes its operands needs one op marked trn.attention_input, not its last
+// ERRMERGED: trn_to_nisa-invalid-merged.mlir:59:10: error: convert-trn-to-nisa: an attention kernel with an output projection yields no projection
+// ERRMERGED: trn_to_nisa-invalid-merged.mlir:118:{{[0-9]+}}: error: convert-trn-to-nisa: an mlp_saved kernel stores the first Linear's result
+// ERRMERGED: trn_to_nisa-invalid-merged.mlir:130:10: error: convert-trn-to-nisa: an attention kernel that computes its operands has at most one op marked trn.attention_output, after its attention's ops
 // ERRMLPSAVED: trn_to_nisa-invalid-mlp-saved.mlir:3:{{[0-9]+}}: error: convert-trn-to-nisa: an mlp_saved kernel needs one op marked trn.producer_result, not its last
 func.func @mlp_saved(%arg0: tensor<256x128xbf16>, %arg1: tensor<512x128xbf16>, %arg2: tensor<512xbf16>, %arg3: tensor<128x512xbf16>) -> (tensor<256x128xbf16>, tensor<256x512xbf16>, tensor<256x512xbf16>) {
   %0:3 = "trn.kernel"() ({
