@@ -122,6 +122,10 @@ class Neff:
 
 # -- Writing ---------------------------------------------------------------------------------
 
+# The date stored with each member of the archive (the earliest a zip can hold).
+_MEMBER_DATE = (1980, 1, 1, 0, 0, 0)
+
+
 def write_neff(neff: Neff) -> bytes:
     buf = io.BytesIO()
     definition = {
@@ -151,13 +155,19 @@ def write_neff(neff: Neff) -> bytes:
     # Level 1: an encoder layer's streams deflate in 8 ms instead of level 6's 20 ms (1% of
     # its compile time), to 253 KB instead of 144 KB.
     with zipfile.ZipFile(buf, "w", compression=zipfile.ZIP_DEFLATED, compresslevel=1) as zf:
-        zf.writestr("def.json", json.dumps(definition, indent=1, sort_keys=True))
+        def member(name: str, data: str | bytes) -> None:
+            # Every member dated the same: a program compiled twice is the same bytes.
+            info = zipfile.ZipInfo(name, date_time=_MEMBER_DATE)
+            info.compress_type = zipfile.ZIP_DEFLATED
+            zf.writestr(info, data, compresslevel=1)
+
+        member("def.json", json.dumps(definition, indent=1, sort_keys=True))
         for s in neff.streams:
-            zf.writestr(f"streams/{s.name}.bin", s.records.tobytes())
+            member(f"streams/{s.name}.bin", s.records.tobytes())
         for t in neff.tensors:
             if t.kind == "constant":
-                zf.writestr(f"constants/{t.id}.bin", t.data or b"")
-        zf.writestr("debug.json", json.dumps({"locations": neff.locations}))
+                member(f"constants/{t.id}.bin", t.data or b"")
+        member("debug.json", json.dumps({"locations": neff.locations}))
     payload = buf.getvalue()
     header = _HEADER.pack(
         MAGIC, FORMAT_MAJOR, FORMAT_MINOR, HEADER_SIZE, 0, len(payload),
