@@ -20,15 +20,12 @@ import time
 from torch_mlir import ir
 
 from torchneuron import config
-from torchneuron.compiler import forked
-from torchneuron.compiler import ir_utils as U
-from torchneuron.compiler.codegen.neff_writer import emit_neff, unscheduled_program
+from torchneuron.compiler.codegen.neff_writer import emit_neff
 from torchneuron.compiler.errors import CompileError, stage_error
 from torchneuron.compiler.passes import build_pass_manager, parse_pipeline
 from torchneuron.compiler.verify import verify_concurrently
 from torchneuron.dialects import make_context
 from torchneuron.dialects.common import memref_info_cache
-from torchneuron.dialects.nisa import INSTRUCTION_OPS
 from torchneuron.gc_pause import cyclic_gc_paused
 from torchneuron.target import get_target
 
@@ -225,95 +222,50 @@ def compile_linalg(linalg_text: str, name: str, options: CompileOptions,
     seconds: dict[str, float] = {}
     _dump(dump_dir, f"{name}.linalg.mlir", linalg_text)
     context = make_context()
-    unscheduled = None
     with context, memref_info_cache(), cyclic_gc_paused():
         try:
-            try:
-                module = ir.Module.parse(linalg_text)
-            except ir.MLIRError as exc:
-                raise CompileError(f"cannot parse the linalg module: {exc}") from None
-            options = tuned_options(module, options)
-            verify_each = config.VERIFY_EACH.get()
-            all_stages = stages(options)
-            verdict = None
-            for stage in all_stages:
-                start = time.perf_counter()
-                try:
-                    for part in _parts(stage, stage is all_stages[-1]):
-                        if part is _SCHEDULE:
-                            # The NEFF's records of the placed instructions are encoded by
-                            # a child process while this one schedules them (where the
-                            # machine has a core for it); the NEFF is completed from them.
-                            unscheduled = _encode_unscheduled(module)
-                            continue
-                        pm = build_pass_manager(part, context)
-                        # Verifying after every pass costs as much as the passes on large
-                        # programs; each stage's result is verified once instead
-                        # (TORCHNEURON_VERIFY_EACH=1 for every pass, as neuron-opt does).
-                        pm.enable_verifier(verify_each)
-                        pm.run(module.operation)
-                    if not verify_each:
-                        if stage is all_stages[-1] and not dump_dir:
-                            # The last stage's program is verified by a child process
-                            # while this one writes the NEFF from it (where the machine
-                            # has a core for it); its verdict is awaited before the NEFF is
-                            # returned. (A dump prints the program, which is verified
-                            # before it is printed.)
-                            verdict = verify_concurrently(module, stage.name)
-                        else:
-                            module.operation.verify()
-                except ir.MLIRError as exc:
-                    raise stage_error(stage.name, exc) from None
-                seconds[stage.name] = time.perf_counter() - start
-                if dump_dir:
-                    _dump(dump_dir, f"{name}.{stage.name}.mlir", module.operation.get_asm(
-                        enable_debug_info=True, assume_verified=True))
+            module = ir.Module.parse(linalg_text)
+        except ir.MLIRError as exc:
+            raise CompileError(f"cannot parse the linalg module: {exc}") from None
+        options = tuned_options(module, options)
+        verify_each = config.VERIFY_EACH.get()
+        all_stages = stages(options)
+        verdict = None
+        for stage in all_stages:
             start = time.perf_counter()
+            pm = build_pass_manager(parse_pipeline(stage.passes), context)
+            # Verifying after every pass costs as much as the passes on large programs;
+            # each stage's result is verified once instead (TORCHNEURON_VERIFY_EACH=1 for
+            # every pass, as neuron-opt does).
+            pm.enable_verifier(verify_each)
             try:
-                neff = emit_neff(module, metadata={"options": dataclasses.asdict(options)},
-                                 unscheduled=unscheduled)
-            finally:
-                # Awaited also when the NEFF writer raised: an invalid program is reported
-                # as the verifier finds it, not as whatever the writer tripped over first.
-                if verdict is not None:
-                    verdict()
-            seconds["neff"] = time.perf_counter() - start
+                pm.run(module.operation)
+                if not verify_each:
+                    if stage is all_stages[-1] and not dump_dir:
+                        # The last stage's program is verified by a child process while
+                        # this one writes the NEFF from it (where the machine has a core
+                        # for it); its verdict is awaited before the NEFF is returned. (A
+                        # dump prints the program, which is verified before it is printed.)
+                        verdict = verify_concurrently(module, stage.name)
+                    else:
+                        module.operation.verify()
+            except ir.MLIRError as exc:
+                raise stage_error(stage.name, exc) from None
+            seconds[stage.name] = time.perf_counter() - start
+            if dump_dir:
+                _dump(dump_dir, f"{name}.{stage.name}.mlir", module.operation.get_asm(
+                    enable_debug_info=True, assume_verified=True))
+        start = time.perf_counter()
+        try:
+            neff = emit_neff(module, metadata={"options": dataclasses.asdict(options)})
         finally:
-            # (A compile that failed before the NEFF took the child's records stops it.)
-            if unscheduled is not None:
-                unscheduled[0].discard()
+            # Awaited also when the NEFF writer raised: an invalid program is reported as
+            # the verifier finds it, not as whatever the writer tripped over first.
+            if verdict is not None:
+                verdict()
+        seconds["neff"] = time.perf_counter() - start
     _dump(dump_dir, f"{name}.neff", neff)
     return CompiledGraph(name, neff, seconds)
-
-
-# In `_parts`' list: where the instructions' records are encoded beside the schedule.
-_SCHEDULE = "trn-schedule"
-
-
-def _parts(stage: Stage, last: bool) -> list:
-    """The stage's pass pipeline to run, as (name, options) lists; in the last stage, split
-    before trn-schedule by `_SCHEDULE`, where the NEFF's encoding can begin."""
-    items = parse_pipeline(stage.passes)
-    names = [item[0] for item in items]
-    if not last or _SCHEDULE not in names:
-        return [items]
-    at = names.index(_SCHEDULE)
-    return [items[:at], _SCHEDULE, items[at:]]
-
-
-def _encode_unscheduled(module: ir.Module) -> tuple | None:
-    """A forked child computing `unscheduled_program` of the module's one function (its
-    buffers placed, not yet scheduled), with the function's instruction ops, as emit_neff
-    takes them; None where no child can run beside this process or the module has several
-    functions."""
-    functions = list(U.functions(module.operation))
-    if len(functions) != 1:
-        return None
-    func = functions[0]
-    call = forked.fork_call(lambda: unscheduled_program(func))
-    if call is None:
-        return None
-    return call, [op for op in U.body_ops(func) if op.name in INSTRUCTION_OPS]
 
 
 def tuned_options(module: ir.Module, options: CompileOptions) -> CompileOptions:

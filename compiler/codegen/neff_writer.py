@@ -10,7 +10,6 @@ import numpy as np
 from torch_mlir import ir
 
 import torchneuron
-from torchneuron.compiler import forked
 from torchneuron.compiler import ir_utils as U
 from torchneuron.compiler.errors import CompileError
 from torchneuron.compiler.transforms.schedule import stream_names
@@ -37,10 +36,9 @@ def dtype_of(element_type: ir.Type | str) -> isa.DType:
         raise CompileError(f"element type {element_type} has no NeuronCore storage type") from None
 
 
-def _declared(func: ir.Operation) -> tuple[list[TensorDecl], dict, list[ir.Operation]]:
-    """The program's tensors (inputs, outputs, then constants and HBM scratch in program
-    order), where each buffer is (`_operand`'s `place_of`), and its instruction ops in
-    program order."""
+def function_to_neff(func: ir.Operation, metadata: dict | None = None) -> Neff:
+    name = ir.StringAttr(func.attributes["sym_name"]).value
+    target = ir.StringAttr(func.attributes["nisa.target"]).value
     num_inputs = U.int_attr(func, "nisa.num_inputs")
     block = U.entry_block(func)
     tensors: list[TensorDecl] = []
@@ -61,7 +59,11 @@ def _declared(func: ir.Operation) -> tuple[list[TensorDecl], dict, list[ir.Opera
         declare(arg, "input", f"input{i}")
     for i, arg in enumerate(args[num_inputs:]):
         declare(arg, "output", f"output{i}")
-    instructions = []
+
+    locations = ["unknown"]
+    location_index: dict[str, int] = {}
+    index_of_location: dict[ir.Attribute, int] = {}
+    per_stream: dict[str, list[isa.Instruction]] = {}
     for op in U.body_ops(func):
         op_name = op.name
         if op_name == "nisa.hbm_constant":
@@ -79,69 +81,34 @@ def _declared(func: ir.Operation) -> tuple[list[TensorDecl], dict, list[ir.Opera
                 result = op.results[0]
                 place_of[result] = (U.int_attr(op, "address"), result.type)
         elif op_name in INSTRUCTION_OPS:
-            instructions.append(op)
-    return tensors, place_of, instructions
+            # Locations are uniqued attributes: each distinct one is printed once.
+            location = op.location
+            loc_index = index_of_location.get(location.attr)
+            if loc_index is None:
+                loc = str(location)
+                if loc not in location_index:
+                    location_index[loc] = len(locations)
+                    locations.append(loc)
+                loc_index = index_of_location[location.attr] = location_index[loc]
+            ins = _instruction(op, place_of)
+            ins.loc = loc_index
+            # (the stream as stream_of(op) names it, from what _instruction read)
+            stream = f"q{ins.queue}" if ins.engine == isa.Engine.DMA else _STREAMS[ins.engine]
+            instructions = per_stream.get(stream)
+            if instructions is None:
+                instructions = per_stream[stream] = []
+            instructions.append(ins)
 
-
-class _Locations:
-    """The debug-location table: "unknown" first, then each location's text in the order
-    instructions first name it."""
-
-    def __init__(self):
-        self.texts = ["unknown"]
-        self._index: dict[str, int] = {}
-        self._text_of: dict[ir.Attribute, str] = {}
-
-    def text(self, op: ir.Operation) -> str:
-        # Locations are uniqued attributes: each distinct one is printed once.
-        location = op.location
-        text = self._text_of.get(location.attr)
-        if text is None:
-            text = self._text_of[location.attr] = str(location)
-        return text
-
-    def index(self, text: str) -> int:
-        found = self._index.get(text)
-        if found is None:
-            found = self._index[text] = len(self.texts)
-            self.texts.append(text)
-        return found
-
-
-def function_to_neff(func: ir.Operation, metadata: dict | None = None) -> Neff:
-    tensors, place_of, instructions = _declared(func)
-    locations = _Locations()
-    per_stream: dict[str, list[isa.Instruction]] = {}
-    for op in instructions:
-        ins = _instruction(op, place_of)
-        ins.loc = locations.index(locations.text(op))
-        # (the stream as stream_of(op) names it, from what _instruction read)
-        stream = f"q{ins.queue}" if ins.engine == isa.Engine.DMA else _STREAMS[ins.engine]
-        instructions_of_stream = per_stream.get(stream)
-        if instructions_of_stream is None:
-            instructions_of_stream = per_stream[stream] = []
-        instructions_of_stream.append(ins)
-    records = {name: isa.decode_records(isa.encode(stream_instructions))
-               for name, stream_instructions in per_stream.items()}
-    return _neff(func, tensors, records, locations.texts, metadata)
-
-
-def _neff(func: ir.Operation, tensors: list[TensorDecl], records: dict[str, np.ndarray],
-          locations: list[str], metadata: dict | None) -> Neff:
-    """The NEFF of `func` given its tensors, each stream's records and the location table."""
-    name = ir.StringAttr(func.attributes["sym_name"]).value
-    target = ir.StringAttr(func.attributes["nisa.target"]).value
-    num_inputs = U.int_attr(func, "nisa.num_inputs")
-    num_args = len(U.entry_block(func).arguments)
     num_semaphores = U.int_attr(func, "nisa.num_semaphores") \
         if "nisa.num_semaphores" in func.attributes else 0
     streams = []
-    for sname in stream_names(max([0] + [int(s[1:]) + 1 for s in records if s[0] == "q"])):
-        if sname not in records:
+    for sname in stream_names(max([0] + [int(s[1:]) + 1 for s in per_stream if s[0] == "q"])):
+        if sname not in per_stream:
             continue
         engine = isa.Engine.DMA if sname.startswith("q") else isa.Engine.parse(sname)
         queue = int(sname[1:]) if engine == isa.Engine.DMA else 0
-        streams.append(Stream(sname, engine, queue, records[sname]))
+        records = isa.decode_records(isa.encode(per_stream[sname]))
+        streams.append(Stream(sname, engine, queue, records))
     scratch = U.int_attr(func, "nisa.scratch_bytes") if "nisa.scratch_bytes" in func.attributes \
         else 0
     meta = {
@@ -152,140 +119,16 @@ def _neff(func: ir.Operation, tensors: list[TensorDecl], records: dict[str, np.n
     }
     return Neff(name=name, target=target, tensors=tensors,
                 inputs=list(range(num_inputs)),
-                outputs=list(range(num_inputs, num_args)),
+                outputs=list(range(num_inputs, len(args))),
                 streams=streams, num_semaphores=num_semaphores, scratch_bytes=scratch,
                 locations=locations, metadata=meta)
 
 
-@dataclasses.dataclass
-class UnscheduledProgram:
-    """What a NEFF takes of a program whose buffers are placed, before trn-schedule orders
-    its instructions, assigns DMA queues and synchronises them: its tensors, and per
-    instruction op in program order its record (the queue, semaphore waits, signal and
-    location index left unset) and its location's text. Each of these the schedule leaves
-    as it is; `scheduled_neff` completes them from the scheduled program."""
-    tensors: list[TensorDecl]
-    records: np.ndarray          # isa.INSTRUCTION_DTYPE, one per instruction op
-    locations: list[str]
-
-
-def unscheduled_program(func: ir.Operation) -> UnscheduledProgram:
-    tensors, place_of, instructions = _declared(func)
-    locations = _Locations()
-    records = isa.decode_records(isa.encode([_instruction(op, place_of, scheduled=False)
-                                             for op in instructions]))
-    return UnscheduledProgram(tensors, records, [locations.text(op) for op in instructions])
-
-
-def scheduled_neff(func: ir.Operation, unscheduled: UnscheduledProgram,
-                   unscheduled_ops: list[ir.Operation], metadata: dict | None = None
-                   ) -> Neff | None:
-    """`function_to_neff(func)`, the same NEFF, from `unscheduled` (`unscheduled_program` of
-    `func` before trn-schedule, when its instruction ops were `unscheduled_ops`) and what
-    the schedule set: the order, DMA queues, waits and signals, and the nops it added. None
-    where `func`'s instructions are not those ops and nops (something else changed it)."""
-    index = {op: i for i, op in enumerate(unscheduled_ops)}
-    engines = unscheduled.records["engine"].tolist()
-    texts = unscheduled.locations
-    dma = int(isa.Engine.DMA)
-    streams_of = {int(engine): label for engine, label in _STREAMS.items()}
-    locations = _Locations()
-    location_index = locations.index
-    # The distinct `waits` attributes (a program has few), by index: 0 is none.
-    wait_lists: list = [()]
-    wait_index: dict[ir.Attribute, int] = {}
-    # Per stream: per instruction, its unscheduled record's index (or, for a nop the
-    # schedule added, -1 - its index in `added`), queue, waits, signal and location index.
-    per_stream: dict[str, tuple[list, list, list, list, list]] = {}
-    added: list[isa.Instruction] = []
-    seen = 0
-    for op in U.body_ops(func):
-        name = op.name
-        if name not in INSTRUCTION_OPS:
-            continue
-        attributes = op.attributes
-        i = index.get(op)
-        if i is None:
-            if name != "nisa.nop":
-                return None
-            ins = _instruction(op, {}, scheduled=False)
-            i = -1 - len(added)
-            added.append(ins)
-            engine = int(ins.engine)
-            text = locations.text(op)
-        else:
-            seen += 1
-            engine = engines[i]
-            text = texts[i]
-        if engine == dma:
-            queue = ir.IntegerAttr(attributes["queue"]).value
-            stream = f"q{queue}"
-        else:
-            queue = 0
-            stream = streams_of[engine]
-        columns = per_stream.get(stream)
-        if columns is None:
-            columns = per_stream[stream] = ([], [], [], [], [])
-        rows, queues, waits, signals, locs = columns
-        rows.append(i)
-        queues.append(queue)
-        if "waits" in attributes:
-            attribute = attributes["waits"]
-            w = wait_index.get(attribute)
-            if w is None:
-                w = wait_index[attribute] = len(wait_lists)
-                wait_lists.append(_waits(attribute))
-            waits.append(w)
-        else:
-            waits.append(0)
-        signals.append(ir.IntegerAttr(attributes["signal"]).value if "signal" in attributes
-                       else isa.NO_SIGNAL)
-        locs.append(location_index(text))
-    if seen != len(unscheduled_ops):
-        return None
-    # One table holding both: the unscheduled records, then the added nops'.
-    table = unscheduled.records
-    if added:
-        table = np.concatenate([table, isa.decode_records(isa.encode(added))])
-    wait_fields = np.zeros(len(wait_lists), isa.INSTRUCTION_DTYPE)
-    isa.fill_waits(wait_fields, wait_lists)
-    records = {}
-    for stream, (rows, queues, waits, signals, locs) in per_stream.items():
-        rows = np.array(rows, dtype=np.intp)
-        rows[rows < 0] = len(unscheduled.records) - 1 - rows[rows < 0]
-        stream_records = table[rows]
-        # (Filled as isa.encode fills them: a value out of its field's range raises.)
-        stream_records["queue"] = queues
-        stream_records["signal"] = signals
-        stream_records["loc"] = locs
-        waits = np.array(waits, dtype=np.intp)
-        for field in ("nwaits", "wait_sem", "wait_value"):
-            stream_records[field] = wait_fields[field][waits]
-        records[stream] = stream_records
-    return _neff(func, unscheduled.tensors, records, locations.texts, metadata)
-
-
-def emit_neff(module: ir.Module, metadata: dict | None = None,
-              unscheduled: tuple | None = None) -> bytes:
-    """The NEFF of `module`'s one function. `unscheduled`: (a forked.ForkedCall returning
-    `unscheduled_program` of the function before trn-schedule, its instruction ops then),
-    whose records the NEFF is completed from where the child sent them (compiler/pipeline.py
-    runs it beside the schedule); the NEFF is the same either way."""
+def emit_neff(module: ir.Module, metadata: dict | None = None) -> bytes:
     funcs = list(U.functions(module.operation))
     if len(funcs) != 1:
         raise CompileError(f"a NEFF holds one program; the module has {len(funcs)} functions")
-    neff = None
-    if unscheduled is not None:
-        call, ops = unscheduled
-        try:
-            program = call.result()
-        except forked.ChildFailed:
-            program = None
-        if program is not None:
-            neff = scheduled_neff(funcs[0], program, ops, metadata)
-    if neff is None:
-        neff = function_to_neff(funcs[0], metadata)
-    return write_neff(neff)
+    return write_neff(function_to_neff(funcs[0], metadata))
 
 
 def _opt_int(func: ir.Operation, name: str) -> int:
@@ -362,9 +205,7 @@ _ENGINES = {engine.label: engine for engine in isa.Engine}
 _STREAMS = {engine: engine.label for engine in isa.Engine if engine != isa.Engine.DMA}
 
 
-def _instruction(op: ir.Operation, place_of: dict, scheduled: bool = True) -> isa.Instruction:
-    """The instruction `op` encodes; without `scheduled`, its queue, waits and signal are
-    left unset (what trn-schedule decides: `scheduled_neff`)."""
+def _instruction(op: ir.Operation, place_of: dict) -> isa.Instruction:
     # (Each read through the bindings costs about a microsecond, and a program has tens of
     # thousands of instructions: the attribute map is fetched once, enums are looked up in
     # dicts, and a `waits` attribute is decoded once per distinct value.)
@@ -373,14 +214,14 @@ def _instruction(op: ir.Operation, place_of: dict, scheduled: bool = True) -> is
     engine_label = ir.StringAttr(attributes["engine"]).value
     engine = _ENGINES.get(engine_label) or isa.Engine.parse(engine_label)
     ins = isa.Instruction(opcode=_OPCODES[name], engine=engine)
-    if scheduled and engine == isa.Engine.DMA:
+    if engine == isa.Engine.DMA:
         ins.queue = ir.IntegerAttr(attributes["queue"]).value
     operands = ins.operands
     for role, buffer, ap in zip(instruction_roles(op), op.operands, access_patterns(op)):
         operands[_SLOTS[role]] = _operand(buffer, ap, place_of, op)
-    if scheduled and "waits" in attributes:
+    if "waits" in attributes:
         ins.waits = _waits(attributes["waits"])
-    if scheduled and "signal" in attributes:
+    if "signal" in attributes:
         ins.signal = ir.IntegerAttr(attributes["signal"]).value
     if name == "nisa.dma_indirect":
         ins.flags |= isa.FLAG_INDIRECT

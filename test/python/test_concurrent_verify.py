@@ -1,7 +1,7 @@
 """The last stage's program verified by a forked child while the NEFF is written
-(compiler/verify.py, compiler/forked.py): the same verdict, with the same message and
-location, as verifying in place; a child that dies before reporting, a single usable core
-and a module of several functions fall back to verifying in place."""
+(compiler/verify.py): the same verdict, with the same message and location, as verifying in
+place; a child that dies before reporting, a single usable core and a module of several
+functions fall back to verifying in place."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 
 from torch_mlir import ir
 
-from torchneuron.compiler import forked, verify
+from torchneuron.compiler import verify
 from torchneuron.compiler.errors import CompileError
 from torchneuron.dialects import make_context
 from torchneuron.dialects.common import memref_info_cache
@@ -59,12 +59,12 @@ def test_valid_program_passes():
     assert _verdict_of(_VALID) is None
 
 
-@pytest.mark.skipif(forked.usable_cores() < 2 or not hasattr(forked.os, "fork"),
+@pytest.mark.skipif(verify._usable_cores() < 2 or not hasattr(verify.os, "fork"),
                     reason="verified in place on this machine")
 def test_child_reports_the_first_diagnostic_with_its_location(monkeypatch):
     forks = []
-    real_fork = forked.os.fork
-    monkeypatch.setattr(forked.os, "fork", lambda: forks.append(1) or real_fork())
+    real_fork = verify.os.fork
+    monkeypatch.setattr(verify.os, "fork", lambda: forks.append(1) or real_fork())
     message, location = _verdict_of(_INVALID)
     assert forks, "the program was not verified by a child"
     assert message == _MESSAGE
@@ -72,39 +72,39 @@ def test_child_reports_the_first_diagnostic_with_its_location(monkeypatch):
 
 
 def test_in_place_on_one_core_gives_the_same_diagnostic(monkeypatch):
-    monkeypatch.setattr(forked, "usable_cores", lambda: 1)
-    monkeypatch.setattr(forked.os, "fork", lambda: pytest.fail("forked on one core"))
+    monkeypatch.setattr(verify, "_usable_cores", lambda: 1)
+    monkeypatch.setattr(verify.os, "fork", lambda: pytest.fail("forked on one core"))
     assert _verdict_of(_INVALID) == (_MESSAGE, _LOCATION)
     assert _verdict_of(_VALID) is None
 
 
 def test_several_functions_are_verified_in_place(monkeypatch):
-    monkeypatch.setattr(forked.os, "fork", lambda: pytest.fail("forked for two functions"))
+    monkeypatch.setattr(verify.os, "fork", lambda: pytest.fail("forked for two functions"))
     two = _INVALID + _VALID.replace("@f", "@g")
     assert _verdict_of(two) == (_MESSAGE, _LOCATION)
 
 
-@pytest.mark.skipif(forked.usable_cores() < 2 or not hasattr(forked.os, "fork"),
+@pytest.mark.skipif(verify._usable_cores() < 2 or not hasattr(verify.os, "fork"),
                     reason="verified in place on this machine")
 def test_child_that_dies_before_reporting_is_replaced_by_verifying_in_place(monkeypatch):
     """The child's report cannot be made (pickling fails there): it exits with nothing
     sent, and the parent verifies the program itself, reaching the same verdict."""
     def no_pickle(*args, **kwargs):
         raise RuntimeError("no report")
-    monkeypatch.setattr(forked.pickle, "dumps", no_pickle)
+    monkeypatch.setattr(verify.pickle, "dumps", no_pickle)
     assert _verdict_of(_INVALID) == (_MESSAGE, _LOCATION)
     assert _verdict_of(_VALID) is None
 
 
-@pytest.mark.skipif(forked.usable_cores() < 2 or not hasattr(forked.os, "fork"),
+@pytest.mark.skipif(verify._usable_cores() < 2 or not hasattr(verify.os, "fork"),
                     reason="verified in place on this machine")
 def test_child_that_hangs_is_killed_and_replaced_by_verifying_in_place(monkeypatch):
     """A child that never answers (its report waits forever) is killed once the time is
     up, and the parent reaches the verdict itself."""
     import time
 
-    monkeypatch.setattr(forked.pickle, "dumps", lambda *a, **k: time.sleep(3600))
-    monkeypatch.setattr(forked, "CHILD_TIMEOUT_S", 0.5)
+    monkeypatch.setattr(verify.pickle, "dumps", lambda *a, **k: time.sleep(3600))
+    monkeypatch.setattr(verify, "CHILD_TIMEOUT_S", 0.5)
     start = time.monotonic()
     assert _verdict_of(_INVALID) == (_MESSAGE, _LOCATION)
     assert time.monotonic() - start < 30
@@ -115,7 +115,7 @@ def test_fork_failure_verifies_in_place(monkeypatch):
     program itself instead of failing the compile."""
     def no_fork():
         raise OSError(12, "Cannot allocate memory")
-    monkeypatch.setattr(forked, "usable_cores", lambda: 2)
-    monkeypatch.setattr(forked.os, "fork", no_fork)
+    monkeypatch.setattr(verify, "_usable_cores", lambda: 2)
+    monkeypatch.setattr(verify.os, "fork", no_fork)
     assert _verdict_of(_INVALID) == (_MESSAGE, _LOCATION)
     assert _verdict_of(_VALID) is None

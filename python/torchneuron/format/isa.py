@@ -437,10 +437,20 @@ def encode(instructions: list[Instruction]) -> bytes:
     arr = np.zeros(n, dtype=INSTRUCTION_DTYPE)
     if not n:
         return arr.tobytes()
+    wait_sem = [[0] * MAX_WAITS for _ in range(n)]
+    wait_value = [[0] * MAX_WAITS for _ in range(n)]
+    for i, ins in enumerate(instructions):
+        if len(ins.waits) > MAX_WAITS:
+            raise IsaError(f"{ins.opcode.label}: at most {MAX_WAITS} semaphore waits")
+        for j, (sem, value) in enumerate(ins.waits):
+            wait_sem[i][j] = sem
+            wait_value[i][j] = value
     for name in ("opcode", "engine", "queue", "flags", "func", "alu0", "alu1", "reduce_dims",
                  "signal", "imm", "loc"):
         arr[name] = [getattr(ins, name) for ins in instructions]
-    fill_waits(arr, [ins.waits for ins in instructions])
+    arr["nwaits"] = [len(ins.waits) for ins in instructions]
+    arr["wait_sem"] = wait_sem
+    arr["wait_value"] = wait_value
     # Operands: each distinct one filled into a table once (a writer hands equal operands to
     # many instructions as one object, and a field at a time costs per value), then gathered
     # into every slot that holds it.
@@ -455,24 +465,6 @@ def encode(instructions: list[Instruction]) -> bytes:
     arr["operands"] = table[np.array([row[id(op)] for op in flat], dtype=np.intp)
                             .reshape(n, NUM_OPERANDS)]
     return arr.tobytes()
-
-
-def fill_waits(records: np.ndarray, waits: list) -> None:
-    """Set the semaphore waits of each record (an INSTRUCTION_DTYPE array) to the
-    (semaphore, value) pairs of its entry in `waits`."""
-    n = len(waits)
-    wait_sem = [[0] * MAX_WAITS for _ in range(n)]
-    wait_value = [[0] * MAX_WAITS for _ in range(n)]
-    for i, pairs in enumerate(waits):
-        if len(pairs) > MAX_WAITS:
-            raise IsaError(f"{Opcode(int(records['opcode'][i])).label}: at most {MAX_WAITS} "
-                           "semaphore waits")
-        for j, (sem, value) in enumerate(pairs):
-            wait_sem[i][j] = sem
-            wait_value[i][j] = value
-    records["nwaits"] = [len(pairs) for pairs in waits]
-    records["wait_sem"] = wait_sem
-    records["wait_value"] = wait_value
 
 
 def decode_records(data: bytes) -> np.ndarray:
