@@ -105,6 +105,20 @@ def test_truncated_file_is_rejected():
             load(data[:cut])
 
 
+def test_a_program_written_twice_differs_only_in_its_uuid(monkeypatch):
+    """The archive's members carry no time of writing: the payload, and so the digest the
+    header keeps of it, are the same bytes for the same program."""
+    import time
+
+    first = scale_program()
+    later = time.time() + 3 * 24 * 3600
+    monkeypatch.setattr(time, "time", lambda: later)
+    monkeypatch.setattr(time, "localtime", lambda *args: time.gmtime(later))
+    second = scale_program()
+    assert first[container.HEADER_SIZE:] == second[container.HEADER_SIZE:]
+    assert first != second      # (each file has a uuid of its own)
+
+
 def test_single_bit_flip_in_payload_is_rejected():
     data = bytearray(scale_program())
     data[container.HEADER_SIZE + (len(data) - container.HEADER_SIZE) // 2] ^= 0x10
