@@ -101,7 +101,8 @@ class CompileOptions:
     fuse_attention_ffn: bool = True
     # trn-fuse-attention-output qkv-saved: in a training step's forward, the QKV projection
     # joins the attention kernel, which stores the Q, K^T and V views the step saves from
-    # what it has on chip; the projection's result never reaches HBM
+    # what it has on chip; the projection's result never reaches HBM. (Also where nothing is
+    # saved and the output projection is a plain matmul kernel: a pre-norm layer's inference.)
     fuse_attention_qkv_saved: bool = True
     kernel_order: bool = True         # trn-order: kernels on the longest chain of work first
     # trn-order co-run: an attention kernel and an independent PE-bound kernel run side by

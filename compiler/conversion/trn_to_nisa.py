@@ -482,8 +482,6 @@ class _FunctionLowering:
                 value = op.operands[0]
                 out = out.reshape(tuple(U.shape(value)))
             yielded.append((value, out))
-        matmuls = [op for op in body[start:] if op.name == "trn.matmul"]
-        probs = probabilities(matmuls[1], set(body)) if len(matmuls) > 1 else None
         # The output projection's part, where one follows the attention's output op.
         marked = [i for i, op in enumerate(body) if ATTENTION_OUTPUT in op.attributes]
         end = marked[0] + 1 if marked else len(body) - 1
@@ -491,6 +489,9 @@ class _FunctionLowering:
             raise CompileError(f"an attention kernel that computes its operands has at most "
                                f"one op marked {ATTENTION_OUTPUT}, after its attention's ops",
                                kernel.location)
+        # (The attention's matmuls: not the output projection's, after them.)
+        matmuls = [op for op in body[start:end] if op.name == "trn.matmul"]
+        probs = probabilities(matmuls[1], set(body)) if len(matmuls) > 1 else None
         output_value = body[marked[0]].results[0] if marked else None
         projected = {op.results[0] for op in body[end:-1]}
         # A third matmul contracts the rows over their row dim (a softmax backward's dK^T):
@@ -515,16 +516,22 @@ class _FunctionLowering:
                 raise CompileError("an attention kernel yields its output, its probabilities, "
                                    "views of its operands and its output projection's result",
                                    kernel.location)
-        if output is None or (marked and projection is None):
+        if marked and projection is None:
+            raise CompileError("an attention kernel with an output projection yields no "
+                               "projection", kernel.location)
+        # An output only the projection reads (inference) is kept on chip, not yielded.
+        stored = output is not None
+        if not stored and marked:
+            output = (output_value, storage_less_view(output_value))
+        if output is None:
             raise CompileError("an attention kernel that computes its operands yields no "
-                               "output" if output is None else "an attention kernel with an "
-                               "output projection yields no projection", kernel.location)
+                               "output", kernel.location)
         rows = {} if marked else None
         lower_attention(self.em, [op for op in body[start:end] if op not in flattening], views,
                         self._batched_view, output, masked_keys=self.masked_keys,
                         saved=saved, scale_into_q=self.scale_into_q, computed=computed,
                         saved_operands=saved_operands, token_rows=rows,
-                        token_rows_stored=bool(marked))
+                        token_rows_stored=bool(marked) and stored)
         if not marked:
             return
         # The output projection reads the output's token rows where it would load them, and

@@ -61,7 +61,12 @@ the layer input's rows the QKV projection loaded (3.1 MB each for BERT-base over
 tokens). The same merge serves a training step's backward: the Linear computing dO, the
 softmax backward's left operand of dO @ V^T, joins its attention kernel in front, which
 stores dO whole for dV's kernel that reads it too (not loaded back by the attention:
-3.1 MB); the merged kernel then stands where that Linear did. (IRDL
+3.1 MB); the merged kernel then stands where that Linear did. And it serves a pre-norm
+layer's inference (GPT-2's), where nothing is saved and the output projection is a matmul
+kernel (the layer norm comes before the QKV projection, not after the residual): the QKV
+projection and the output projection both join, and where only the projection reads the
+attention's output, the kernel yields the projection's result alone, the output staying on
+chip (GPT-2 small over 512 tokens: 4.7 MB of QKV and 1.6 MB of output per layer). (IRDL
 binds one type to all of a kernel's results after the first, dialects/trn.py: the kernel
 yields its probabilities first and the rest -- its output and the views, as many elements
 each in self-attention -- flat, reshaped back outside; a backward's kernel, whose further
@@ -380,11 +385,22 @@ def qkv_saved_merges(func: ir.Operation, target) -> list[tuple]:
         projection = _output_projection(kernel, position) if output_bytes and at == kernel \
             and output_bytes <= target.sbuf_partition_bytes * OUTPUT_SBUF_SHARE else None
         if projection is not None and _flat_layout(
-                list(kernel.results),
+                _results_kept(kernel, projection),
                 [value for value, _ in saved] + [projection.results[0]]) is None:
             projection = None
         triples.append((kernel, producer, saved, projection, at))
     return triples
+
+
+def _results_kept(attention: ir.Operation, projection: ir.Operation | None
+                  ) -> list[ir.Value]:
+    """The attention kernel's results that something besides the output `projection` joining
+    it reads (all of them without one): an inference's output, which only the projection
+    reads, stays on chip and is not yielded."""
+    if projection is None:
+        return list(attention.results)
+    return [r for r in attention.results
+            if any(not _encloses(projection, U.operation(use.owner)) for use in r.uses)]
 
 
 def _kept_whole(source: ir.Value, kernel: ir.Operation, position: dict,
@@ -519,7 +535,8 @@ def merge_qkv_saved(attention: ir.Operation, qkv: ir.Operation, saved: list[tupl
         kernel_body(attention)[-2].attributes[ATTENTION_OUTPUT] = ir.UnitAttr.get()
     returned = list(dict.fromkeys(value for value, _ in saved))
     first, further, flat = _flat_layout(
-        list(attention.results), returned + ([projection.results[0]] if projection else []))
+        _results_kept(attention, projection),
+        returned + ([projection.results[0]] if projection else []))
     types = [first.type] + [flat] * len(further)
     with ir.InsertionPoint(at if at is not None else attention), attention.location:
         merged = build_kernel("attention", types)
@@ -559,14 +576,20 @@ def merge_qkv_saved(attention: ir.Operation, qkv: ir.Operation, saved: list[tupl
 
 
 def _flat_layout(results: list[ir.Value], more: list[ir.Value]
-                 ) -> tuple[ir.Value, list[ir.Value], ir.Type] | None:
+                 ) -> tuple[ir.Value, list[ir.Value], ir.Type | None] | None:
     """(first, further, type): the attention kernel's result the merged kernel yields first,
     the values it yields after it, and the one type they take there, [elements] of their
     element type (IRDL binds one type to all of a kernel's results after the first:
     dialects/trn.py). Its output first where the rest flatten alike (a softmax backward's
     dQ, which then goes straight into the slice of the QKV gradient it is inserted in:
     convert-trn-to-nisa `_kernels_into_slices`), else its last result (a forward's
-    probabilities, of another size than the rest); None where neither flattens."""
+    probabilities, of another size than the rest); None where neither flattens. One
+    value to yield (an inference's output, or the projection's result where only the
+    projection reads that output: `results` empty) is yielded alone (type None)."""
+    if not results:
+        results, more = more[:1], more[1:]
+    if len(results) == 1 and not more:
+        return results[0], [], None
     orders = [(results[-1], results[:-1] + more)]
     if len(results) > 1:
         orders.insert(0, (results[0], results[1:] + more))

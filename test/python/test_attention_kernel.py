@@ -291,15 +291,19 @@ class AttentionThenProjection(PackedAttention):
 def test_token_major_attention_output_gives_the_same_bits_in_fewer_transfers(
         model_class, tmp_path, monkeypatch):
     """trn-layout attention-token-major: the attention kernel stores [B, S, H, Dv] as whole
-    token rows; the values are the same, the transfers fewer and larger."""
+    token rows; the values are the same, the transfers fewer and larger. (The projections
+    stay kernels of their own: with trn-fuse-attention-output qkv-saved, which these
+    inference graphs take too, the projection reads the output on chip.)"""
     torch.manual_seed(0)
     model = (model_class(256, 4) if model_class is AttentionThenProjection
              else model_class(256, 4, False)).to(torch.bfloat16).eval()
     x = torch.randn(2, 128, 256).to(torch.bfloat16)
-    on, on_profile, on_trn = _run(model, x, tmp_path / "on", monkeypatch)
+    on, on_profile, on_trn = _run(model, x, tmp_path / "on", monkeypatch,
+                                  fuse_attention_qkv_saved=False)
     torch._dynamo.reset()
     off, off_profile, off_trn = _run(model, x, tmp_path / "off", monkeypatch,
-                                     attention_token_major=False)
+                                     attention_token_major=False,
+                                     fuse_attention_qkv_saved=False)
     assert 'kind = "attention"} : () -> tensor<2x128x4x64xbf16>' in on_trn
     assert 'kind = "attention"} : () -> tensor<8x128x64xbf16>' in off_trn
     torch.testing.assert_close(on, off, atol=0, rtol=0)
@@ -393,6 +397,45 @@ def test_training_forward_keeps_the_attention_output_on_chip_for_the_projection(
         assert torch.equal(a.view(torch.int16), b.view(torch.int16))
     elements = batch * seq * d
     assert off[5].dma_bytes - on[5].dma_bytes == (3 * 3 + 2) * elements * 2
+
+
+class PreNormAttentionBlock(PackedAttention):
+    """A decoder layer's attention half as GPT-2 has it: the layer norm before the QKV
+    projection, the output projection and the residual add after the attention."""
+
+    def __init__(self, d: int, heads: int, causal: bool = True):
+        super().__init__(d, heads, causal=causal)
+        self.proj = torch.nn.Linear(d, d)
+        self.norm = torch.nn.LayerNorm(d)
+
+    def forward(self, x):
+        return x + self.proj(super().forward(self.norm(x)))
+
+
+@pytest.mark.parametrize("d,heads,batch,seq,causal", [(128, 2, 2, 128, True),
+                                                      (192, 3, 1, 256, False)])
+def test_inference_attention_computes_qkv_and_the_projection_on_chip(
+        d, heads, batch, seq, causal, tmp_path, monkeypatch):
+    """trn-fuse-attention-output qkv-saved where nothing is saved: in a pre-norm layer's
+    inference the QKV projection joins the attention kernel in front and the output
+    projection (its bias and the residual) behind, the kernel yielding only the
+    projection's result. The same bits as the separate kernels; Q, K and V's store and load
+    (3 * B * S * d elements each way) and the attention output's are gone."""
+    torch.manual_seed(0)
+    model = PreNormAttentionBlock(d, heads, causal=causal).to(torch.bfloat16).eval()
+    x = torch.randn(batch, seq, d).to(torch.bfloat16)
+    fused, fused_profile, fused_trn = _run(model, x, tmp_path / "on", monkeypatch)
+    torch._dynamo.reset()
+    apart, apart_profile, apart_trn = _run(model, x, tmp_path / "off", monkeypatch,
+                                           fuse_attention_qkv_saved=False)
+    assert "trn.attention_input" in fused_trn and "trn.attention_output" in fused_trn
+    assert "trn.attention_input" not in apart_trn
+    assert fused_trn.count('"trn.kernel"') == apart_trn.count('"trn.kernel"') - 2
+    torch.testing.assert_close(fused, apart, atol=0, rtol=0)
+    with torch.no_grad():
+        torch.testing.assert_close(fused, model(x), atol=3e-2, rtol=3e-2)
+    elements = batch * seq * d
+    assert apart_profile.dma_bytes - fused_profile.dma_bytes == (2 * 3 + 2) * elements * 2
 
 
 class PostNormEncoderLayer(PostNormAttentionBlock):
