@@ -104,6 +104,10 @@ class CompileOptions:
     # what it has on chip; the projection's result never reaches HBM. (Also where nothing is
     # saved and the output projection is a plain matmul kernel: a pre-norm layer's inference.)
     fuse_attention_qkv_saved: bool = True
+    # trn-fuse and trn-fuse-attention-output input-rows: a pre-norm layer's norm whose rows
+    # only the next kernel's first Linear reads (an mlp's, such an attention kernel's QKV
+    # projection) joins that kernel in front; the rows stay on chip
+    fuse_input_rows: bool = True
     kernel_order: bool = True         # trn-order: kernels on the longest chain of work first
     # trn-order co-run: an attention kernel and an independent PE-bound kernel run side by
     # side, in disjoint parts of SBUF and PSUM (trn-plan-memory)
@@ -181,6 +185,7 @@ def stages(options: CompileOptions) -> list[Stage]:
             f"linear-rows={str(options.fuse_linear_rows).lower()} "
             f"row-results={str(options.fuse_row_results).lower()} "
             f"column-sums={str(options.fuse_column_sums).lower()} "
+            f"input-rows={str(options.fuse_input_rows).lower()} "
             f"target={target}}}")
     layout = (f"trn-layout{{attention-token-major="
               f"{str(options.attention_token_major).lower()} concat-reader-order="
@@ -189,7 +194,8 @@ def stages(options: CompileOptions) -> list[Stage]:
     attention_output = (f"trn-fuse-attention-output{{target={target} qkv="
                         f"{str(options.fuse_attention_qkv).lower()} ffn="
                         f"{str(options.fuse_attention_ffn).lower()} qkv-saved="
-                        f"{str(options.fuse_attention_qkv_saved).lower()}}},"
+                        f"{str(options.fuse_attention_qkv_saved).lower()} input-rows="
+                        f"{str(options.fuse_input_rows).lower()}}},"
                         if options.fuse_attention_output else "")
     order = (f"trn-order{{target={target} co-run={str(options.co_run).lower()}}},"
              if options.kernel_order else "")

@@ -56,6 +56,7 @@ GRAPH_OPTIONS = {
     "fuse_attention_qkv": bool,
     "fuse_attention_ffn": bool,
     "fuse_attention_qkv_saved": bool,
+    "fuse_input_rows": bool,
 }
 
 

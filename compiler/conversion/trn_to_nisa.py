@@ -21,7 +21,7 @@ from torchneuron.compiler.kernels.attention import lower_attention, probabilitie
 from torchneuron.compiler.kernels.epilogue import store_accumulators
 from torchneuron.compiler.kernels.elementwise import lower_elementwise
 from torchneuron.compiler.kernels.conv import Padding, lower_conv, lower_pool
-from torchneuron.compiler.kernels.emitter import Emitter
+from torchneuron.compiler.kernels.emitter import Emitter, Tile
 from torchneuron.compiler.kernels.gather import lower_gather
 from torchneuron.compiler.kernels.matmul import column_sum_ops, lower_matmul
 from torchneuron.compiler.kernels.mlp import (
@@ -36,7 +36,7 @@ from torchneuron.compiler.kernels.views import (
     HbmView, apply_view_op, row_major_strides, source_view, storage_less_view,
 )
 from torchneuron.compiler.passes import Pass, register
-from torchneuron.compiler.transforms.fuse import PRODUCER_RESULT, outline
+from torchneuron.compiler.transforms.fuse import INPUT_ROWS, PRODUCER_RESULT, outline
 from torchneuron.compiler.transforms.fuse_attention_output import (
     ATTENTION_INPUT, ATTENTION_OUTPUT, KIND as ATTENTION_LINEAR_ROWS, ROWS_HANDED_ON,
     view_chain,
@@ -453,6 +453,29 @@ class _FunctionLowering:
         views[value] = storage_less_view(value)
         return rows
 
+    def _lower_input_rows(self, kernel: ir.Operation, rows_body: list[ir.Operation],
+                          views: dict) -> dict[int, Tile]:
+        """The row-wise part `rows_body` of an attention kernel (its last op marked
+        INPUT_ROWS) lowered with its result kept on chip: its row tiles by first token
+        (counted over all the result's rows but the last dim). Records a storage-less view
+        of the result in `views`."""
+        value = rows_body[-1].results[0]
+        shape = U.shape(value)
+        view = storage_less_view(value)
+        kept: dict[int, Tile] = {}
+
+        def keep(tile: Tile, rows_view: HbmView, divisor) -> None:
+            t0, column = divmod(rows_view.offset, shape[-1])
+            if divisor is not None or column or tile.free != shape[-1]:
+                raise CompileError("an attention kernel's row-wise part hands its QKV "
+                                   "projection whole rows only", kernel.location)
+            kept[t0] = tile
+
+        with rows_body[-1].location:
+            lower_rows(self.em, rows_body, views, self._view, (value, view), consume=keep)
+        views[value] = view
+        return kept
+
     def _lower_qkv_attention(self, kernel: ir.Operation, body: list[ir.Operation],
                              outs: list[HbmView]) -> None:
         """An attention kernel that the QKV projection joined, yielding the views of Q, K^T
@@ -468,9 +491,19 @@ class _FunctionLowering:
         if len(marked) != 1 or not marked[0] < len(body) - 2:
             raise CompileError(f"an attention kernel that computes its operands needs one op "
                                f"marked {ATTENTION_INPUT}, not its last", kernel.location)
-        start = marked[0] + 1
         views = dict(self.views)
-        computed = self._computed_rows(body, marked[0], views, "attention")
+        # A row-wise part in front (a pre-norm layer's norm: the op computing its result
+        # marked INPUT_ROWS): its row tiles are computed first and kept, for the QKV
+        # projection's staging to turn on PE where it would load them.
+        handed = [i for i, op in enumerate(body[:marked[0]]) if INPUT_ROWS in op.attributes]
+        head, given = 0, None
+        if handed:
+            head = handed[0] + 1
+            given = self._lower_input_rows(kernel, body[:head], views)
+        computed = self._computed_rows(body[head:], marked[0] - head, views, "attention")
+        if given is not None:
+            computed.mlp.x_t.given_rows = given
+        start = marked[0] + 1
         qkv = computed.value
         flattening = set()
         yielded = []
@@ -656,6 +689,16 @@ class _FunctionLowering:
             body, rows_body = body[:split] + [body[-1]], body[split:]
         views = dict(self.views)
         views.update(given_views)
+        given_x_rows = None
+        handed = [i for i, op in enumerate(body) if INPUT_ROWS in op.attributes]
+        if handed and kind == "mlp":
+            # A row-wise part in front (a pre-norm FFN's norm): its rows are computed first
+            # and kept for the first Linear's staging to turn on PE.
+            given_x_rows = self._lower_input_rows(kernel, body[:handed[0] + 1], views)
+            body = body[handed[0] + 1:]
+        elif handed:
+            raise CompileError(f"only an mlp or attention kernel has an op marked {INPUT_ROWS}",
+                               kernel.location)
         compute = []
         yielded = body[-1].operands[0]
         stored_view = _stored_transpose(body) if not extra and rows_body is None else None
@@ -676,7 +719,7 @@ class _FunctionLowering:
             [op for op in body[:-1] if stored_view is None or op not in stored_views], views,
             kind)
         if kind == "mlp":
-            lower_mlp(self.em, compute, views, (yielded, out))
+            lower_mlp(self.em, compute, views, (yielded, out), given_x_rows)
             return
         if rows_body is not None:
             # (The producer's last op computes the value the rows read: trn-fuse's check.)

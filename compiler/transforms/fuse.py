@@ -148,6 +148,9 @@ class Fuse(Pass):
     # Likewise a Linear (one matmul kernel) read only by a row-wise kernel over its output
     # rows: an attention block's output projection and the residual add and norm after it.
     linear_rows: bool = True
+    # A row-wise kernel that only an mlp kernel's first Linear reads (a pre-norm FFN's norm)
+    # is computed in front of it, its rows handed to the Linear on chip.
+    input_rows: bool = True
     # A row-wise kernel also yields the per-row values it computes that something outside
     # reads (a training step's layer norm saves each row's mean and 1/std for the
     # backward), instead of their being computed again from the rows by kernels of their own.
@@ -231,6 +234,9 @@ class Fuse(Pass):
                 if self.mlp_rows and self.rows:
                     for pair in mlp_rows_pairs(func, get_target(self.target or None)):
                         merge_producer_rows(pair, "mlp_rows")
+            if self.input_rows and self.mlp and self.rows and self.matmul_epilogue:
+                for pair in rows_mlp_pairs(func, get_target(self.target or None)):
+                    merge_input_rows(*pair)
             if self.mlp_saved and self.matmul_epilogue:
                 for pair in mlp_saved_pairs(func, get_target(self.target or None)):
                     merge_mlp_saved(*pair)
@@ -2182,6 +2188,88 @@ def _clone_bodies(kernels, mapping: dict) -> None:
 # producer's ops end there and the rows' begin (convert-trn-to-nisa splits the body there; an
 # op count would not survive the passes that rewrite views inside kernels, trn-layout's).
 PRODUCER_RESULT = "trn.producer_result"
+# Marks the op that computes a row-wise part's result where the kernel's first Linear, after
+# it, turns its rows on PE instead of loading them (a pre-norm layer's norm in front of its
+# attention's QKV projection, trn-fuse-attention-output input-rows, or of its FFN).
+INPUT_ROWS = "trn.input_rows"
+# The share of SBUF (bytes per partition) such rows may take: all of them stay until the
+# Linear has turned them on PE.
+INPUT_ROWS_SBUF_SHARE = 0.2
+
+
+def input_rows_kernel(kernel: ir.Operation, matmul: ir.Operation,
+                      target) -> ir.Operation | None:
+    """The row-wise kernel of one result that `matmul`, the first Linear of `kernel`, reads
+    as its left operand through reshapes (of `kernel`) to [tokens, features], and that
+    nothing else reads, where its rows are whole 128-token tiles that all together take at
+    most INPUT_ROWS_SBUF_SHARE of SBUF; else None."""
+    value, chain = matmul.operands[0], []
+    while True:
+        op = U.defining_op(value)
+        if op is None or op.name != "trn.reshape" or U.operation(op.parent) != kernel:
+            break
+        chain.append(op)
+        value = op.operands[0]
+    chain.reverse()
+    rows = U.defining_op(value)
+    if rows is None or rows.name != "trn.kernel" or U.str_attr(rows, "kind") != "rows" or \
+            len(rows.results) != 1 or rows.parent != kernel.parent or \
+            any(INPUT_ROWS in op.attributes for op in kernel_body(kernel)):
+        return None
+    inner = kernel_body(rows)
+    shape = U.shape(value)
+    if len(inner) < 2 or inner[-1].operands[0] != inner[-2].results[0] or \
+            inner[-2].name in VIEW_OPS + SOURCE_OPS or \
+            U.shape(matmul.operands[0]) != [math.prod(shape[:-1]), shape[-1]] or \
+            matmul.operands[1] == matmul.operands[0]:
+        return None
+    readers = [U.operation(use.owner) for use in value.uses]
+    if readers != [chain[0] if chain else matmul] or \
+            any(len(list(op.results[0].uses)) != 1 for op in chain):
+        return None
+    tokens = math.prod(shape[:-1])
+    if tokens % target.pe_cols or tokens // target.pe_cols * shape[-1] * U.element_bytes(
+            U.element_type(value)) > target.sbuf_partition_bytes * INPUT_ROWS_SBUF_SHARE:
+        return None
+    return rows
+
+
+def rows_mlp_pairs(func: ir.Operation, target) -> list[tuple]:
+    """(rows kernel, mlp kernel) pairs where the mlp's first Linear reads the rows kernel's
+    result (`input_rows_kernel`: a pre-norm FFN's norm), with the mlp's resident weights and
+    the kept rows within MLP_RESIDENT_SHARE of SBUF."""
+    pairs = []
+    for kernel in U.body_ops(func):
+        if kernel.name != "trn.kernel" or U.str_attr(kernel, "kind") != "mlp" or \
+                len(kernel.results) != 1:
+            continue
+        matmuls = [op for op in kernel_body(kernel) if op.name == "trn.matmul"]
+        rows = input_rows_kernel(kernel, matmuls[0], target) if len(matmuls) == 2 else None
+        if rows is None:
+            continue
+        tokens, features = U.shape(matmuls[0].operands[0])
+        hidden, out_features = U.shape(matmuls[1].operands[1])
+        itemsize = max(U.element_bytes(U.element_type(v))
+                       for v in (*matmuls[0].operands, matmuls[1].operands[1]))
+        kept = tokens // target.pe_cols * features * U.element_bytes(
+            U.element_type(matmuls[0].operands[0]))
+        if mlp_kernel.resident_bytes(target, features, hidden, out_features, itemsize) + \
+                kept > target.sbuf_partition_bytes * MLP_RESIDENT_SHARE:
+            continue
+        pairs.append((rows, kernel))
+    return pairs
+
+
+def merge_input_rows(rows: ir.Operation, kernel: ir.Operation) -> ir.Operation:
+    """One kernel of `kernel`'s kind: the row-wise kernel's ops (the one computing its result
+    marked INPUT_ROWS), then `kernel`'s."""
+    kernel_body(rows)[-2].attributes[INPUT_ROWS] = ir.UnitAttr.get()
+    attributes = U.attributes_of(kernel)
+    merged = merge_kernels((rows, kernel), U.str_attr(kernel, "kind"))
+    for name, value in attributes.items():
+        if name not in merged.attributes:
+            merged.attributes[name] = value
+    return merged
 
 
 def merge_producer_rows(pair: tuple, kind: str) -> ir.Operation:

@@ -72,6 +72,14 @@ yields its probabilities first and the rest -- its output and the views, as many
 each in self-attention -- flat, reshaped back outside; a backward's kernel, whose further
 results flatten alike, yields its output first, dQ, which then goes straight into its
 slice of the QKV gradient.)
+
+Option `input-rows` (on by default): the norm in front of such a pre-norm layer's attention
+(a row-wise kernel of one result that only the QKV projection reads, through reshapes to
+[tokens, features]) joins the kernel in front, its result op marked `trn.input_rows`: its
+row tiles are computed first and kept on chip, and the QKV projection's staging turns them
+on PE where it would have loaded them (1.6 MB stored and loaded back per GPT-2 layer). All
+of them stay until then, so they must take at most INPUT_ROWS_SBUF_SHARE of SBUF
+(trn-fuse `input-rows` does the same in front of an FFN's mlp kernel).
 """
 
 from __future__ import annotations
@@ -87,8 +95,8 @@ from torchneuron.compiler.kernels import mlp as mlp_kernel
 from torchneuron.compiler.kernels.tile_ops import SOURCE_OPS, VIEW_OPS
 from torchneuron.compiler.passes import Pass, register
 from torchneuron.compiler.transforms.fuse import (
-    MLP_RESIDENT_SHARE, PRODUCER_RESULT, _clone_bodies, _encloses, _inputs_before,
-    _top_level, merge_kernels, mlp_sbuf_bytes,
+    MLP_RESIDENT_SHARE, PRODUCER_RESULT, _clone_bodies, _encloses, _inputs_before, _top_level,
+    input_rows_kernel, merge_input_rows, merge_kernels, mlp_sbuf_bytes,
 )
 from torchneuron.compiler.transforms.layout import TOKEN_MAJOR
 from torchneuron.compiler.transforms.tile import kernel_body
@@ -130,6 +138,9 @@ class FuseAttentionOutput(Pass):
     # The QKV projection joins a training step's attention kernel, which then stores the Q,
     # K^T and V views the step saves (see the module docstring).
     qkv_saved: bool = True
+    # A row-wise kernel (a pre-norm layer's norm) that only the QKV projection of an
+    # inference attention kernel reads joins that kernel in front.
+    input_rows: bool = True
 
     def run(self, module: ir.Operation) -> None:
         target = get_target(self.target or None)
@@ -147,6 +158,29 @@ class FuseAttentionOutput(Pass):
             if self.qkv_saved:
                 for attention, qkv, saved, projection, at in qkv_saved_merges(func, target):
                     merge_qkv_saved(attention, qkv, saved, projection, at)
+            if self.input_rows:
+                for rows, attention in input_rows_merges(func, target):
+                    merge_input_rows(rows, attention)
+
+
+def input_rows_merges(func: ir.Operation, target) -> list[tuple]:
+    """(rows kernel, attention kernel) pairs for the `input-rows` merge (see the module
+    docstring): an attention kernel of one result that computes its operands (the QKV
+    projection marked ATTENTION_INPUT), whose projection reads a row-wise kernel's result
+    as `fuse.input_rows_kernel` asks."""
+    pairs = []
+    for kernel in U.body_ops(func):
+        if kernel.name != "trn.kernel" or U.str_attr(kernel, "kind") != "attention" or \
+                len(kernel.results) != 1:
+            continue
+        body = kernel_body(kernel)
+        marked = [i for i, op in enumerate(body) if ATTENTION_INPUT in op.attributes]
+        matmuls = [op for op in body[:marked[0]] if op.name == "trn.matmul"] \
+            if len(marked) == 1 else []
+        rows = input_rows_kernel(kernel, matmuls[0], target) if len(matmuls) == 1 else None
+        if rows is not None:
+            pairs.append((rows, kernel))
+    return pairs
 
 
 def attention_output_pairs(func: ir.Operation, target) -> list[tuple]:

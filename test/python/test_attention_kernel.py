@@ -419,23 +419,32 @@ def test_inference_attention_computes_qkv_and_the_projection_on_chip(
     """trn-fuse-attention-output qkv-saved where nothing is saved: in a pre-norm layer's
     inference the QKV projection joins the attention kernel in front and the output
     projection (its bias and the residual) behind, the kernel yielding only the
-    projection's result. The same bits as the separate kernels; Q, K and V's store and load
-    (3 * B * S * d elements each way) and the attention output's are gone."""
+    projection's result; and (input-rows) the norm before the QKV projection joins in
+    front of that, its rows kept on chip for the projection's staging. The same bits as the
+    separate kernels; Q, K and V's store and load (3 * B * S * d elements each way), the
+    attention output's and the norm output's are gone."""
     torch.manual_seed(0)
     model = PreNormAttentionBlock(d, heads, causal=causal).to(torch.bfloat16).eval()
     x = torch.randn(batch, seq, d).to(torch.bfloat16)
     fused, fused_profile, fused_trn = _run(model, x, tmp_path / "on", monkeypatch)
     torch._dynamo.reset()
+    no_rows, no_rows_profile, no_rows_trn = _run(model, x, tmp_path / "norows", monkeypatch,
+                                                 fuse_input_rows=False)
+    torch._dynamo.reset()
     apart, apart_profile, apart_trn = _run(model, x, tmp_path / "off", monkeypatch,
                                            fuse_attention_qkv_saved=False)
     assert "trn.attention_input" in fused_trn and "trn.attention_output" in fused_trn
+    assert "trn.input_rows" in fused_trn and "trn.input_rows" not in no_rows_trn
     assert "trn.attention_input" not in apart_trn
-    assert fused_trn.count('"trn.kernel"') == apart_trn.count('"trn.kernel"') - 2
+    assert fused_trn.count('"trn.kernel"') == 1
+    assert no_rows_trn.count('"trn.kernel"') == apart_trn.count('"trn.kernel"') - 2 == 2
     torch.testing.assert_close(fused, apart, atol=0, rtol=0)
+    torch.testing.assert_close(no_rows, apart, atol=0, rtol=0)
     with torch.no_grad():
         torch.testing.assert_close(fused, model(x), atol=3e-2, rtol=3e-2)
     elements = batch * seq * d
-    assert apart_profile.dma_bytes - fused_profile.dma_bytes == (2 * 3 + 2) * elements * 2
+    assert apart_profile.dma_bytes - no_rows_profile.dma_bytes == (2 * 3 + 2) * elements * 2
+    assert no_rows_profile.dma_bytes - fused_profile.dma_bytes == 2 * elements * 2
 
 
 class PostNormEncoderLayer(PostNormAttentionBlock):

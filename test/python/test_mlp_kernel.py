@@ -317,3 +317,34 @@ def test_linear_rows_kernel_not_formed_where_the_rows_read_a_transpose(tmp_path,
     out, _, trn = _run(model, (a, x), tmp_path, monkeypatch, True, "fuse_linear_rows")
     assert 'kind = "linear_rows"' not in trn
     torch.testing.assert_close(out, expected, atol=1e-5, rtol=1e-5)
+
+
+class _PreNormFFN(torch.nn.Module):
+    """A pre-norm block's FFN, as GPT-2 has it: x + Linear(GELU(Linear(LayerNorm(x))))."""
+
+    def __init__(self, d: int, hidden: int):
+        super().__init__()
+        self.norm = torch.nn.LayerNorm(d)
+        self.up, self.down = torch.nn.Linear(d, hidden), torch.nn.Linear(hidden, d)
+
+    def forward(self, x):
+        return x + self.down(torch.nn.functional.gelu(self.up(self.norm(x)), approximate="tanh"))
+
+
+@pytest.mark.parametrize("d,hidden,shape", [(256, 1024, (2, 128)), (192, 768, (384,))])
+def test_norm_rows_join_the_mlp_kernel_in_front(d, hidden, shape, tmp_path, monkeypatch):
+    """trn-fuse input-rows: the norm in front of a pre-norm FFN is computed in the mlp
+    kernel, its row tiles handed to the first Linear's staging on chip: the same bits as the
+    separate kernels, the norm output's store and load (tokens * d elements each) gone."""
+    torch.manual_seed(0)
+    model = _PreNormFFN(d, hidden).to(torch.bfloat16).eval()
+    x = torch.randn(*shape, d).to(torch.bfloat16)
+    on, on_profile, on_trn = _run(model, x, tmp_path, monkeypatch, True, "fuse_input_rows")
+    off, off_profile, off_trn = _run(model, x, tmp_path, monkeypatch, False, "fuse_input_rows")
+    assert "trn.input_rows" in on_trn and 'kind = "mlp"' in on_trn
+    assert 'kind = "rows"' not in on_trn and 'kind = "rows"' in off_trn
+    assert torch.equal(on.view(torch.int16), off.view(torch.int16))
+    with torch.no_grad():
+        torch.testing.assert_close(on, model(x), atol=3e-2, rtol=3e-2)
+    tokens = x.numel() // d
+    assert off_profile.dma_bytes - on_profile.dma_bytes == 2 * tokens * d * 2

@@ -17,6 +17,7 @@
 // RUN: neuron-opt --split-input-file --trn-fuse="attention-contractions=false" %s | FileCheck %s --check-prefix=NOCONTRACT
 // RUN: neuron-opt --split-input-file --trn-fuse="row-results=false" %s | FileCheck %s --check-prefix=NOROWRES
 // RUN: neuron-opt --split-input-file --trn-fuse="column-sums=false" %s | FileCheck %s --check-prefix=NOCOLS
+// RUN: neuron-opt --split-input-file --trn-fuse="input-rows=false" %s | FileCheck %s --check-prefix=NOINPUTROWS
 // RUN: not neuron-opt --trn-fuse %S/Inputs/fuse-invalid.mlir 2>&1 | FileCheck %s --check-prefix=ERR
 
 // Tests that a matmul, its bias add and activation become one kernel, and that the views
@@ -1234,4 +1235,41 @@ func.func @gelu_derivative_shared_step(%x: tensor<8x16xf32>) -> (tensor<8x16xf32
   %xp = "trn.tensor_tensor"(%x, %pd) {op = "mul"} : (tensor<8x16xf32>, tensor<8x16xf32>) -> tensor<8x16xf32>
   %d = "trn.tensor_tensor"(%h, %xp) {op = "add"} : (tensor<8x16xf32>, tensor<8x16xf32>) -> tensor<8x16xf32>
   return %d, %h : tensor<8x16xf32>, tensor<8x16xf32>
+}
+
+// -----
+
+// Tests that a row-wise kernel whose result only an mlp kernel's first Linear reads (a
+// pre-norm FFN's norm) joins the mlp kernel in front, the op computing its result marked
+// trn.input_rows: one kernel of kind mlp. Off, the rows kernel stays apart.
+// CHECK-LABEL: func.func @norm_then_mlp
+// CHECK-NEXT: %[[K:.*]] = "trn.kernel"() ({
+// CHECK: "trn.reduce"
+// CHECK: %[[N:.*]] = "trn.convert"(%{{.*}}) {trn.input_rows} : (tensor<256x128xf32>) -> tensor<256x128xbf16>
+// CHECK: "trn.matmul"(%[[N]],
+// CHECK: "trn.matmul"
+// CHECK: }) {kind = "mlp"}
+// CHECK-NEXT: return %[[K]]
+// NOINPUTROWS-LABEL: func.func @norm_then_mlp
+// NOINPUTROWS: kind = "rows"
+// NOINPUTROWS: kind = "mlp"
+// NOINPUTROWS-NOT: trn.input_rows
+func.func @norm_then_mlp(%x: tensor<256x128xbf16>, %w1: tensor<512x128xbf16>, %b1: tensor<512xbf16>, %w2: tensor<128x512xbf16>) -> tensor<256x128xbf16> {
+  %sq = "trn.tensor_tensor"(%x, %x) {op = "mul"} : (tensor<256x128xbf16>, tensor<256x128xbf16>) -> tensor<256x128xf32>
+  %s = "trn.reduce"(%sq) {dimensions = array<i64: 1>, op = "add"} : (tensor<256x128xf32>) -> tensor<256xf32>
+  %m = "trn.tensor_scalar"(%s) {op = "mul", reverse = false, scalar = 7.812500e-03 : f32} : (tensor<256xf32>) -> tensor<256xf32>
+  %r = "trn.activation"(%m) {bias = 0.0 : f32, func = "rsqrt", scale = 1.0 : f32} : (tensor<256xf32>) -> tensor<256xf32>
+  %rb = "trn.broadcast"(%r) {dimensions = array<i64: 1>} : (tensor<256xf32>) -> tensor<256x128xf32>
+  %n = "trn.tensor_tensor"(%x, %rb) {op = "mul"} : (tensor<256x128xbf16>, tensor<256x128xf32>) -> tensor<256x128xf32>
+  %nb = "trn.convert"(%n) : (tensor<256x128xf32>) -> tensor<256x128xbf16>
+  %w1t = "trn.transpose"(%w1) {permutation = array<i64: 1, 0>} : (tensor<512x128xbf16>) -> tensor<128x512xbf16>
+  %h = "trn.matmul"(%nb, %w1t) : (tensor<256x128xbf16>, tensor<128x512xbf16>) -> tensor<256x512xf32>
+  %bb = "trn.broadcast"(%b1) {dimensions = array<i64: 0>} : (tensor<512xbf16>) -> tensor<256x512xbf16>
+  %hb = "trn.tensor_tensor"(%h, %bb) {op = "add"} : (tensor<256x512xf32>, tensor<256x512xbf16>) -> tensor<256x512xf32>
+  %g = "trn.activation"(%hb) {bias = 0.0 : f32, func = "gelu", scale = 1.0 : f32} : (tensor<256x512xf32>) -> tensor<256x512xf32>
+  %gb = "trn.convert"(%g) : (tensor<256x512xf32>) -> tensor<256x512xbf16>
+  %w2t = "trn.transpose"(%w2) {permutation = array<i64: 1, 0>} : (tensor<128x512xbf16>) -> tensor<512x128xbf16>
+  %y = "trn.matmul"(%gb, %w2t) : (tensor<256x512xbf16>, tensor<512x128xbf16>) -> tensor<256x128xf32>
+  %yb = "trn.convert"(%y) : (tensor<256x128xf32>) -> tensor<256x128xbf16>
+  return %yb : tensor<256x128xbf16>
 }

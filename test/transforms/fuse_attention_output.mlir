@@ -6,6 +6,7 @@
 // RUN: neuron-opt --split-input-file --trn-fuse-attention-output="ffn=false" %s | FileCheck %s --check-prefix=NOFFN
 // RUN: neuron-opt --split-input-file --trn-fuse-attention-output="qkv-saved=false" %s | FileCheck %s --check-prefix=NOSAVED
 // RUN: neuron-opt --split-input-file --trn-fuse-attention-output="qkv-saved=false" --convert-trn-to-nisa %s | FileCheck %s --check-prefix=ISA-NOSAVED
+// RUN: neuron-opt --split-input-file --trn-fuse-attention-output="input-rows=false" --convert-trn-to-nisa %s | FileCheck %s --check-prefix=ISA-NOROWS
 // RUN: not neuron-opt --trn-fuse-attention-output --convert-trn-to-nisa %S/Inputs/fuse_attention_output-invalid.mlir 2>&1 | FileCheck %s --check-prefix=ERR
 // RUN: not neuron-opt --convert-trn-to-nisa %S/Inputs/fuse_attention_output-handed-on-invalid.mlir 2>&1 | FileCheck %s --check-prefix=ERR-ROWS
 // RUN: not neuron-opt --convert-trn-to-nisa %S/Inputs/fuse_attention_output-saved-invalid.mlir 2>&1 | FileCheck %s --check-prefix=ERR-SAVED
@@ -828,4 +829,101 @@ func.func @inference_attention_only(%arg0: tensor<2x128x128xbf16>, %arg1: tensor
     "trn.yield"(%42) : (tensor<2x128x2x64xbf16>) -> ()
   }) {kind = "attention"} : () -> tensor<2x128x2x64xbf16>
   return %1 : tensor<2x128x2x64xbf16>
+}
+
+// -----
+
+// Tests that in front of such a pre-norm inference attention, the layer norm's rows kernel
+// whose result only the QKV projection reads joins too, its result op marked
+// trn.input_rows: one kernel, whose lowering keeps the norm's rows on chip for the
+// projection (no HBM buffer; with input-rows=false the norm's output is stored).
+// CHECK-LABEL: func.func @inference_norm_attention_and_projection
+// CHECK-NEXT: %[[K:.*]] = "trn.kernel"() ({
+// CHECK: %[[N:.*]] = "trn.convert"(%{{.*}}) {trn.input_rows} : (tensor<2x128x128xf32>) -> tensor<2x128x128xbf16>
+// CHECK-NEXT: "trn.reshape"(%[[N]]) : (tensor<2x128x128xbf16>) -> tensor<256x128xbf16>
+// CHECK: trn.attention_input
+// CHECK: trn.attention_output
+// CHECK: }) {kind = "attention"} : () -> tensor<256x128xbf16>
+// CHECK-NEXT: return %[[K]] : tensor<256x128xbf16>
+// ISA-LABEL: func.func @inference_norm_attention_and_projection
+// ISA-NOT: "nisa.alloc"() {memory = "hbm"}
+// ISA: return
+// ISA-NOROWS-LABEL: func.func @inference_norm_attention_and_projection
+// ISA-NOROWS: "nisa.alloc"() {memory = "hbm"} : () -> memref<2x128x128xbf16, "hbm">
+func.func @inference_norm_attention_and_projection(%arg0: tensor<2x128x128xbf16>, %arg1: tensor<384x128xbf16>, %arg2: tensor<384xbf16>, %arg3: tensor<128x128xbf16>, %arg4: tensor<128xbf16>, %arg5: tensor<128xbf16>, %arg6: tensor<128xbf16>) -> tensor<256x128xbf16> {
+  %n = "trn.kernel"() ({
+    %14 = "trn.broadcast"(%arg5) {dimensions = array<i64: 0, 1>} : (tensor<128xbf16>) -> tensor<2x128x128xbf16>
+    %15 = "trn.broadcast"(%arg6) {dimensions = array<i64: 0, 1>} : (tensor<128xbf16>) -> tensor<2x128x128xbf16>
+    %16 = "trn.reduce"(%arg0) {dimensions = array<i64: 2>, op = "add"} : (tensor<2x128x128xbf16>) -> tensor<2x128xbf16>
+    %17 = "trn.tensor_scalar"(%16) {op = "mul", reverse = false, scalar = 7.812500e-03 : f32} : (tensor<2x128xbf16>) -> tensor<2x128xf32>
+    %18 = "trn.convert"(%17) : (tensor<2x128xf32>) -> tensor<2x128xbf16>
+    %20 = "trn.broadcast"(%18) {dimensions = array<i64: 2>} : (tensor<2x128xbf16>) -> tensor<2x128x128xbf16>
+    %21 = "trn.tensor_tensor"(%arg0, %20) {op = "sub"} : (tensor<2x128x128xbf16>, tensor<2x128x128xbf16>) -> tensor<2x128x128xf32>
+    %22 = "trn.tensor_tensor"(%21, %21) {op = "mul"} : (tensor<2x128x128xf32>, tensor<2x128x128xf32>) -> tensor<2x128x128xf32>
+    %23 = "trn.convert"(%22) : (tensor<2x128x128xf32>) -> tensor<2x128x128xbf16>
+    %24 = "trn.reduce"(%23) {dimensions = array<i64: 2>, op = "add"} : (tensor<2x128x128xbf16>) -> tensor<2x128xbf16>
+    %25 = "trn.tensor_scalar"(%24) {op = "mul", reverse = false, scalar = 7.812500e-03 : f32} : (tensor<2x128xbf16>) -> tensor<2x128xf32>
+    %26 = "trn.tensor_scalar"(%25) {op = "add", reverse = false, scalar = 9.99999974E-6 : f32} : (tensor<2x128xf32>) -> tensor<2x128xf32>
+    %27 = "trn.activation"(%26) {bias = 0.000000e+00 : f32, func = "rsqrt", scale = 1.000000e+00 : f32} : (tensor<2x128xf32>) -> tensor<2x128xf32>
+    %28 = "trn.convert"(%27) : (tensor<2x128xf32>) -> tensor<2x128xbf16>
+    %30 = "trn.broadcast"(%28) {dimensions = array<i64: 2>} : (tensor<2x128xbf16>) -> tensor<2x128x128xbf16>
+    %31 = "trn.tensor_tensor"(%21, %30) {op = "mul"} : (tensor<2x128x128xf32>, tensor<2x128x128xbf16>) -> tensor<2x128x128xf32>
+    %32 = "trn.tensor_tensor"(%31, %14) {op = "mul"} : (tensor<2x128x128xf32>, tensor<2x128x128xbf16>) -> tensor<2x128x128xf32>
+    %33 = "trn.tensor_tensor"(%32, %15) {op = "add"} : (tensor<2x128x128xf32>, tensor<2x128x128xbf16>) -> tensor<2x128x128xf32>
+    %34 = "trn.convert"(%33) : (tensor<2x128x128xf32>) -> tensor<2x128x128xbf16>
+    "trn.yield"(%34) : (tensor<2x128x128xbf16>) -> ()
+  }) {free_tile = 256 : i64, kind = "rows"} : () -> tensor<2x128x128xbf16>
+  %0 = "trn.kernel"() ({
+    %14 = "trn.reshape"(%n) : (tensor<2x128x128xbf16>) -> tensor<256x128xbf16>
+    %15 = "trn.transpose"(%arg1) {permutation = array<i64: 1, 0>} : (tensor<384x128xbf16>) -> tensor<128x384xbf16>
+    %16 = "trn.broadcast"(%arg2) {dimensions = array<i64: 0>} : (tensor<384xbf16>) -> tensor<256x384xbf16>
+    %17 = "trn.matmul"(%14, %15) : (tensor<256x128xbf16>, tensor<128x384xbf16>) -> tensor<256x384xf32>
+    %18 = "trn.tensor_tensor"(%16, %17) {op = "add"} : (tensor<256x384xbf16>, tensor<256x384xf32>) -> tensor<256x384xf32>
+    %19 = "trn.convert"(%18) : (tensor<256x384xf32>) -> tensor<256x384xbf16>
+    "trn.yield"(%19) : (tensor<256x384xbf16>) -> ()
+  }) {gemm_block = 1 : i64, gemm_resident = "f", kind = "matmul", orientation = "mn"} : () -> tensor<256x384xbf16>
+  %1 = "trn.kernel"() ({
+    %14 = "trn.reshape"(%0) : (tensor<256x384xbf16>) -> tensor<2x128x3x2x64xbf16>
+    %15 = "trn.transpose"(%14) {permutation = array<i64: 2, 0, 3, 1, 4>} : (tensor<2x128x3x2x64xbf16>) -> tensor<3x2x2x128x64xbf16>
+    %16 = "trn.view"(%15) {indexing_map = affine_map<(d0, d1, d2, d3, d4) -> (d0, d1, d2, d3, d4)>} : (tensor<3x2x2x128x64xbf16>) -> tensor<1x2x2x128x64xbf16>
+    %17 = "trn.reshape"(%16) : (tensor<1x2x2x128x64xbf16>) -> tensor<4x128x64xbf16>
+    %18 = "trn.view"(%15) {indexing_map = affine_map<(d0, d1, d2, d3, d4) -> (d0 + 1, d1, d2, d3, d4)>} : (tensor<3x2x2x128x64xbf16>) -> tensor<1x2x2x128x64xbf16>
+    %19 = "trn.reshape"(%18) : (tensor<1x2x2x128x64xbf16>) -> tensor<2x2x128x64xbf16>
+    %20 = "trn.transpose"(%19) {permutation = array<i64: 0, 1, 3, 2>} : (tensor<2x2x128x64xbf16>) -> tensor<2x2x64x128xbf16>
+    %21 = "trn.reshape"(%20) : (tensor<2x2x64x128xbf16>) -> tensor<4x64x128xbf16>
+    %22 = "trn.matmul"(%17, %21) : (tensor<4x128x64xbf16>, tensor<4x64x128xbf16>) -> tensor<4x128x128xf32>
+    %23 = "trn.convert"(%22) : (tensor<4x128x128xf32>) -> tensor<4x128x128xbf16>
+    %24 = "trn.reshape"(%23) : (tensor<4x128x128xbf16>) -> tensor<2x2x128x128xbf16>
+    %25 = "trn.tensor_scalar"(%24) {op = "mul", reverse = false, scalar = 1.250000e-01 : f32} : (tensor<2x2x128x128xbf16>) -> tensor<2x2x128x128xf32>
+    %26 = "trn.reduce"(%25) {dimensions = array<i64: 3>, op = "max"} : (tensor<2x2x128x128xf32>) -> tensor<2x2x128xf32>
+    %27 = "trn.broadcast"(%26) {dimensions = array<i64: 3>} : (tensor<2x2x128xf32>) -> tensor<2x2x128x128xf32>
+    %28 = "trn.tensor_tensor"(%25, %27) {op = "sub"} : (tensor<2x2x128x128xf32>, tensor<2x2x128x128xf32>) -> tensor<2x2x128x128xf32>
+    %29 = "trn.activation"(%28) {bias = 0.000000e+00 : f32, func = "exp", scale = 1.000000e+00 : f32} : (tensor<2x2x128x128xf32>) -> tensor<2x2x128x128xf32>
+    %30 = "trn.reduce"(%29) {dimensions = array<i64: 3>, op = "add"} : (tensor<2x2x128x128xf32>) -> tensor<2x2x128xf32>
+    %31 = "trn.broadcast"(%30) {dimensions = array<i64: 3>} : (tensor<2x2x128xf32>) -> tensor<2x2x128x128xf32>
+    %32 = "trn.tensor_tensor"(%29, %31) {op = "div"} : (tensor<2x2x128x128xf32>, tensor<2x2x128x128xf32>) -> tensor<2x2x128x128xf32>
+    %33 = "trn.convert"(%32) : (tensor<2x2x128x128xf32>) -> tensor<2x2x128x128xbf16>
+    %34 = "trn.reshape"(%33) : (tensor<2x2x128x128xbf16>) -> tensor<4x128x128xbf16>
+    %35 = "trn.reshape"(%0) : (tensor<256x384xbf16>) -> tensor<2x128x3x2x64xbf16>
+    %36 = "trn.transpose"(%35) {permutation = array<i64: 2, 0, 3, 1, 4>} : (tensor<2x128x3x2x64xbf16>) -> tensor<3x2x2x128x64xbf16>
+    %37 = "trn.view"(%36) {indexing_map = affine_map<(d0, d1, d2, d3, d4) -> (d0 + 2, d1, d2, d3, d4)>} : (tensor<3x2x2x128x64xbf16>) -> tensor<1x2x2x128x64xbf16>
+    %38 = "trn.reshape"(%37) : (tensor<1x2x2x128x64xbf16>) -> tensor<4x128x64xbf16>
+    %39 = "trn.matmul"(%34, %38) : (tensor<4x128x128xbf16>, tensor<4x128x64xbf16>) -> tensor<4x128x64xf32>
+    %40 = "trn.convert"(%39) : (tensor<4x128x64xf32>) -> tensor<4x128x64xbf16>
+    %41 = "trn.reshape"(%40) : (tensor<4x128x64xbf16>) -> tensor<2x2x128x64xbf16>
+    %42 = "trn.transpose"(%41) {permutation = array<i64: 0, 2, 1, 3>} : (tensor<2x2x128x64xbf16>) -> tensor<2x128x2x64xbf16>
+    "trn.yield"(%42) : (tensor<2x128x2x64xbf16>) -> ()
+  }) {kind = "attention"} : () -> tensor<2x128x2x64xbf16>
+  %2 = "trn.kernel"() ({
+    %14 = "trn.reshape"(%1) : (tensor<2x128x2x64xbf16>) -> tensor<256x128xbf16>
+    %15 = "trn.transpose"(%arg3) {permutation = array<i64: 1, 0>} : (tensor<128x128xbf16>) -> tensor<128x128xbf16>
+    %16 = "trn.broadcast"(%arg4) {dimensions = array<i64: 0>} : (tensor<128xbf16>) -> tensor<256x128xbf16>
+    %17 = "trn.reshape"(%arg0) : (tensor<2x128x128xbf16>) -> tensor<256x128xbf16>
+    %18 = "trn.matmul"(%14, %15) : (tensor<256x128xbf16>, tensor<128x128xbf16>) -> tensor<256x128xf32>
+    %19 = "trn.tensor_tensor"(%16, %18) {op = "add"} : (tensor<256x128xbf16>, tensor<256x128xf32>) -> tensor<256x128xf32>
+    %20 = "trn.tensor_tensor"(%17, %19) {op = "add"} : (tensor<256x128xbf16>, tensor<256x128xf32>) -> tensor<256x128xf32>
+    %21 = "trn.convert"(%20) : (tensor<256x128xf32>) -> tensor<256x128xbf16>
+    "trn.yield"(%21) : (tensor<256x128xbf16>) -> ()
+  }) {gemm_block = 1 : i64, gemm_resident = "f", kind = "matmul", orientation = "mn"} : () -> tensor<256x128xbf16>
+  return %2 : tensor<256x128xbf16>
 }
