@@ -29,7 +29,7 @@ from torchneuron.compiler.kernels.mlp import (
 )
 from torchneuron.compiler.kernels.scan import lower_scan
 from torchneuron.compiler.kernels.reduce import lower_reduce
-from torchneuron.compiler.kernels.rows import lower_rows
+from torchneuron.compiler.kernels.rows import LoadedRows, lower_rows
 from torchneuron.compiler.kernels.tile_ops import ELEMENTWISE_OPS, ROOT_OPS, SOURCE_OPS, VIEW_OPS
 from torchneuron.compiler.kernels.weight_gradient import lower_weight_gradient
 from torchneuron.compiler.kernels.views import (
@@ -454,11 +454,12 @@ class _FunctionLowering:
         return rows
 
     def _lower_input_rows(self, kernel: ir.Operation, rows_body: list[ir.Operation],
-                          views: dict) -> dict[int, Tile]:
-        """The row-wise part `rows_body` of an attention kernel (its last op marked
-        INPUT_ROWS) lowered with its result kept on chip: its row tiles by first token
-        (counted over all the result's rows but the last dim). Records a storage-less view
-        of the result in `views`."""
+                          views: dict) -> tuple[dict[int, Tile], LoadedRows]:
+        """The row-wise part `rows_body` of a kernel (its last op marked INPUT_ROWS) lowered
+        with its result kept on chip: its row tiles by first token (counted over all the
+        result's rows but the last dim), and the whole rows of its inputs it loaded (for a
+        residual of the kernel's that reads them). Records a storage-less view of the result
+        in `views`."""
         value = rows_body[-1].results[0]
         shape = U.shape(value)
         view = storage_less_view(value)
@@ -471,10 +472,12 @@ class _FunctionLowering:
                                    "projection whole rows only", kernel.location)
             kept[t0] = tile
 
+        loaded = LoadedRows(self.em)
         with rows_body[-1].location:
-            lower_rows(self.em, rows_body, views, self._view, (value, view), consume=keep)
+            lower_rows(self.em, rows_body, views, self._view, (value, view),
+                       produce=loaded.produce, consume=keep)
         views[value] = view
-        return kept
+        return kept, loaded
 
     def _lower_qkv_attention(self, kernel: ir.Operation, body: list[ir.Operation],
                              outs: list[HbmView]) -> None:
@@ -496,10 +499,10 @@ class _FunctionLowering:
         # marked INPUT_ROWS): its row tiles are computed first and kept, for the QKV
         # projection's staging to turn on PE where it would load them.
         handed = [i for i, op in enumerate(body[:marked[0]]) if INPUT_ROWS in op.attributes]
-        head, given = 0, None
+        head, given, loaded = 0, None, None
         if handed:
             head = handed[0] + 1
-            given = self._lower_input_rows(kernel, body[:head], views)
+            given, loaded = self._lower_input_rows(kernel, body[:head], views)
         computed = self._computed_rows(body[head:], marked[0] - head, views, "attention")
         if given is not None:
             computed.mlp.x_t.given_rows = given
@@ -575,7 +578,8 @@ class _FunctionLowering:
             [op for op in body[end:-1] if op not in flattening], views, "attention")
         linear = _Mlp(self.em, compute, views, value, 1)
         linear.x_t.given_rows = rows
-        linear.epilogue2.given_part = computed.input_part
+        linear.epilogue2.given_part = computed.input_part if loaded is None else (
+            lambda view: computed.input_part(view) or loaded.part(view))
         with body[end].location:
             for t0, tn in linear.blocks():
                 store_accumulators(self.em, linear.epilogue2, linear.block(t0, tn), value, out)
@@ -689,12 +693,14 @@ class _FunctionLowering:
             body, rows_body = body[:split] + [body[-1]], body[split:]
         views = dict(self.views)
         views.update(given_views)
-        given_x_rows = None
+        given_x_rows = loaded = None
         handed = [i for i, op in enumerate(body) if INPUT_ROWS in op.attributes]
         if handed and kind == "mlp":
             # A row-wise part in front (a pre-norm FFN's norm): its rows are computed first
-            # and kept for the first Linear's staging to turn on PE.
-            given_x_rows = self._lower_input_rows(kernel, body[:handed[0] + 1], views)
+            # and kept for the first Linear's staging to turn on PE, and the rows it loads
+            # for a residual that reads them.
+            given_x_rows, loaded = self._lower_input_rows(kernel, body[:handed[0] + 1],
+                                                          views)
             body = body[handed[0] + 1:]
         elif handed:
             raise CompileError(f"only an mlp or attention kernel has an op marked {INPUT_ROWS}",
@@ -719,7 +725,8 @@ class _FunctionLowering:
             [op for op in body[:-1] if stored_view is None or op not in stored_views], views,
             kind)
         if kind == "mlp":
-            lower_mlp(self.em, compute, views, (yielded, out), given_x_rows)
+            lower_mlp(self.em, compute, views, (yielded, out), given_x_rows,
+                      loaded.part if loaded is not None else None)
             return
         if rows_body is not None:
             # (The producer's last op computes the value the rows read: trn-fuse's check.)

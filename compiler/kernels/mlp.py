@@ -345,15 +345,18 @@ class ComputedRows:
 
 def lower_mlp(em: Emitter, compute: list[ir.Operation], views: dict,
               output: tuple[ir.Value, HbmView],
-              given_x_rows: dict[int, Tile] | None = None) -> None:
+              given_x_rows: dict[int, Tile] | None = None,
+              given_part: Callable[[HbmView], Tile | None] | None = None) -> None:
     """`compute`: the kernel's ops but views, sources and trn.yield (those are in `views`);
     `output`: (yielded value, destination view); `given_x_rows`: X's row tiles [128 tokens,
     features] by first token, computed on chip by a part of the kernel in front (a pre-norm
-    FFN's norm), which X^T's staging turns on PE instead of loading them."""
+    FFN's norm), which X^T's staging turns on PE instead of loading them; `given_part`: the
+    second epilogue's Epilogue.given_part (that part's loaded rows, for a residual)."""
     yielded, out = output
     mlp = _Mlp(em, compute, views, yielded)
     if given_x_rows is not None:
         mlp.x_t.given_rows = given_x_rows
+    mlp.epilogue2.given_part = given_part
     for t0, tn in mlp.blocks():
         store_accumulators(em, mlp.epilogue2, mlp.block(t0, tn), yielded, out)
 

@@ -58,6 +58,46 @@ class _Layout:
         return self.groups[:-1]
 
 
+class LoadedRows:
+    """The whole rows of HBM values that a row-wise part of a kernel loads, kept by where they
+    start, for a later part of the same kernel that reads some of them (a pre-norm layer's
+    residual add after the norm that loaded the same rows) to take from SBUF instead of
+    loading them again. `produce` is lower_rows' hook; `part` is Epilogue.given_part."""
+
+    def __init__(self, em: Emitter):
+        self.em = em
+        # (buffer, offset of the first row) -> (tile, elements between rows)
+        self.tiles: dict[tuple, tuple[Tile, int]] = {}
+
+    def produce(self, value: ir.Value, view: HbmView, *scaled) -> Tile | None:
+        """Load a leaf that is whole rows of a buffer as lower_rows would (`load_leaf`) and
+        keep its tile; None for any other leaf (lower_rows loads it), and for a scaled one."""
+        if scaled or view.buffer is None or view.rank != 2 or view.strides[1] != 1 or \
+                view.strides[0] < view.shape[1] or view.offset % view.strides[0]:
+            return None
+        tile = load_leaf(self.em, view)
+        self.tiles[(view.buffer, view.offset)] = (tile, view.strides[0])
+        return tile
+
+    def part(self, view: HbmView) -> Tile | None:
+        """The kept tile's part holding `view` [rows, columns] (rows from the tile's first
+        row on, a run of columns), or None."""
+        if view.buffer is None or view.rank != 2 or view.strides[1] != 1:
+            return None
+        row = view.strides[0]
+        if row <= 0:
+            return None
+        column = view.offset % row
+        found = self.tiles.get((view.buffer, view.offset - column))
+        if found is None:
+            return None
+        tile, stride = found
+        rows, columns = view.shape
+        if stride != row or rows > tile.partitions or column + columns > tile.free:
+            return None
+        return tile.rows(rows).columns(column, columns)
+
+
 def lower_rows(em: Emitter, body: list[ir.Operation], views: dict,
                view_of: Callable[[ir.Operation, HbmView], HbmView],
                output: tuple[ir.Value, HbmView],

@@ -81,7 +81,13 @@ Groups formed:
   FFN's output never reaches HBM (kernels/mlp.py `lower_mlp_rows`);
 - linear + rows (kind "linear_rows"), likewise for a matmul kernel of one 2-D Linear and its
   epilogue (an attention block's output projection, then the residual add and layer norm):
-  its weight resident, the staged X^T in the hidden activation's place.
+  its weight resident, the staged X^T in the hidden activation's place;
+- rows + mlp (option input-rows), merged after mlp: a row-wise kernel of one result that only
+  an mlp kernel's first Linear reads, through reshapes to [tokens, features] (a pre-norm
+  FFN's norm), joins the mlp kernel in front, the op computing its result marked
+  `trn.input_rows`: its row tiles stay on chip for the Linear's X^T staging to turn on PE,
+  and the rows of its inputs it loads for a residual that reads them
+  (`input_rows_kernel`, shared with trn-fuse-attention-output's input-rows).
 View ops (transpose, broadcast, reshape) and constant sources (fill, iota) that feed a group
 from outside are copied into the kernel: its lowering folds views into access patterns and
 generates sources on chip instead of reading them from HBM.
@@ -2201,8 +2207,9 @@ def input_rows_kernel(kernel: ir.Operation, matmul: ir.Operation,
                       target) -> ir.Operation | None:
     """The row-wise kernel of one result that `matmul`, the first Linear of `kernel`, reads
     as its left operand through reshapes (of `kernel`) to [tokens, features], and that
-    nothing else reads, where its rows are whole 128-token tiles that all together take at
-    most INPUT_ROWS_SBUF_SHARE of SBUF; else None."""
+    nothing else reads, where its rows are whole 128-token tiles that all together, with
+    those of the row inputs it loads, take at most INPUT_ROWS_SBUF_SHARE of SBUF; else
+    None."""
     value, chain = matmul.operands[0], []
     while True:
         op = U.defining_op(value)
@@ -2228,8 +2235,17 @@ def input_rows_kernel(kernel: ir.Operation, matmul: ir.Operation,
             any(len(list(op.results[0].uses)) != 1 for op in chain):
         return None
     tokens = math.prod(shape[:-1])
-    if tokens % target.pe_cols or tokens // target.pe_cols * shape[-1] * U.element_bytes(
-            U.element_type(value)) > target.sbuf_partition_bytes * INPUT_ROWS_SBUF_SHARE:
+    if tokens % target.pe_cols:
+        return None
+    # The result's row tiles and those of the row inputs the norm loads (kept for a residual
+    # of the kernel that reads the same rows: kernels/rows.py LoadedRows).
+    inside = set(inner)
+    row_values = {value} | {v for op in inner for v in op.operands
+                            if U.defining_op(v) not in inside and
+                            U.shape(v)[:-1] == shape[:-1] and U.shape(v)}
+    kept = sum(tokens // target.pe_cols * U.shape(v)[-1] * U.element_bytes(U.element_type(v))
+               for v in row_values)
+    if kept > target.sbuf_partition_bytes * INPUT_ROWS_SBUF_SHARE:
         return None
     return rows
 

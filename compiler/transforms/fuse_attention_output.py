@@ -77,9 +77,10 @@ Option `input-rows` (on by default): the norm in front of such a pre-norm layer'
 (a row-wise kernel of one result that only the QKV projection reads, through reshapes to
 [tokens, features]) joins the kernel in front, its result op marked `trn.input_rows`: its
 row tiles are computed first and kept on chip, and the QKV projection's staging turns them
-on PE where it would have loaded them (1.6 MB stored and loaded back per GPT-2 layer). All
-of them stay until then, so they must take at most INPUT_ROWS_SBUF_SHARE of SBUF
-(trn-fuse `input-rows` does the same in front of an FFN's mlp kernel).
+on PE where it would have loaded them (1.6 MB stored and loaded back per GPT-2 layer); the
+rows of the layer's input the norm loads are kept too, for the output projection's residual
+(0.8 MB). All of them stay until then, so they must take at most INPUT_ROWS_SBUF_SHARE of
+SBUF (trn-fuse `input-rows` does the same in front of an FFN's mlp kernel).
 """
 
 from __future__ import annotations
