@@ -170,11 +170,7 @@ def input_rows_merges(func: ir.Operation, target) -> list[tuple]:
     projection marked ATTENTION_INPUT), whose projection reads a row-wise kernel's result
     as `fuse.input_rows_kernel` asks."""
     pairs = []
-    for kernel in U.body_ops(func):
-        if kernel.name != "trn.kernel" or U.str_attr(kernel, "kind") != "attention" or \
-                len(kernel.results) != 1:
-            continue
-        body = kernel_body(kernel)
+    for kernel, body in _attention_kernels(func):
         marked = [i for i, op in enumerate(body) if ATTENTION_INPUT in op.attributes]
         matmuls = [op for op in body[:marked[0]] if op.name == "trn.matmul"] \
             if len(marked) == 1 else []
@@ -184,14 +180,18 @@ def input_rows_merges(func: ir.Operation, target) -> list[tuple]:
     return pairs
 
 
+def _attention_kernels(func: ir.Operation):
+    """(kernel, its body) of each attention kernel of one result in `func`."""
+    for kernel in U.body_ops(func):
+        if kernel.name == "trn.kernel" and U.str_attr(kernel, "kind") == "attention" and \
+                len(kernel.results) == 1:
+            yield kernel, kernel_body(kernel)
+
+
 def attention_output_pairs(func: ir.Operation, target) -> list[tuple]:
     """(attention, linear_rows) kernel pairs to merge (see the module docstring)."""
     pairs = []
-    for kernel in U.body_ops(func):
-        if kernel.name != "trn.kernel" or U.str_attr(kernel, "kind") != "attention" or \
-                len(kernel.results) != 1:
-            continue
-        body = kernel_body(kernel)
+    for kernel, body in _attention_kernels(func):
         if len(body) < 2 or body[-1].operands[0] != body[-2].results[0] or \
                 body[-2].name != "trn.transpose" or \
                 list(U.array_attr(body[-2], "permutation")) != TOKEN_MAJOR:

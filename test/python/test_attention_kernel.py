@@ -39,6 +39,15 @@ def _run(model, x, tmp_path, monkeypatch, **options):
     return out, graph.last_profile, trn
 
 
+def _run_each(model, x, tmp_path, monkeypatch, **variants):
+    """`_run` of `model` on `x` once per variant (name: its options), Dynamo reset between."""
+    results = {}
+    for name, options in variants.items():
+        torch._dynamo.reset()
+        results[name] = _run(model, x, tmp_path / name, monkeypatch, **options)
+    return results
+
+
 def _train_step(model, x, dump, monkeypatch, **options):
     """One compiled training step of `model` on `x` (`x` and the model's gradients cleared
     first): its output, x's gradient, the QKV projection's weight gradient, the forward's
@@ -346,13 +355,11 @@ def test_attention_output_stays_on_chip_for_the_projection(d, heads, batch, seq,
     torch.manual_seed(0)
     model = PostNormAttentionBlock(d, heads, causal=causal).to(torch.bfloat16).eval()
     x = torch.randn(batch, seq, d).to(torch.bfloat16)
-    fused, fused_profile, fused_trn = _run(model, x, tmp_path / "on", monkeypatch)
-    torch._dynamo.reset()
-    no_qkv, no_qkv_profile, no_qkv_trn = _run(model, x, tmp_path / "noqkv", monkeypatch,
-                                              fuse_attention_qkv=False)
-    torch._dynamo.reset()
-    unfused, unfused_profile, unfused_trn = _run(model, x, tmp_path / "off", monkeypatch,
-                                                 fuse_attention_output=False)
+    runs = _run_each(model, x, tmp_path, monkeypatch, on={},
+                     noqkv={"fuse_attention_qkv": False}, off={"fuse_attention_output": False})
+    fused, fused_profile, fused_trn = runs["on"]
+    no_qkv, no_qkv_profile, no_qkv_trn = runs["noqkv"]
+    unfused, unfused_profile, unfused_trn = runs["off"]
     assert fused_trn.count('"trn.kernel"') == 1 and \
         'kind = "attention_linear_rows"' in fused_trn and "trn.attention_input" in fused_trn
     assert no_qkv_trn.count('"trn.kernel"') == 2 and \
@@ -427,13 +434,11 @@ def test_inference_attention_computes_qkv_and_the_projection_on_chip(
     torch.manual_seed(0)
     model = PreNormAttentionBlock(d, heads, causal=causal).to(torch.bfloat16).eval()
     x = torch.randn(batch, seq, d).to(torch.bfloat16)
-    fused, fused_profile, fused_trn = _run(model, x, tmp_path / "on", monkeypatch)
-    torch._dynamo.reset()
-    no_rows, no_rows_profile, no_rows_trn = _run(model, x, tmp_path / "norows", monkeypatch,
-                                                 fuse_input_rows=False)
-    torch._dynamo.reset()
-    apart, apart_profile, apart_trn = _run(model, x, tmp_path / "off", monkeypatch,
-                                           fuse_attention_qkv_saved=False)
+    runs = _run_each(model, x, tmp_path, monkeypatch, on={},
+                     norows={"fuse_input_rows": False}, off={"fuse_attention_qkv_saved": False})
+    fused, fused_profile, fused_trn = runs["on"]
+    no_rows, no_rows_profile, no_rows_trn = runs["norows"]
+    apart, apart_profile, apart_trn = runs["off"]
     assert "trn.attention_input" in fused_trn and "trn.attention_output" in fused_trn
     assert "trn.input_rows" in fused_trn and "trn.input_rows" not in no_rows_trn
     assert "trn.attention_input" not in apart_trn
