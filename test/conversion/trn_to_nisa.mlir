@@ -2261,6 +2261,7 @@ func.func @matmul_rows_scaled_result(%do: tensor<1x128x64xbf16>, %vt: tensor<1x6
 // ERRMERGED: trn_to_nisa-invalid-merged.mlir:59:10: error: convert-trn-to-nisa: an attention kernel with an output projection yields no projection
 // ERRMERGED: trn_to_nisa-invalid-merged.mlir:118:{{[0-9]+}}: error: convert-trn-to-nisa: an mlp_saved kernel stores the first Linear's result
 // ERRMERGED: trn_to_nisa-invalid-merged.mlir:130:10: error: convert-trn-to-nisa: an attention kernel that computes its operands has at most one op marked trn.attention_output, after its attention's ops
+// ERRMERGED: trn_to_nisa-invalid-merged.mlir:182:8: error: convert-trn-to-nisa: only an mlp or attention kernel has an op marked trn.input_rows
 // ERRMLPSAVED: trn_to_nisa-invalid-mlp-saved.mlir:3:{{[0-9]+}}: error: convert-trn-to-nisa: an mlp_saved kernel needs one op marked trn.producer_result, not its last
 func.func @mlp_saved(%arg0: tensor<256x128xbf16>, %arg1: tensor<512x128xbf16>, %arg2: tensor<512xbf16>, %arg3: tensor<128x512xbf16>) -> (tensor<256x128xbf16>, tensor<256x512xbf16>, tensor<256x512xbf16>) {
   %0:3 = "trn.kernel"() ({

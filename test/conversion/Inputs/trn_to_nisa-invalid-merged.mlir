@@ -2,7 +2,7 @@
 // ../trn_to_nisa.mlir): an attention kernel with two ops marked trn.attention_input; one
 // whose output op is marked trn.attention_output with no output projection after it; an
 // mlp_saved kernel that does not yield its first Linear's result; an attention kernel with
-// two ops marked trn.attention_output.
+// two ops marked trn.attention_output; a matmul kernel with an op marked trn.input_rows.
 func.func @two_marks(%arg0: tensor<2x128x64xbf16>, %arg1: tensor<192x64xbf16>, %arg2: tensor<192xbf16>) -> (tensor<2x2x128x32xbf16>, tensor<2x2x32x128xbf16>, tensor<2x2x128x128xbf16>, tensor<2x2x128x32xbf16>, tensor<2x128x2x32xbf16>) {
   %0:5 = "trn.kernel"() ({
     %5 = "trn.reshape"(%arg0) : (tensor<2x128x64xbf16>) -> tensor<256x64xbf16>
@@ -174,4 +174,15 @@ func.func @two_output_marks(%arg0: tensor<2x128x64xbf16>, %arg1: tensor<192x64xb
   %3 = "trn.reshape"(%0#3) : (tensor<16384xbf16>) -> tensor<2x2x128x32xbf16>
   %4 = "trn.reshape"(%0#4) : (tensor<16384xbf16>) -> tensor<2x2x32x128xbf16>
   return %3, %4, %0#0, %2, %1 : tensor<2x2x128x32xbf16>, tensor<2x2x32x128xbf16>, tensor<2x2x128x128xbf16>, tensor<2x2x128x32xbf16>, tensor<2x128x2x32xbf16>
+}
+
+// -----
+
+func.func @input_rows_in_a_matmul(%a: tensor<128x64xbf16>, %b: tensor<64x64xbf16>) -> tensor<128x64xbf16> {
+  %0 = "trn.kernel"() ({
+    %1 = "trn.matmul"(%a, %b) : (tensor<128x64xbf16>, tensor<64x64xbf16>) -> tensor<128x64xf32>
+    %2 = "trn.convert"(%1) {trn.input_rows} : (tensor<128x64xf32>) -> tensor<128x64xbf16>
+    "trn.yield"(%2) : (tensor<128x64xbf16>) -> ()
+  }) {kind = "matmul", orientation = "mn"} : () -> tensor<128x64xbf16>
+  return %0 : tensor<128x64xbf16>
 }
