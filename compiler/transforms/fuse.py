@@ -2239,15 +2239,24 @@ def input_rows_kernel(kernel: ir.Operation, matmul: ir.Operation,
         return None
     # The result's row tiles and those of the row inputs the norm loads (kept for a residual
     # of the kernel that reads the same rows: kernels/rows.py LoadedRows).
-    inside = set(inner)
-    row_values = {value} | {v for op in inner for v in op.operands
-                            if U.defining_op(v) not in inside and
-                            U.shape(v)[:-1] == shape[:-1] and U.shape(v)}
-    kept = sum(tokens // target.pe_cols * U.shape(v)[-1] * U.element_bytes(U.element_type(v))
-               for v in row_values)
-    if kept > target.sbuf_partition_bytes * INPUT_ROWS_SBUF_SHARE:
+    kept = tokens // target.pe_cols * shape[-1] * U.element_bytes(U.element_type(value))
+    if kept + row_input_bytes(rows, target) > \
+            target.sbuf_partition_bytes * INPUT_ROWS_SBUF_SHARE:
         return None
     return rows
+
+
+def row_input_bytes(rows: ir.Operation, target) -> int:
+    """SBUF bytes per partition that the whole-row inputs of row-wise kernel `rows` (values
+    from outside it with its result's rows) take as 128-row tiles, all kept."""
+    inner = kernel_body(rows)
+    inside, shape = set(inner), U.shape(rows.results[0])
+    tokens = math.prod(shape[:-1])
+    inputs = {v for op in inner for v in op.operands
+              if U.defining_op(v) not in inside and U.shape(v) and
+              U.shape(v)[:-1] == shape[:-1]}
+    return sum(-(-tokens // target.pe_cols) * U.shape(v)[-1] *
+               U.element_bytes(U.element_type(v)) for v in inputs)
 
 
 def rows_mlp_pairs(func: ir.Operation, target) -> list[tuple]:

@@ -97,7 +97,7 @@ from torchneuron.compiler.kernels.tile_ops import SOURCE_OPS, VIEW_OPS
 from torchneuron.compiler.passes import Pass, register
 from torchneuron.compiler.transforms.fuse import (
     MLP_RESIDENT_SHARE, PRODUCER_RESULT, _clone_bodies, _encloses, _inputs_before, _top_level,
-    input_rows_kernel, merge_input_rows, merge_kernels, mlp_sbuf_bytes,
+    input_rows_kernel, merge_input_rows, merge_kernels, mlp_sbuf_bytes, row_input_bytes,
 )
 from torchneuron.compiler.transforms.layout import TOKEN_MAJOR
 from torchneuron.compiler.transforms.tile import kernel_body
@@ -175,7 +175,16 @@ def input_rows_merges(func: ir.Operation, target) -> list[tuple]:
         matmuls = [op for op in body[:marked[0]] if op.name == "trn.matmul"] \
             if len(marked) == 1 else []
         rows = input_rows_kernel(kernel, matmuls[0], target) if len(matmuls) == 1 else None
-        if rows is not None:
+        if rows is None:
+            continue
+        # What the merged kernel keeps beside the attention grows by the rows of the layer's
+        # input the norm loads (kept for the residual).
+        ends = [op for op in body if ATTENTION_OUTPUT in op.attributes]
+        output_bytes = _token_rows_bytes(ends[0].results[0], target) if ends else 0
+        keys = U.shape([op for op in body[marked[0]:] if op.name == "trn.matmul"][0]
+                       .results[0])[-1]
+        if _rows_fit(matmuls[0], body[marked[0]].results[0], target, keys, output_bytes,
+                     row_input_bytes(rows, target)):
             pairs.append((rows, kernel))
     return pairs
 
@@ -309,17 +318,25 @@ def _computable_as_rows(producer: ir.Operation, target, sequence: int,
     if tokens % target.pe_cols or \
             mlp_kernel.tokens_per_block(target, tokens, features) is None:
         return False
-    k = U.shape(matmuls[0].operands[1])[0]
+    return _rows_fit(matmuls[0], producer.results[0], target, sequence, output_bytes)
+
+
+def _rows_fit(matmul: ir.Operation, result: ir.Value, target, sequence: int,
+              output_bytes: int, extra: int = 0) -> bool:
+    """`_computable_as_rows`' SBUF budget for the QKV projection `matmul` computing `result`
+    [tokens, features], with `extra` bytes per partition more staying beside it (the rows of
+    the layer's input a norm in front loaded: trn-fuse-attention-output input-rows)."""
+    tokens, features = U.shape(result)
+    k = U.shape(matmul.operands[1])[0]
     sbuf = target.sbuf_partition_bytes
-    weight = U.element_bytes(U.element_type(matmuls[0].operands[1])) * \
+    weight = U.element_bytes(U.element_type(matmul.operands[1])) * \
         -(-k // target.pe_rows) * features
     # (Its input's row tiles may stay too, until the first residual reads them.)
-    x_rows = tokens // target.pe_cols * k * U.element_bytes(
-        U.element_type(matmuls[0].operands[0]))
+    x_rows = tokens // target.pe_cols * k * U.element_bytes(U.element_type(matmul.operands[0]))
     batch_rows = -(-sequence // target.pe_cols) * features * U.element_bytes(
-        U.element_type(producer.results[0]))
-    return weight <= sbuf * WEIGHT_SBUF_SHARE and \
-        weight + x_rows + batch_rows + output_bytes + sbuf // 4 <= sbuf * MERGED_SBUF_SHARE
+        U.element_type(result))
+    return weight <= sbuf * WEIGHT_SBUF_SHARE and weight + x_rows + batch_rows + \
+        output_bytes + extra + sbuf // 4 <= sbuf * MERGED_SBUF_SHARE
 
 
 def _ffn_reading(kernel: ir.Operation, target) -> ir.Operation | None:
