@@ -11,6 +11,7 @@ addresses and semaphores are left to trn-plan-memory and trn-schedule.
 from __future__ import annotations
 
 import dataclasses
+from typing import Callable
 
 from torch_mlir import ir
 from torch_mlir.dialects import func as func_d
@@ -104,6 +105,21 @@ class _PendingOutput:
     value: ir.Value
     out: ir.Value
     kernels_since: int | None = None      # kernels lowered since the value was, once it is
+
+
+def _whole_rows_kept(shape, message: str, location: ir.Location
+                     ) -> tuple[dict[int, Tile], Callable[[Tile, HbmView, Tile | None], None]]:
+    """(kept, keep): lower_rows' `consume` hook `keep`, which files each result tile of a
+    value of `shape` in `kept` under its first row (counted over all dims but the last),
+    and raises CompileError(`message`) for a tile that is not whole rows undivided."""
+    kept: dict[int, Tile] = {}
+
+    def keep(tile: Tile, rows_view: HbmView, divisor: Tile | None) -> None:
+        t0, column = divmod(rows_view.offset, shape[-1])
+        if divisor is not None or column or tile.free != shape[-1]:
+            raise CompileError(message, location)
+        kept[t0] = tile
+    return kept, keep
 
 
 class _FunctionLowering:
@@ -461,17 +477,10 @@ class _FunctionLowering:
         residual of the kernel's that reads them). Records a storage-less view of the result
         in `views`."""
         value = rows_body[-1].results[0]
-        shape = U.shape(value)
         view = storage_less_view(value)
-        kept: dict[int, Tile] = {}
-
-        def keep(tile: Tile, rows_view: HbmView, divisor) -> None:
-            t0, column = divmod(rows_view.offset, shape[-1])
-            if divisor is not None or column or tile.free != shape[-1]:
-                raise CompileError("an attention kernel's row-wise part hands its QKV "
-                                   "projection whole rows only", kernel.location)
-            kept[t0] = tile
-
+        kept, keep = _whole_rows_kept(
+            U.shape(value), f"a row-wise part marked {INPUT_ROWS} hands the Linear after it "
+            "whole rows only", kernel.location)
         loaded = LoadedRows(self.em)
         with rows_body[-1].location:
             lower_rows(self.em, rows_body, views, self._view, (value, view),
@@ -624,15 +633,8 @@ class _FunctionLowering:
         views = dict(self.views)
         views.update(given_views)
         compute, _ = self._views_and_compute(body[:marked[0] + 1], views, "linear_rows")
-        kept: dict = {}
-
-        def keep(tile, rows_view: HbmView, divisor) -> None:
-            t0, column = divmod(rows_view.offset, shape[-1])
-            if divisor is not None or column or tile.free != shape[-1]:
-                raise CompileError("a linear_rows part hands on whole rows only",
-                                   kernel.location)
-            kept[t0] = tile
-
+        kept, keep = _whole_rows_kept(shape, "a linear_rows part hands on whole rows only",
+                                      kernel.location)
         with body[handed_on[0]].location:
             lower_mlp_rows(self.em, compute, views, body[marked[0]].results[0],
                            body[marked[0] + 1:end], self._view, (value, view), matmuls=1,

@@ -2262,7 +2262,8 @@ def row_input_bytes(rows: ir.Operation, target) -> int:
 def rows_mlp_pairs(func: ir.Operation, target) -> list[tuple]:
     """(rows kernel, mlp kernel) pairs where the mlp's first Linear reads the rows kernel's
     result (`input_rows_kernel`: a pre-norm FFN's norm), with the mlp's resident weights and
-    the kept rows within MLP_RESIDENT_SHARE of SBUF."""
+    the kept rows (the norm's result and the input rows it loads) within MLP_RESIDENT_SHARE
+    of SBUF."""
     pairs = []
     for kernel in U.body_ops(func):
         if kernel.name != "trn.kernel" or U.str_attr(kernel, "kind") != "mlp" or \
@@ -2276,8 +2277,10 @@ def rows_mlp_pairs(func: ir.Operation, target) -> list[tuple]:
         hidden, out_features = U.shape(matmuls[1].operands[1])
         itemsize = max(U.element_bytes(U.element_type(v))
                        for v in (*matmuls[0].operands, matmuls[1].operands[1]))
+        # The kept rows: the norm's result, and the rows of its inputs it loaded (for the
+        # residual, kernels/rows.py LoadedRows).
         kept = tokens // target.pe_cols * features * U.element_bytes(
-            U.element_type(matmuls[0].operands[0]))
+            U.element_type(matmuls[0].operands[0])) + row_input_bytes(rows, target)
         if mlp_kernel.resident_bytes(target, features, hidden, out_features, itemsize) + \
                 kept > target.sbuf_partition_bytes * MLP_RESIDENT_SHARE:
             continue
