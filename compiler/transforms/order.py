@@ -29,6 +29,14 @@ first: a BERT layer's backward pairs the attention output projection's weight gr
 one FFN weight gradient with its attention kernel, where the two FFN weight gradients held
 up the attention kernel's inputs on PE, encoder_train backward 1201.5 -> 1174.4 us against
 1309.6 us.)
+
+A matmul kernel whose bytes over HBM bandwidth exceed twice its PE work is a primary too: a
+softmax backward's dV = P^T @ dO reads the [B * H, S, S] probabilities to produce 64
+columns per head, and leaves PE idle while they stream in. Its partner is the one PE-bound
+kernel (independent, its inputs computed before it) that shortens the pair most, judged by
+the roofline of the two together (their PE work added, and their bytes: the partner's loads
+share the DMA queues) against one after the other; a BERT layer's backward pairs dV with
+the first FFN weight's gradient (encoder_train backward 1098.0 -> 1079.7 us).
 """
 
 from __future__ import annotations
@@ -117,13 +125,17 @@ def _pe_ns(op: ir.Operation, target) -> float:
 
 
 def _pair_co_runs(func, body, order, preds, users, target) -> None:
-    """Move before each attention kernel its partners, mark the pair (module docstring)."""
+    """Move before each attention kernel, and each DMA-bound matmul kernel, its partners;
+    mark the pair (module docstring)."""
     position = {i: k for k, i in enumerate(order)}
     taken: set[int] = set()
     pairs = 0
     for a in list(order):
         op = body[a]
-        if op.name != "trn.kernel" or U.str_attr(op, "kind") != "attention" or a in taken:
+        if op.name != "trn.kernel" or a in taken:
+            continue
+        attention = U.str_attr(op, "kind") == "attention"
+        if not attention and not _dma_bound(op, target):
             continue
         related = _closure(a, preds) | _closure(a, users) | {a}
         candidates = []
@@ -137,16 +149,31 @@ def _pair_co_runs(func, body, order, preds, users, target) -> None:
                 continue        # not PE-bound
             later = [p for p in _closure(c, preds) if position[p] > position[a]]
             if any(body[p].name == "trn.kernel" for p in later):
-                continue        # an input of it is computed after the attention kernel
+                continue        # an input of it is computed after the primary
             candidates.append((pe, position[c], c, later))
-        idle = _vector_ns(op, target) - _pe_ns(op, target)
         partners, moved = [], set()
-        for pe, _, c, later in sorted(candidates):
-            if pe > idle:
-                break
-            idle -= pe
-            partners.append(c)
-            moved.update(later)
+        if attention:
+            idle = _vector_ns(op, target) - _pe_ns(op, target)
+            for pe, _, c, later in sorted(candidates):
+                if pe > idle:
+                    break
+                idle -= pe
+                partners.append(c)
+                moved.update(later)
+        else:
+            # A DMA-bound primary: the one partner that shortens the pair most, by the
+            # roofline of the two together against one after the other (its loads share
+            # the queues the primary keeps busy).
+            pe_a, dma_a = _pe_ns(op, target), _dma_ns(op, target)
+            best = None
+            for pe, _, c, later in candidates:
+                together = max(pe_a + pe, dma_a + _dma_ns(body[c], target))
+                gain = dma_a + estimate_ns(body[c], target) - together
+                if gain > 0 and (best is None or gain > best[0]):
+                    best = (gain, c, later)
+            if best is not None:
+                partners.append(best[1])
+                moved.update(best[2])
         if not partners:
             continue
         taken.add(a)
@@ -162,6 +189,19 @@ def _pair_co_runs(func, body, order, preds, users, target) -> None:
             kernel.attributes["co_run"] = U.i64(pairs)
             kernel.attributes["co_run_role"] = U.string(role)
         pairs += 1
+
+
+def _dma_ns(op: ir.Operation, target) -> float:
+    """A kernel's bytes read from outside it and written, over one core's HBM bandwidth."""
+    moved = sum(_bytes(v) for v in set(_values_read(op))) + sum(_bytes(r) for r in op.results)
+    return moved / target.hbm_bytes_per_ns
+
+
+def _dma_bound(op: ir.Operation, target) -> bool:
+    """A matmul kernel whose bytes take more than twice its PE work (a batched matmul over a
+    large operand: a softmax backward's dV = P^T @ dO reads the [B * H, S, S] probabilities
+    for 64 columns of output)."""
+    return U.str_attr(op, "kind") == "matmul" and _dma_ns(op, target) > 2 * _pe_ns(op, target)
 
 
 def _vector_ns(op: ir.Operation, target) -> float:
@@ -194,6 +234,4 @@ def estimate_ns(op: ir.Operation, target) -> float:
     """Roofline time of a kernel (0 for anything else)."""
     if op.name != "trn.kernel":
         return 0.0
-    flops = _matmul_flops(op)
-    moved = sum(_bytes(v) for v in set(_values_read(op))) + sum(_bytes(r) for r in op.results)
-    return max(flops / target.pe_peak_flops_per_ns(), moved / target.hbm_bytes_per_ns)
+    return max(_pe_ns(op, target), _dma_ns(op, target))
