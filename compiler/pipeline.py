@@ -120,6 +120,11 @@ class CompileOptions:
     # applies last to a value linear in its scores (a softmax backward's) is applied to Q^T
     # as it leaves PSUM instead, the same bits without a pass over the rows
     attention_scale_into_q: bool = True
+    # convert-trn-to-nisa overlap-projection: an attention kernel that computes its QKV
+    # projection over several batch indices computes the next one's rows while the attention
+    # works on this one's (the projection's output tiles one at a time, in its own part of
+    # SBUF and PSUM)
+    attention_overlap_projection: bool = True
     # convert-trn-to-nisa pool-sharing: POOL (GpSimd) takes its share of the tensor_tensor ops
     # and copies whose operands are all in SBUF, where it would finish them before DVE (or ACT)
     pool_sharing: bool = True
@@ -207,7 +212,8 @@ def stages(options: CompileOptions) -> list[Stage]:
         Stage("isa", "tile into instructions, place buffers, synchronise engines",
               f"convert-trn-to-nisa{{target={target} masked-keys="
               f"{str(options.attention_masked_keys).lower()} scale-into-q="
-              f"{str(options.attention_scale_into_q).lower()} pool-sharing="
+              f"{str(options.attention_scale_into_q).lower()} overlap-projection="
+              f"{str(options.attention_overlap_projection).lower()} pool-sharing="
               f"{str(options.pool_sharing).lower()} regroup-copies="
               f"{str(options.regroup_copies).lower()}}},"
               f"trn-plan-memory{{oldest-freed={str(options.onchip_oldest_freed).lower()} "

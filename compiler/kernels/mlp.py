@@ -170,12 +170,35 @@ class _Mlp:
                               b_res.tile(j0, jn, n0, nn), accumulate=j0 > 0)
             if (j0 + jn) % b_res.panel_k == 0:    # B's row panels hold panel_k hidden units
                 b_res.panels.clear()
+        self._release_staging()
+        return accs
+
+    def output_tiles(self, t0: int, tn: int):
+        """A Linear's output tiles of the tokens [t0, t0 + tn), each summed over every K-tile
+        before the next is begun: (first token, tokens, first feature, features, PSUM
+        tile), column tile by column tile. PSUM then holds one output tile at a time where
+        `block` holds the block's whole width (a QKV projection's 2304 features: 4.5 of
+        PSUM's 8 banks). The same matmuls, each output tile's in the same order."""
+        em, tp, x_t, b_res = self.em, self.tp, self.x_t, self.b_res
+        rows = [(r0, min(tp, t0 + tn - r0)) for r0 in range(t0, t0 + tn, tp)]
+        for n0, nn in self.n_tiles:
+            for r0, rn in rows:
+                acc = em.alloc("psum", rn, nn, ir.F32Type.get())
+                for j0, jn in self.j_tiles:
+                    em.matmul(acc, x_t.tile(j0, jn, t0, tn).columns(r0 - t0, rn),
+                              b_res.tile(j0, jn, n0, nn), accumulate=j0 > 0)
+                yield r0, rn, n0, nn, acc
+        self._release_staging()
+
+    def _release_staging(self) -> None:
+        """Drop the block's X^T staging, keeping the row panels of X it loaded whole
+        (`x_rows`)."""
+        x_t = self.x_t
         features = x_t.view.shape[0]
         for (c0, cn, k_start), panel in x_t.panels.items():
             if k_start == 0 and panel.free == features:
                 self.x_rows[c0] = panel
         x_t.release()
-        return accs
 
 
 class RowTiles:
@@ -184,10 +207,17 @@ class RowTiles:
     computes its token block (`_Mlp.block`), and the block's output tiles are evacuated
     through the second epilogue into row tiles in the output's type."""
 
-    def __init__(self, mlp: _Mlp, value: ir.Value, location: ir.Location | None = None):
+    def __init__(self, mlp: _Mlp, value: ir.Value, location: ir.Location | None = None,
+                 tile_by_tile: bool = False):
         """`location`: the instructions' location, where it is not the enclosing one (a
-        part of a merged kernel computed while another part is lowered)."""
+        part of a merged kernel computed while another part is lowered); `tile_by_tile`: a
+        Linear's output tiles are computed and evacuated one at a time (`_Mlp.output_tiles`),
+        not a token block's at once."""
         self.mlp, self.value, self.location = mlp, value, location
+        self.tile_by_tile = tile_by_tile and mlp.first is None
+        # The co-run pair and role its on-chip tiles take (Emitter.co_run), where another part
+        # of the kernel runs beside its computation in a part of SBUF and PSUM of its own.
+        self.co_run: tuple[int, str] | None = None
         self.value_type = U.element_type(value)
         self.tiles: dict[int, Tile] = {}         # first token -> its evacuated row tile
         # Values of the epilogue stored as each output tile is evacuated: {value: view of its
@@ -243,30 +273,45 @@ class RowTiles:
         if t0 not in self.tiles:
             mlp = self.mlp
             b0 = t0 - t0 % mlp.block_tokens
-            with self.location or contextlib.nullcontext():
-                self._evacuate(b0, min(mlp.block_tokens, mlp.tokens - b0))
+            outer = mlp.em.co_run
+            if self.co_run is not None:
+                mlp.em.co_run = self.co_run
+            try:
+                with self.location or contextlib.nullcontext():
+                    self._evacuate(b0, min(mlp.block_tokens, mlp.tokens - b0))
+            finally:
+                mlp.em.co_run = outer
         return self.tiles[t0]
 
     def _evacuate(self, t0: int, tn: int) -> None:
         mlp, em = self.mlp, self.mlp.em
-        accs = mlp.block(t0, tn)
-        for r0 in range(t0, t0 + tn, mlp.tp):
-            rn = min(mlp.tp, t0 + tn - r0)
-            row_tile = em.alloc("sbuf", rn, mlp.out_features, self.value_type)
-            for n0, nn in mlp.n_tiles:
-                columns = row_tile.columns(n0, nn)
-                results = mlp.epilogue2.run(
-                    accs[(r0, n0)], (r0, rn),
-                    lambda view, r0=r0, rn=rn, n0=n0, nn=nn:
-                        view.slice(0, r0, rn).slice(1, n0, nn),
-                    into={self.value: columns})
-                if results[self.value] is not columns:
-                    em.copy(columns, results[self.value])
-                for value, dest in self.chunk_stores.items():
-                    store_tile(em, dest.slice(0, r0, rn).slice(1, n0, nn), results[value])
-            self.tiles[r0] = row_tile
-            for store in self.on_row_tile:
-                store(r0, row_tile)
+        if self.tile_by_tile:
+            tiles = mlp.output_tiles(t0, tn)
+        else:
+            accs = mlp.block(t0, tn)
+            tiles = ((r0, min(mlp.tp, t0 + tn - r0), n0, nn, accs[(r0, n0)])
+                     for r0 in range(t0, t0 + tn, mlp.tp) for n0, nn in mlp.n_tiles)
+        last = mlp.n_tiles[-1][0]
+        row_tiles: dict[int, Tile] = {}
+        for r0, rn, n0, nn, acc in tiles:
+            row_tile = row_tiles.get(r0)
+            if row_tile is None:
+                row_tile = row_tiles[r0] = em.alloc("sbuf", rn, mlp.out_features,
+                                                    self.value_type)
+            columns = row_tile.columns(n0, nn)
+            results = mlp.epilogue2.run(
+                acc, (r0, rn),
+                lambda view, r0=r0, rn=rn, n0=n0, nn=nn:
+                    view.slice(0, r0, rn).slice(1, n0, nn),
+                into={self.value: columns})
+            if results[self.value] is not columns:
+                em.copy(columns, results[self.value])
+            for value, dest in self.chunk_stores.items():
+                store_tile(em, dest.slice(0, r0, rn).slice(1, n0, nn), results[value])
+            if n0 == last:
+                self.tiles[r0] = row_tile
+                for store in self.on_row_tile:
+                    store(r0, row_tile)
 
     def all_rows(self) -> None:
         """Evacuate every row tile not asked for yet (their `on_row_tile` stores then run)."""

@@ -22,10 +22,12 @@ in the schedule (a matmul kernel it follows) uses until its end, and its tiles w
 end. Option `group-reuse=false` turns it off.
 
 The tiles of a pair of kernels trn-order set to run side by side (`co_run`, an attention
-kernel, the "primary", and an independent PE-bound kernel, the "partner") take their bytes in
-disjoint parts of SBUF and PSUM: the partner the top of each (SBUF: its peak live bytes in
-program order twice over, at most half; PSUM: the banks its peak fills, at least one, at
-most half: an attention kernel needs most banks), the primary the rest. Otherwise whichever
+kernel or a DMA-bound matmul kernel, the "primary", and an independent PE-bound kernel, the
+"partner"; or, inside one attention kernel, the attention part and the QKV projection that
+computes the next batch index's rows beside it, convert-trn-to-nisa overlap-projection) take
+their bytes in disjoint parts of SBUF and PSUM: the partner the top of each (SBUF: its peak
+live bytes in program order twice over, at most half; PSUM: the banks its peak fills, at
+least one, at most half: an attention kernel needs most banks), the primary the rest. Otherwise whichever
 of the two comes second in program order takes the bytes the first one's tiles left, each
 of its tiles waiting for one of the first's, and the two run one after the other. A tile
 that does not fit in its part takes bytes anywhere.

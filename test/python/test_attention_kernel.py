@@ -374,6 +374,33 @@ def test_attention_output_stays_on_chip_for_the_projection(d, heads, batch, seq,
     assert no_qkv_profile.dma_bytes - fused_profile.dma_bytes == (2 * 3 + 1) * elements * 2
 
 
+@pytest.mark.parametrize("batch,seq,paired", [(2, 256, True), (3, 256, True), (2, 128, False)])
+def test_next_batch_index_qkv_rows_are_computed_beside_the_attention(batch, seq, paired,
+                                                                   tmp_path, monkeypatch):
+    """convert-trn-to-nisa overlap-projection: the QKV projection computed in the attention
+    kernel evacuates its output tiles one at a time (768 features: two PSUM tiles per row
+    block), and where each batch index has more than one query block its tiles and the
+    attention's are a co-run pair in disjoint parts of SBUF and PSUM, so the next batch
+    index's rows are computed while the attention works: the same bits, in less simulated
+    time; with one query block per batch index no pair forms."""
+    torch.manual_seed(0)
+    model = PostNormAttentionBlock(256, 4).to(torch.bfloat16).eval()
+    x = torch.randn(batch, seq, 256).to(torch.bfloat16)
+    runs = _run_each(model, x, tmp_path, monkeypatch, on={},
+                     off={"attention_overlap_projection": False})
+    (on, on_profile, on_trn), (off, off_profile, _) = runs["on"], runs["off"]
+    assert "trn.attention_input" in on_trn
+    torch.testing.assert_close(on, off, atol=0, rtol=0)
+    isa = {name: next((tmp_path / name / "on").glob("*.isa.mlir")).read_text()
+           for name in runs}
+    assert "co_run" not in isa["off"]
+    for memory in ("sbuf", "psum"):
+        for role in ("partner", "primary"):
+            assert (f'co_run_role = "{role}", memory = "{memory}"' in isa["on"]) == paired
+    if paired:
+        assert on_profile.total_ns < off_profile.total_ns
+
+
 @pytest.mark.parametrize("d,heads,batch,seq,causal", [(128, 2, 2, 128, False),
                                                       (192, 3, 2, 256, True)])
 def test_training_forward_keeps_the_attention_output_on_chip_for_the_projection(
