@@ -343,21 +343,41 @@ def lower_rows(em: Emitter, body: list[ir.Operation], views: dict,
         storage[deferred.numerator] = storage.get(deferred.result,
                                                   U.element_type(deferred.result))
         folded |= deferred.skipped
-    # Two constant tensor_scalar steps in a row (a variance's mean and its epsilon, x * c + e),
-    # the first's fp32 result read by the second alone: one instruction with two ALU ops, which
-    # computes each in fp32 as the two instructions did (`chained`: second -> first).
+    def one_step(op: ir.Operation) -> tuple | None:
+        """(the value it reads, ALU op, its other operand: a constant or a per-row value,
+        reversed) for one ALU step on a value: a constant tensor_scalar, or a tensor_tensor
+        of a value and a broadcast per-row value (a norm's x - mean, its * rstd); else
+        None."""
+        if op.name == "trn.tensor_scalar":
+            return (op.operands[0], U.str_attr(op, "op"), U.float_attr(op, "scalar"),
+                    ir.BoolAttr(op.attributes["reverse"]).value)
+        if op.name == "trn.tensor_tensor" and sum(v in broadcast_of for v in op.operands) == 1:
+            lhs, rhs = op.operands
+            reverse = lhs in broadcast_of
+            return (rhs, U.str_attr(op, "op"), lhs, True) if reverse else \
+                (lhs, U.str_attr(op, "op"), rhs, False)
+        return None
+
+    # Two such steps in a row (a variance's mean and its epsilon, x * c + e; a norm's
+    # (x - mean) * rstd, or its backward's 768 g - sum), the first's fp32 result read by the
+    # second alone: one instruction with two ALU ops, which computes each in fp32 as the two
+    # instructions did (`chained`: second -> first), one pass over the row where there were
+    # two.
     chained = {}
     broadcast_sources = set(broadcast_of.values()) | set(per_row_alias.values())
     for op in compute:
         y = op.results[0]
         readers = users.get(y, [])
-        if op.name != "trn.tensor_scalar" or op in folded or len(readers) != 1 or \
+        # (Not a step that is already the second of a chain: an instruction takes two.)
+        if one_step(op) is None or op in folded or op in safe_div or op in chained or \
+                len(readers) != 1 or \
                 y in results or y in alias_of or y in broadcast_sources or \
                 y in scaled_names or y in prescaled or y in rescaled_in_place or \
                 storage.get(y, U.element_type(y)) != ir.F32Type.get():
             continue
         (second,) = readers
-        if second.name == "trn.tensor_scalar" and second not in folded and \
+        step = one_step(second)
+        if step is not None and step[0] == y and second not in folded and \
                 second not in safe_div and second not in chained and \
                 is_row(second.results[0]) == is_row(y):
             chained[second] = op
@@ -456,6 +476,14 @@ def lower_rows(em: Emitter, body: list[ir.Operation], views: dict,
                     return spread_column(em, tiles[broadcast_of[v]], width)
                 return tiles[v]
 
+            def step_operand(alu: str, other) -> tuple[str, float | Tile]:
+                """A chained step's ALU op and operand: a constant, or the [P, 1] tile of a
+                per-row value (x - m as x + (-m) where -m is what was made)."""
+                if not isinstance(other, ir.Value):
+                    return alu, other
+                per_row = broadcast_of[other]
+                return ("add" if per_row in negated_names else alu), tiles[per_row]
+
             for op in compute:
                 result = op.results[0]
                 if result in aliases:
@@ -471,7 +499,18 @@ def lower_rows(em: Emitter, body: list[ir.Operation], views: dict,
                     op not in safe_div and is_row(result) else None
                 if dst is None:
                     dst = em.alloc("sbuf", pn, free, etype)
-                if op in biased or op in accumulated:
+                if op in chained:
+                    first = chained[op]
+                    source, alu0, operand0, reverse0 = one_step(first)
+                    _, alu1, operand1, reverse1 = one_step(op)
+                    alu0, operand0 = step_operand(alu0, operand0)
+                    alu1, operand1 = step_operand(alu1, operand1)
+                    engines = ("dve", "pool") if em.pool_sharing and is_row(result) and all(
+                        t.memory == "sbuf" for t in (dst, operand(source))) else ("dve",)
+                    em.tensor_scalar(dst, operand(source), alu0, operand0, reverse0,
+                                     alu1, operand1, reverse1,
+                                     engine=em.sooner_engine(dict.fromkeys(engines, free)))
+                elif op in biased or op in accumulated:
                     scale = U.float_attr(op, "scale")
                     bias = None
                     # (_safe_softmax: a row all -inf gets the largest float as its bias, not
@@ -569,13 +608,6 @@ def lower_rows(em: Emitter, body: list[ir.Operation], views: dict,
                         emit_elementwise(em, op, [operand(v).columns(c0, cn)
                                                   for v in op.operands],
                                          dst.columns(c0, cn), consts, share=is_row(result))
-                elif op in chained:
-                    first = chained[op]
-                    em.tensor_scalar(dst, operand(first.operands[0]), U.str_attr(first, "op"),
-                                     U.float_attr(first, "scalar"),
-                                     ir.BoolAttr(first.attributes["reverse"]).value,
-                                     U.str_attr(op, "op"), U.float_attr(op, "scalar"),
-                                     ir.BoolAttr(op.attributes["reverse"]).value)
                 else:
                     # Whole-row arithmetic may go to ACT when it would finish sooner there
                     # (a square, a constant multiply or add: the same roundings); a per-row

@@ -823,6 +823,78 @@ func.func @rows_scaled_on_act(%x: tensor<128x1024xf32>) -> tensor<128x1024xf32> 
 
 // -----
 
+// Tests that an add of a per-row value to rows that are read elsewhere too (no step to chain
+// it with), with DVE the busier engine, runs on ACT: an identity activation with the value as
+// its per-partition bias (x + m exactly, as the tensor_scalar would add it).
+// CHECK-LABEL: func.func @rows_plus_max_on_act
+// CHECK: "nisa.tensor_reduce"(%[[M:[0-9]+]], {{.*}}op = "max"
+// CHECK: "nisa.activation"(%{{[0-9]+}}, %{{[0-9]+}}, %[[M]]) {{.*}}engine = "act", func = "identity", operandSegmentSizes = array<i32: 1, 1, 1, 0, 0>, scale = 1.000000e+00
+func.func @rows_plus_max_on_act(%x: tensor<128x96xf32>) -> tensor<128x96xf32> {
+  %k = "trn.kernel"() ({
+    %m = "trn.reduce"(%x) {op = "max", dimensions = array<i64: 1>} : (tensor<128x96xf32>) -> tensor<128xf32>
+    %mb = "trn.broadcast"(%m) {dimensions = array<i64: 1>} : (tensor<128xf32>) -> tensor<128x96xf32>
+    %q = "trn.tensor_tensor"(%x, %x) {op = "div"} : (tensor<128x96xf32>, tensor<128x96xf32>) -> tensor<128x96xf32>
+    %o = "trn.tensor_tensor"(%q, %mb) {op = "add"} : (tensor<128x96xf32>, tensor<128x96xf32>) -> tensor<128x96xf32>
+    %p = "trn.tensor_tensor"(%o, %q) {op = "mul"} : (tensor<128x96xf32>, tensor<128x96xf32>) -> tensor<128x96xf32>
+    "trn.yield"(%p) : (tensor<128x96xf32>) -> ()
+  }) {kind = "rows"} : () -> tensor<128x96xf32>
+  return %k : tensor<128x96xf32>
+}
+
+// -----
+
+// Tests that two steps on rows, each with a per-row value or a constant, the first's fp32
+// result read by the second alone, are one tensor_scalar with two ALU ops, each step in fp32
+// as two instructions would compute it: a norm's (x - mean) * rstd, with both per-row values
+// as its per-partition operands, and its backward's 768 g - r.
+// CHECK-LABEL: func.func @norm_steps_per_row_chained
+// CHECK: "nisa.tensor_reduce"(%[[SUM:[0-9]+]],
+// CHECK: "nisa.tensor_scalar"(%[[MEAN:[0-9]+]], %[[SUM]])
+// CHECK: "nisa.activation"(%[[R:[0-9]+]], %[[SUM]]) {{.*}}func = "rsqrt"
+// CHECK: "nisa.tensor_scalar"(%[[XHAT:[0-9]+]], %{{[0-9]+}}, %[[MEAN]], %[[R]]) {{.*}}op0 = "sub", op1 = "mul", operandSegmentSizes = array<i32: 1, 1, 1, 1>
+// CHECK: "nisa.tensor_scalar"(%[[T:[0-9]+]], %{{[0-9]+}}, %[[R]]) {{.*}}imm0 = 7.680000e+02 : f32{{.*}}op0 = "mul", op1 = "sub", operandSegmentSizes = array<i32: 1, 1, 0, 1>
+// CHECK: "nisa.tensor_tensor"(%{{[0-9]+}}, %[[XHAT]], %[[T]]) {{.*}}op = "mul"
+// CHECK-NOT: "nisa.tensor_scalar"
+// CHECK: return
+func.func @norm_steps_per_row_chained(%x: tensor<128x1024xf32>, %g: tensor<128x1024xf32>) -> tensor<128x1024xf32> {
+  %k = "trn.kernel"() ({
+    %sum = "trn.reduce"(%x) {op = "add", dimensions = array<i64: 1>} : (tensor<128x1024xf32>) -> tensor<128xf32>
+    %mean = "trn.tensor_scalar"(%sum) {op = "mul", scalar = 9.765625e-04 : f32, reverse = false} : (tensor<128xf32>) -> tensor<128xf32>
+    %mb = "trn.broadcast"(%mean) {dimensions = array<i64: 1>} : (tensor<128xf32>) -> tensor<128x1024xf32>
+    %r = "trn.activation"(%sum) {func = "rsqrt", scale = 1.0 : f32, bias = 0.0 : f32} : (tensor<128xf32>) -> tensor<128xf32>
+    %rb = "trn.broadcast"(%r) {dimensions = array<i64: 1>} : (tensor<128xf32>) -> tensor<128x1024xf32>
+    %d = "trn.tensor_tensor"(%x, %mb) {op = "sub"} : (tensor<128x1024xf32>, tensor<128x1024xf32>) -> tensor<128x1024xf32>
+    %xhat = "trn.tensor_tensor"(%d, %rb) {op = "mul"} : (tensor<128x1024xf32>, tensor<128x1024xf32>) -> tensor<128x1024xf32>
+    %g768 = "trn.tensor_scalar"(%g) {op = "mul", scalar = 7.680000e+02 : f32, reverse = false} : (tensor<128x1024xf32>) -> tensor<128x1024xf32>
+    %t = "trn.tensor_tensor"(%g768, %rb) {op = "sub"} : (tensor<128x1024xf32>, tensor<128x1024xf32>) -> tensor<128x1024xf32>
+    %y = "trn.tensor_tensor"(%xhat, %t) {op = "mul"} : (tensor<128x1024xf32>, tensor<128x1024xf32>) -> tensor<128x1024xf32>
+    "trn.yield"(%y) : (tensor<128x1024xf32>) -> ()
+  }) {kind = "rows"} : () -> tensor<128x1024xf32>
+  return %k : tensor<128x1024xf32>
+}
+
+// -----
+
+// Tests that of three such steps in a row, the first two are one instruction and the third
+// another (an instruction takes two ALU ops): (x * 0.5 - r) then * 2.
+// CHECK-LABEL: func.func @three_steps_two_chained
+// CHECK: "nisa.tensor_scalar"(%[[T:[0-9]+]], %{{[0-9]+}}, %[[R:[0-9]+]]) {{.*}}imm0 = 5.000000e-01 : f32{{.*}}op0 = "mul", op1 = "sub", operandSegmentSizes = array<i32: 1, 1, 0, 1>
+// CHECK: "nisa.{{tensor_scalar|activation}}"(%{{[0-9]+}}, %[[T]]{{.*}}2.000000e+00 : f32
+// CHECK: return
+func.func @three_steps_two_chained(%x: tensor<128x1024xf32>) -> tensor<128x1024xf32> {
+  %k = "trn.kernel"() ({
+    %sum = "trn.reduce"(%x) {op = "add", dimensions = array<i64: 1>} : (tensor<128x1024xf32>) -> tensor<128xf32>
+    %rb = "trn.broadcast"(%sum) {dimensions = array<i64: 1>} : (tensor<128xf32>) -> tensor<128x1024xf32>
+    %h = "trn.tensor_scalar"(%x) {op = "mul", scalar = 5.000000e-01 : f32, reverse = false} : (tensor<128x1024xf32>) -> tensor<128x1024xf32>
+    %t = "trn.tensor_tensor"(%h, %rb) {op = "sub"} : (tensor<128x1024xf32>, tensor<128x1024xf32>) -> tensor<128x1024xf32>
+    %y = "trn.tensor_scalar"(%t) {op = "mul", scalar = 2.000000e+00 : f32, reverse = false} : (tensor<128x1024xf32>) -> tensor<128x1024xf32>
+    "trn.yield"(%y) : (tensor<128x1024xf32>) -> ()
+  }) {kind = "rows"} : () -> tensor<128x1024xf32>
+  return %k : tensor<128x1024xf32>
+}
+
+// -----
+
 // Tests that two constant steps on a per-row value (a variance's 1/N and its epsilon), the
 // first's fp32 result read by the second alone, are one tensor_scalar with two ALU ops.
 // CHECK-LABEL: func.func @norm_variance_steps_chained
@@ -875,16 +947,18 @@ func.func @norm_affine_shared_with_pool(%x: tensor<128x2048xf32>, %w: tensor<204
 // -----
 
 // Tests that a scaled max read by more than the exp's bias is still made: the max of the
-// unscaled row times c, then its negation as the bias. The final add of that max to every
-// row, with DVE the busier engine, runs on ACT: an identity activation with the max as its
-// per-partition bias (x + m exactly, as the tensor_scalar would add it).
+// unscaled row times c, then its negation as the bias. The division by the sum and the add
+// of the max, the quotient read by the add alone, are one tensor_scalar with two per-row
+// operands (each step in fp32, as two instructions would compute it).
 // CHECK-LABEL: func.func @softmax_max_reused
 // CHECK: "nisa.tensor_reduce"({{.*}}op = "max"
 // CHECK: "nisa.tensor_scalar"(%[[M:[0-9]+]], {{.*}}imm0 = 1.250000e-01 : f32{{.*}}op0 = "mul"
 // CHECK: "nisa.tensor_scalar"({{.*}}imm0 = -1.000000e+00 : f32{{.*}}op0 = "mul"
 // CHECK: "nisa.activation"({{.*}}func = "exp"
-// CHECK: "nisa.tensor_scalar"({{.*}}op0 = "div"
-// CHECK: "nisa.activation"(%{{[0-9]+}}, %{{[0-9]+}}, %[[M]]) {{.*}}engine = "act", func = "identity", operandSegmentSizes = array<i32: 1, 1, 1, 0, 0>, scale = 1.000000e+00
+// CHECK: "nisa.tensor_scalar"(%{{[0-9]+}}, %{{[0-9]+}}, %{{[0-9]+}}, %[[M]]) {{.*}}op0 = "div", op1 = "add", operandSegmentSizes = array<i32: 1, 1, 1, 1>
+// CHECK-NOT: "nisa.tensor_scalar"
+// CHECK-NOT: "nisa.activation"
+// CHECK: return
 func.func @softmax_max_reused(%x: tensor<128x96xf32>) -> tensor<128x96xf32> {
   %k = "trn.kernel"() ({
     %s = "trn.tensor_scalar"(%x) {op = "mul", scalar = 0.125 : f32, reverse = false} : (tensor<128x96xf32>) -> tensor<128x96xf32>
