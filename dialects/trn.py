@@ -494,6 +494,13 @@ def _check_kernel(op) -> None:
     for value, result in zip(yielded, op.results):
         require(value.type == result.type,
                 f"yields {value.type} but the kernel returns {result.type}")
+    attributes = ops[-1].attributes
+    groups = list(ir.DenseI32ArrayAttr(op.attributes[RESULT_GROUPS]))
+    yield_groups = list(ir.DenseI32ArrayAttr(attributes[YIELD_GROUPS])) \
+        if YIELD_GROUPS in attributes else None
+    require(groups == yield_groups,
+            f"yields groups of {yield_groups} value(s) but the kernel's results come in "
+            f"groups of {groups}")
     for inner in ops[:-1]:
         require(inner.name.startswith("trn.") and inner.name != "trn.kernel",
                 f"body may hold only trn ops other than kernels, found '{inner.name}'")
@@ -508,34 +515,62 @@ class KernelOp(Trn.Operation, name="kernel"):
 
     (IRDL binds one type to all elements of a variadic operand or result, so a kernel cannot
     list inputs of different types as operands; like gpu.launch it captures them from above
-    instead. For the same reason the first result is one of its own, and the results after
-    it share one type.)"""
+    instead. For the same reason its results come in groups: the first result, of its own
+    type; `also`, results of one type; `extra`, results of one other type (a norm's per-row
+    statistics beside the [B, S, d] values of `also`). `resultSegmentSizes` says how many
+    each group holds, and the trn.yield's `operandSegmentSizes` the same.)"""
     kind: ir.StringAttr
     result: ext.Result[ir.RankedTensorType]
     also: Sequence[ext.Result[ir.RankedTensorType]]
+    extra: Sequence[ext.Result[ir.RankedTensorType]]
     body: ext.Region
     verify_invariants = verifier(_check_kernel)
 
 
 class YieldOp(Trn.Operation, name="yield", traits=[ir.IsTerminatorTrait]):
-    """Terminates a trn.kernel body, naming the kernel's results."""
+    """Terminates a trn.kernel body, naming the kernel's results, in its groups."""
     value: ext.Operand[ir.RankedTensorType]
     also: Sequence[ext.Operand[ir.RankedTensorType]]
+    extra: Sequence[ext.Operand[ir.RankedTensorType]]
+
+
+# The attributes that say how many values each group of a kernel's results (and of its
+# yield's operands) holds: the first, `also`, `extra`.
+RESULT_GROUPS = "resultSegmentSizes"
+YIELD_GROUPS = "operandSegmentSizes"
+
+
+def result_groups(types: list[ir.Type]) -> list[int]:
+    """[1, len(also), len(extra)] for a kernel whose results have `types` (at least one):
+    after the first, a run of one type, then a run of one other type. ValueError for any
+    other order of types."""
+    rest = types[1:]
+    also = next((i for i, t in enumerate(rest) if t != rest[0]), len(rest))
+    extra = rest[also:]
+    if any(t != extra[0] for t in extra):
+        raise ValueError("a kernel's results after the first are a run of one type and then "
+                         f"a run of one other type, not {', '.join(map(str, rest))}")
+    return [1, also, len(extra)]
 
 
 def build_kernel(kind: str, result_types: ir.Type | list[ir.Type],
                  loc: ir.Location | None = None) -> ir.Operation:
     """Create an empty `trn.kernel` with one empty block at the current insertion point;
-    `result_types`: its result's type, or the types of its results (those after the first
-    of one type)."""
+    `result_types`: its result's type, or the types of its results (after the first, a run
+    of one type and then a run of another: `result_groups`)."""
     types = result_types if isinstance(result_types, list) else [result_types]
     op = ir.Operation.create("trn.kernel", results=types,
-                             attributes={"kind": ir.StringAttr.get(kind)}, regions=1, loc=loc)
+                             attributes={"kind": ir.StringAttr.get(kind),
+                                         RESULT_GROUPS: ir.DenseI32ArrayAttr.get(
+                                             result_groups(types))},
+                             regions=1, loc=loc)
     op.regions[0].blocks.append()
     return op
 
 
 def build_yield(values: ir.Value | list[ir.Value], loc: ir.Location | None = None) -> ir.Operation:
-    return ir.Operation.create("trn.yield",
-                               operands=values if isinstance(values, list) else [values],
+    values = values if isinstance(values, list) else [values]
+    groups = result_groups([v.type for v in values])
+    return ir.Operation.create("trn.yield", operands=values,
+                               attributes={YIELD_GROUPS: ir.DenseI32ArrayAttr.get(groups)},
                                loc=loc)

@@ -874,7 +874,8 @@ def outline(group: list[ir.Operation], kind: str | None = None,
             position.get(_top_level(user, position), -1) > position[last] for user in outside)
     yielded = [op for op in members[:-1] if yield_escaping is not None and yield_escaping(op)
                and read_after_last(op)]
-    # (A kernel's results after the first share one type: the others stay as they were.)
+    # (Those of the first one's type are yielded, one group of the kernel's results
+    # (dialects/trn.py); the others stay as they were.)
     yielded = [op for op in yielded if op.results[0].type == yielded[0].results[0].type]
     with ir.InsertionPoint(last), last.location:
         kernel = build_kernel(kind or _kind(members),

@@ -66,12 +66,12 @@ layer's inference (GPT-2's), where nothing is saved and the output projection is
 kernel (the layer norm comes before the QKV projection, not after the residual): the QKV
 projection and the output projection both join, and where only the projection reads the
 attention's output, the kernel yields the projection's result alone, the output staying on
-chip (GPT-2 small over 512 tokens: 4.7 MB of QKV and 1.6 MB of output per layer). (IRDL
-binds one type to all of a kernel's results after the first, dialects/trn.py: the kernel
-yields its probabilities first and the rest -- its output and the views, as many elements
-each in self-attention -- flat, reshaped back outside; a backward's kernel, whose further
-results flatten alike, yields its output first, dQ, which then goes straight into its
-slice of the QKV gradient.)
+chip (GPT-2 small over 512 tokens: 4.7 MB of QKV and 1.6 MB of output per layer). (A
+kernel's results after the first come in at most two groups of one type each,
+dialects/trn.py: the kernel yields its probabilities first and the rest -- its output and
+the views, as many elements each in self-attention -- flat in one group, reshaped back
+outside; a backward's kernel, whose further results flatten alike, yields its output
+first, dQ, which then goes straight into its slice of the QKV gradient.)
 
 Option `input-rows` (on by default): the norm in front of such a pre-norm layer's attention
 (a row-wise kernel of one result that only the QKV projection reads, through reshapes to
@@ -101,7 +101,7 @@ from torchneuron.compiler.transforms.fuse import (
 )
 from torchneuron.compiler.transforms.layout import TOKEN_MAJOR
 from torchneuron.compiler.transforms.tile import kernel_body
-from torchneuron.dialects.trn import build_kernel, build_yield
+from torchneuron.dialects.trn import RESULT_GROUPS, build_kernel, build_yield
 from torchneuron.target import get_target
 
 KIND = "attention_linear_rows"
@@ -593,7 +593,7 @@ def merge_qkv_saved(attention: ir.Operation, qkv: ir.Operation, saved: list[tupl
     with ir.InsertionPoint(at if at is not None else attention), attention.location:
         merged = build_kernel("attention", types)
     for name in U.attributes_of(attention):
-        if name != "kind":
+        if name not in ("kind", RESULT_GROUPS):
             merged.attributes[name] = attention.attributes[name]
     inner_of = dict(saved)
     mapping: dict = {}
@@ -631,8 +631,7 @@ def _flat_layout(results: list[ir.Value], more: list[ir.Value]
                  ) -> tuple[ir.Value, list[ir.Value], ir.Type | None] | None:
     """(first, further, type): the attention kernel's result the merged kernel yields first,
     the values it yields after it, and the one type they take there, [elements] of their
-    element type (IRDL binds one type to all of a kernel's results after the first:
-    dialects/trn.py). Its output first where the rest flatten alike (a softmax backward's
+    element type (one group of a kernel's results: dialects/trn.py). Its output first where the rest flatten alike (a softmax backward's
     dQ, which then goes straight into the slice of the QKV gradient it is inserted in:
     convert-trn-to-nisa `_kernels_into_slices`), else its last result (a forward's
     probabilities, of another size than the rest); None where neither flattens. One

@@ -31,8 +31,8 @@ func.func @two_query_blocks(%arg0: tensor<2x256x64xbf16>, %arg1: tensor<192x64xb
     %14 = "trn.matmul"(%11, %12) : (tensor<512x64xbf16>, tensor<64x192xbf16>) -> tensor<512x192xf32>
     %15 = "trn.tensor_tensor"(%13, %14) {op = "add"} : (tensor<512x192xbf16>, tensor<512x192xf32>) -> tensor<512x192xf32>
     %16 = "trn.convert"(%15) : (tensor<512x192xf32>) -> tensor<512x192xbf16>
-    "trn.yield"(%16) : (tensor<512x192xbf16>) -> ()
-  }) {gemm_block = 1 : i64, gemm_resident = "f", kind = "matmul", orientation = "mn"} : () -> tensor<512x192xbf16>
+    "trn.yield"(%16) {operandSegmentSizes = array<i32: 1, 0, 0>} : (tensor<512x192xbf16>) -> ()
+  }) {gemm_block = 1 : i64, gemm_resident = "f", kind = "matmul", orientation = "mn", resultSegmentSizes = array<i32: 1, 0, 0>} : () -> tensor<512x192xbf16>
   %1:2 = "trn.kernel"() ({
     %11 = "trn.reshape"(%0) : (tensor<512x192xbf16>) -> tensor<2x256x3x2x32xbf16>
     %12 = "trn.transpose"(%11) {permutation = array<i64: 2, 0, 3, 1, 4>} : (tensor<2x256x3x2x32xbf16>) -> tensor<3x2x2x256x32xbf16>
@@ -63,8 +63,8 @@ func.func @two_query_blocks(%arg0: tensor<2x256x64xbf16>, %arg1: tensor<192x64xb
     %37 = "trn.convert"(%36) : (tensor<4x256x32xf32>) -> tensor<4x256x32xbf16>
     %38 = "trn.reshape"(%37) : (tensor<4x256x32xbf16>) -> tensor<2x2x256x32xbf16>
     %39 = "trn.transpose"(%38) {permutation = array<i64: 0, 2, 1, 3>} : (tensor<2x2x256x32xbf16>) -> tensor<2x256x2x32xbf16>
-    "trn.yield"(%39, %30) : (tensor<2x256x2x32xbf16>, tensor<2x2x256x256xbf16>) -> ()
-  }) {kind = "attention"} : () -> (tensor<2x256x2x32xbf16>, tensor<2x2x256x256xbf16>)
+    "trn.yield"(%39, %30) {operandSegmentSizes = array<i32: 1, 1, 0>} : (tensor<2x256x2x32xbf16>, tensor<2x2x256x256xbf16>) -> ()
+  }) {kind = "attention", resultSegmentSizes = array<i32: 1, 1, 0>} : () -> (tensor<2x256x2x32xbf16>, tensor<2x2x256x256xbf16>)
   %2 = "trn.reshape"(%0) : (tensor<512x192xbf16>) -> tensor<2x256x3x2x32xbf16>
   %3 = "trn.transpose"(%2) {permutation = array<i64: 2, 0, 3, 1, 4>} : (tensor<2x256x3x2x32xbf16>) -> tensor<3x2x2x256x32xbf16>
   %4 = "trn.view"(%3) {indexing_map = affine_map<(d0, d1, d2, d3, d4) -> (d0, d1, d2, d3, d4)>} : (tensor<3x2x2x256x32xbf16>) -> tensor<1x2x2x256x32xbf16>
@@ -93,8 +93,8 @@ func.func @one_query_block(%arg0: tensor<2x128x64xbf16>, %arg1: tensor<192x64xbf
     %14 = "trn.matmul"(%11, %12) : (tensor<256x64xbf16>, tensor<64x192xbf16>) -> tensor<256x192xf32>
     %15 = "trn.tensor_tensor"(%13, %14) {op = "add"} : (tensor<256x192xbf16>, tensor<256x192xf32>) -> tensor<256x192xf32>
     %16 = "trn.convert"(%15) : (tensor<256x192xf32>) -> tensor<256x192xbf16>
-    "trn.yield"(%16) : (tensor<256x192xbf16>) -> ()
-  }) {gemm_block = 1 : i64, gemm_resident = "f", kind = "matmul", orientation = "mn"} : () -> tensor<256x192xbf16>
+    "trn.yield"(%16) {operandSegmentSizes = array<i32: 1, 0, 0>} : (tensor<256x192xbf16>) -> ()
+  }) {gemm_block = 1 : i64, gemm_resident = "f", kind = "matmul", orientation = "mn", resultSegmentSizes = array<i32: 1, 0, 0>} : () -> tensor<256x192xbf16>
   %1:2 = "trn.kernel"() ({
     %11 = "trn.reshape"(%0) : (tensor<256x192xbf16>) -> tensor<2x128x3x2x32xbf16>
     %12 = "trn.transpose"(%11) {permutation = array<i64: 2, 0, 3, 1, 4>} : (tensor<2x128x3x2x32xbf16>) -> tensor<3x2x2x128x32xbf16>
@@ -125,8 +125,8 @@ func.func @one_query_block(%arg0: tensor<2x128x64xbf16>, %arg1: tensor<192x64xbf
     %37 = "trn.convert"(%36) : (tensor<4x128x32xf32>) -> tensor<4x128x32xbf16>
     %38 = "trn.reshape"(%37) : (tensor<4x128x32xbf16>) -> tensor<2x2x128x32xbf16>
     %39 = "trn.transpose"(%38) {permutation = array<i64: 0, 2, 1, 3>} : (tensor<2x2x128x32xbf16>) -> tensor<2x128x2x32xbf16>
-    "trn.yield"(%39, %30) : (tensor<2x128x2x32xbf16>, tensor<2x2x128x128xbf16>) -> ()
-  }) {kind = "attention"} : () -> (tensor<2x128x2x32xbf16>, tensor<2x2x128x128xbf16>)
+    "trn.yield"(%39, %30) {operandSegmentSizes = array<i32: 1, 1, 0>} : (tensor<2x128x2x32xbf16>, tensor<2x2x128x128xbf16>) -> ()
+  }) {kind = "attention", resultSegmentSizes = array<i32: 1, 1, 0>} : () -> (tensor<2x128x2x32xbf16>, tensor<2x2x128x128xbf16>)
   %2 = "trn.reshape"(%0) : (tensor<256x192xbf16>) -> tensor<2x128x3x2x32xbf16>
   %3 = "trn.transpose"(%2) {permutation = array<i64: 2, 0, 3, 1, 4>} : (tensor<2x128x3x2x32xbf16>) -> tensor<3x2x2x128x32xbf16>
   %4 = "trn.view"(%3) {indexing_map = affine_map<(d0, d1, d2, d3, d4) -> (d0, d1, d2, d3, d4)>} : (tensor<3x2x2x128x32xbf16>) -> tensor<1x2x2x128x32xbf16>

@@ -46,8 +46,8 @@ func.func @linear_relu(%w: tensor<128x256xf32>, %b: tensor<128xf32>, %x: tensor<
     %y = "trn.matmul"(%x, %t) : (tensor<64x256xf32>, tensor<256x128xf32>) -> tensor<64x128xf32>
     %z = "trn.tensor_tensor"(%bb, %y) {op = "add"} : (tensor<64x128xf32>, tensor<64x128xf32>) -> tensor<64x128xf32>
     %r = "trn.activation"(%z) {func = "relu", scale = 1.0 : f32, bias = 0.0 : f32} : (tensor<64x128xf32>) -> tensor<64x128xf32>
-    "trn.yield"(%r) : (tensor<64x128xf32>) -> ()
-  }) {kind = "matmul", orientation = "nm"} : () -> tensor<64x128xf32>
+    "trn.yield"(%r) {operandSegmentSizes = array<i32: 1, 0, 0>} : (tensor<64x128xf32>) -> ()
+  }) {kind = "matmul", orientation = "nm", resultSegmentSizes = array<i32: 1, 0, 0>} : () -> tensor<64x128xf32>
   return %k : tensor<64x128xf32>
 }
 
@@ -74,8 +74,8 @@ func.func @grouped_rows(%a: tensor<2048x256xbf16>, %b: tensor<256x256xbf16>) -> 
   %k = "trn.kernel"() ({
     %y = "trn.matmul"(%a, %b) : (tensor<2048x256xbf16>, tensor<256x256xbf16>) -> tensor<2048x256xf32>
     %z = "trn.convert"(%y) : (tensor<2048x256xf32>) -> tensor<2048x256xbf16>
-    "trn.yield"(%z) : (tensor<2048x256xbf16>) -> ()
-  }) {kind = "matmul", orientation = "mn"} : () -> tensor<2048x256xbf16>
+    "trn.yield"(%z) {operandSegmentSizes = array<i32: 1, 0, 0>} : (tensor<2048x256xbf16>) -> ()
+  }) {kind = "matmul", orientation = "mn", resultSegmentSizes = array<i32: 1, 0, 0>} : () -> tensor<2048x256xbf16>
   return %k : tensor<2048x256xbf16>
 }
 
@@ -95,8 +95,8 @@ func.func @grouped_rows_per_head(%a: tensor<4x512x512xbf16>, %b: tensor<4x512x64
   %k = "trn.kernel"() ({
     %y = "trn.matmul"(%a, %b) : (tensor<4x512x512xbf16>, tensor<4x512x64xbf16>) -> tensor<4x512x64xf32>
     %z = "trn.convert"(%y) : (tensor<4x512x64xf32>) -> tensor<4x512x64xbf16>
-    "trn.yield"(%z) : (tensor<4x512x64xbf16>) -> ()
-  }) {kind = "matmul", orientation = "mn"} : () -> tensor<4x512x64xbf16>
+    "trn.yield"(%z) {operandSegmentSizes = array<i32: 1, 0, 0>} : (tensor<4x512x64xbf16>) -> ()
+  }) {kind = "matmul", orientation = "mn", resultSegmentSizes = array<i32: 1, 0, 0>} : () -> tensor<4x512x64xbf16>
   return %k : tensor<4x512x64xbf16>
 }
 
@@ -162,8 +162,8 @@ func.func @exp_sum(%x: tensor<4x16xf32>) -> tensor<4xf32> {
     %e = "trn.activation"(%x) {func = "exp", scale = 1.0 : f32, bias = 0.0 : f32} : (tensor<4x16xf32>) -> tensor<4x16xf32>
     %s = "trn.reduce"(%e) {op = "add", dimensions = array<i64: 1>} : (tensor<4x16xf32>) -> tensor<4xf32>
     %r = "trn.activation"(%s) {func = "reciprocal", scale = 1.0 : f32, bias = 0.0 : f32} : (tensor<4xf32>) -> tensor<4xf32>
-    "trn.yield"(%r) : (tensor<4xf32>) -> ()
-  }) {kind = "reduce"} : () -> tensor<4xf32>
+    "trn.yield"(%r) {operandSegmentSizes = array<i32: 1, 0, 0>} : (tensor<4xf32>) -> ()
+  }) {kind = "reduce", resultSegmentSizes = array<i32: 1, 0, 0>} : () -> tensor<4xf32>
   return %k : tensor<4xf32>
 }
 
@@ -240,8 +240,8 @@ func.func @conv(%x: tensor<2x3x10x10xf32>, %w: tensor<4x3x3x3xf32>, %b: tensor<4
     %bb = "trn.broadcast"(%b) {dimensions = array<i64: 0, 2, 3>} : (tensor<4xf32>) -> tensor<2x4x4x4xf32>
     %s = "trn.tensor_tensor"(%c, %bb) {op = "add"} : (tensor<2x4x4x4xf32>, tensor<2x4x4x4xf32>) -> tensor<2x4x4x4xf32>
     %r = "trn.activation"(%s) {func = "relu", scale = 1.0 : f32, bias = 0.0 : f32} : (tensor<2x4x4x4xf32>) -> tensor<2x4x4x4xf32>
-    "trn.yield"(%r) : (tensor<2x4x4x4xf32>) -> ()
-  }) {kind = "conv"} : () -> tensor<2x4x4x4xf32>
+    "trn.yield"(%r) {operandSegmentSizes = array<i32: 1, 0, 0>} : (tensor<2x4x4x4xf32>) -> ()
+  }) {kind = "conv", resultSegmentSizes = array<i32: 1, 0, 0>} : () -> tensor<2x4x4x4xf32>
   return %k : tensor<2x4x4x4xf32>
 }
 
@@ -270,8 +270,8 @@ func.func @heads_plus_mask(%x: tensor<12x64x256xf32>, %m: tensor<64x256xf32>) ->
   %k = "trn.kernel"() ({
     %b = "trn.broadcast"(%m) {dimensions = array<i64: 0>} : (tensor<64x256xf32>) -> tensor<12x64x256xf32>
     %y = "trn.tensor_tensor"(%x, %b) {op = "add"} : (tensor<12x64x256xf32>, tensor<12x64x256xf32>) -> tensor<12x64x256xf32>
-    "trn.yield"(%y) : (tensor<12x64x256xf32>) -> ()
-  }) {kind = "elementwise", free_tile = 512 : i64} : () -> tensor<12x64x256xf32>
+    "trn.yield"(%y) {operandSegmentSizes = array<i32: 1, 0, 0>} : (tensor<12x64x256xf32>) -> ()
+  }) {kind = "elementwise", free_tile = 512 : i64, resultSegmentSizes = array<i32: 1, 0, 0>} : () -> tensor<12x64x256xf32>
   return %k : tensor<12x64x256xf32>
 }
 
@@ -301,8 +301,8 @@ func.func @scaled_twice(%x: tensor<128x512xf32>) -> tensor<128x512xf32> {
     %d = "trn.tensor_scalar"(%c) {op = "mul", reverse = false, scalar = 3.000000e+00 : f32} : (tensor<128x512xf32>) -> tensor<128x512xf32>
     %e = "trn.tensor_scalar"(%d) {op = "mul", reverse = false, scalar = 2.000000e+00 : f32} : (tensor<128x512xf32>) -> tensor<128x512xf32>
     %f = "trn.tensor_tensor"(%e, %e) {op = "mul"} : (tensor<128x512xf32>, tensor<128x512xf32>) -> tensor<128x512xf32>
-    "trn.yield"(%f) : (tensor<128x512xf32>) -> ()
-  }) {kind = "elementwise", free_tile = 512 : i64} : () -> tensor<128x512xf32>
+    "trn.yield"(%f) {operandSegmentSizes = array<i32: 1, 0, 0>} : (tensor<128x512xf32>) -> ()
+  }) {kind = "elementwise", free_tile = 512 : i64, resultSegmentSizes = array<i32: 1, 0, 0>} : () -> tensor<128x512xf32>
   return %k : tensor<128x512xf32>
 }
 
@@ -347,8 +347,8 @@ func.func @gather(%table: tensor<10x8xf32>, %ids: tensor<5xi64>) -> tensor<5x8xf
 func.func @depthwise(%x: tensor<1x2x6x6xf32>, %w: tensor<2x1x2x2xf32>) -> tensor<1x2x5x5xf32> {
   %k = "trn.kernel"() ({
     %c = "trn.conv"(%x, %w) {strides = array<i64: 1, 1>, dilations = array<i64: 1, 1>, groups = 2 : i64} : (tensor<1x2x6x6xf32>, tensor<2x1x2x2xf32>) -> tensor<1x2x5x5xf32>
-    "trn.yield"(%c) : (tensor<1x2x5x5xf32>) -> ()
-  }) {kind = "conv"} : () -> tensor<1x2x5x5xf32>
+    "trn.yield"(%c) {operandSegmentSizes = array<i32: 1, 0, 0>} : (tensor<1x2x5x5xf32>) -> ()
+  }) {kind = "conv", resultSegmentSizes = array<i32: 1, 0, 0>} : () -> tensor<1x2x5x5xf32>
   return %k : tensor<1x2x5x5xf32>
 }
 
@@ -408,8 +408,8 @@ func.func @bf16_chain(%x: tensor<4x16xbf16>) -> tensor<4x16xbf16> {
     %e = "trn.activation"(%x) {func = "exp", scale = 1.0 : f32, bias = 0.0 : f32} : (tensor<4x16xbf16>) -> tensor<4x16xf32>
     %m = "trn.tensor_scalar"(%e) {op = "mul", scalar = 3.0 : f32, reverse = false} : (tensor<4x16xf32>) -> tensor<4x16xf32>
     %r = "trn.convert"(%m) : (tensor<4x16xf32>) -> tensor<4x16xbf16>
-    "trn.yield"(%r) : (tensor<4x16xbf16>) -> ()
-  }) {kind = "elementwise"} : () -> tensor<4x16xbf16>
+    "trn.yield"(%r) {operandSegmentSizes = array<i32: 1, 0, 0>} : (tensor<4x16xbf16>) -> ()
+  }) {kind = "elementwise", resultSegmentSizes = array<i32: 1, 0, 0>} : () -> tensor<4x16xbf16>
   return %k : tensor<4x16xbf16>
 }
 
@@ -426,8 +426,8 @@ func.func @splat_read_by_a_kernel(%x: tensor<128x64xf32>) -> tensor<128x64xf32> 
   %half = arith.constant dense<0.5> : tensor<128x64xf32>
   %y = "trn.kernel"() ({
     %s = "trn.tensor_tensor"(%x, %half) {op = "add"} : (tensor<128x64xf32>, tensor<128x64xf32>) -> tensor<128x64xf32>
-    "trn.yield"(%s) : (tensor<128x64xf32>) -> ()
-  }) {kind = "elementwise"} : () -> tensor<128x64xf32>
+    "trn.yield"(%s) {operandSegmentSizes = array<i32: 1, 0, 0>} : (tensor<128x64xf32>) -> ()
+  }) {kind = "elementwise", resultSegmentSizes = array<i32: 1, 0, 0>} : () -> tensor<128x64xf32>
   return %y : tensor<128x64xf32>
 }
 
@@ -443,8 +443,8 @@ func.func @splat_returned(%x: tensor<128x64xf32>) -> (tensor<128x64xf32>, tensor
   %half = arith.constant dense<0.5> : tensor<128x64xf32>
   %y = "trn.kernel"() ({
     %s = "trn.tensor_tensor"(%x, %half) {op = "add"} : (tensor<128x64xf32>, tensor<128x64xf32>) -> tensor<128x64xf32>
-    "trn.yield"(%s) : (tensor<128x64xf32>) -> ()
-  }) {kind = "elementwise"} : () -> tensor<128x64xf32>
+    "trn.yield"(%s) {operandSegmentSizes = array<i32: 1, 0, 0>} : (tensor<128x64xf32>) -> ()
+  }) {kind = "elementwise", resultSegmentSizes = array<i32: 1, 0, 0>} : () -> tensor<128x64xf32>
   return %y, %half : tensor<128x64xf32>, tensor<128x64xf32>
 }
 
@@ -507,8 +507,8 @@ func.func @norm(%x: tensor<256x64xf32>, %w: tensor<64xf32>) -> tensor<256x64xf32
     %mb = "trn.broadcast"(%mean) {dimensions = array<i64: 1>} : (tensor<256xf32>) -> tensor<256x64xf32>
     %c = "trn.tensor_tensor"(%x, %mb) {op = "sub"} : (tensor<256x64xf32>, tensor<256x64xf32>) -> tensor<256x64xf32>
     %y = "trn.tensor_tensor"(%c, %wb) {op = "mul"} : (tensor<256x64xf32>, tensor<256x64xf32>) -> tensor<256x64xf32>
-    "trn.yield"(%y) : (tensor<256x64xf32>) -> ()
-  }) {kind = "rows"} : () -> tensor<256x64xf32>
+    "trn.yield"(%y) {operandSegmentSizes = array<i32: 1, 0, 0>} : (tensor<256x64xf32>) -> ()
+  }) {kind = "rows", resultSegmentSizes = array<i32: 1, 0, 0>} : () -> tensor<256x64xf32>
   return %k : tensor<256x64xf32>
 }
 
@@ -537,8 +537,8 @@ func.func @norm_saving_mean(%x: tensor<256x64xf32>, %w: tensor<64xf32>) -> (tens
     %mb = "trn.broadcast"(%mean) {dimensions = array<i64: 1>} : (tensor<256xf32>) -> tensor<256x64xf32>
     %c = "trn.tensor_tensor"(%x, %mb) {op = "sub"} : (tensor<256x64xf32>, tensor<256x64xf32>) -> tensor<256x64xf32>
     %y = "trn.tensor_tensor"(%c, %wb) {op = "mul"} : (tensor<256x64xf32>, tensor<256x64xf32>) -> tensor<256x64xf32>
-    "trn.yield"(%y, %saved) : (tensor<256x64xf32>, tensor<256x1xf32>) -> ()
-  }) {kind = "rows"} : () -> (tensor<256x64xf32>, tensor<256x1xf32>)
+    "trn.yield"(%y, %saved) {operandSegmentSizes = array<i32: 1, 1, 0>} : (tensor<256x64xf32>, tensor<256x1xf32>) -> ()
+  }) {kind = "rows", resultSegmentSizes = array<i32: 1, 1, 0>} : () -> (tensor<256x64xf32>, tensor<256x1xf32>)
   return %k#0, %k#1 : tensor<256x64xf32>, tensor<256x1xf32>
 }
 
@@ -591,8 +591,8 @@ func.func @norm_with_column_sums(%x: tensor<256x640xbf16>, %dy: tensor<256x640xb
     %dwb = "trn.convert"(%dw) : (tensor<640xf32>) -> tensor<640xbf16>
     %db = "trn.reduce"(%g) {op = "add", dimensions = array<i64: 0>} : (tensor<256x640xf32>) -> tensor<640xf32>
     %dbb = "trn.convert"(%db) : (tensor<640xf32>) -> tensor<640xbf16>
-    "trn.yield"(%c, %dwb, %dbb) : (tensor<256x640xf32>, tensor<640xbf16>, tensor<640xbf16>) -> ()
-  }) {kind = "rows"} : () -> (tensor<256x640xf32>, tensor<640xbf16>, tensor<640xbf16>)
+    "trn.yield"(%c, %dwb, %dbb) {operandSegmentSizes = array<i32: 1, 2, 0>} : (tensor<256x640xf32>, tensor<640xbf16>, tensor<640xbf16>) -> ()
+  }) {kind = "rows", resultSegmentSizes = array<i32: 1, 2, 0>} : () -> (tensor<256x640xf32>, tensor<640xbf16>, tensor<640xbf16>)
   return %k#0, %k#1, %k#2 : tensor<256x640xf32>, tensor<640xbf16>, tensor<640xbf16>
 }
 
@@ -616,8 +616,8 @@ func.func @norm_square_on_act(%x: tensor<256x64xf32>) -> tensor<256x64xf32> {
     %mb = "trn.broadcast"(%mean) {dimensions = array<i64: 1>} : (tensor<256xf32>) -> tensor<256x64xf32>
     %c = "trn.tensor_tensor"(%x, %mb) {op = "sub"} : (tensor<256x64xf32>, tensor<256x64xf32>) -> tensor<256x64xf32>
     %sq = "trn.tensor_tensor"(%c, %c) {op = "mul"} : (tensor<256x64xf32>, tensor<256x64xf32>) -> tensor<256x64xf32>
-    "trn.yield"(%sq) : (tensor<256x64xf32>) -> ()
-  }) {kind = "rows"} : () -> tensor<256x64xf32>
+    "trn.yield"(%sq) {operandSegmentSizes = array<i32: 1, 0, 0>} : (tensor<256x64xf32>) -> ()
+  }) {kind = "rows", resultSegmentSizes = array<i32: 1, 0, 0>} : () -> tensor<256x64xf32>
   return %k : tensor<256x64xf32>
 }
 
@@ -645,8 +645,8 @@ func.func @heads(%qkv: tensor<256x384xbf16>) -> tensor<4x128x128xbf16> {
     %8 = "trn.reshape"(%7) : (tensor<2x2x64x128xbf16>) -> tensor<4x64x128xbf16>
     %9 = "trn.matmul"(%4, %8) : (tensor<4x128x64xbf16>, tensor<4x64x128xbf16>) -> tensor<4x128x128xf32>
     %10 = "trn.convert"(%9) : (tensor<4x128x128xf32>) -> tensor<4x128x128xbf16>
-    "trn.yield"(%10) : (tensor<4x128x128xbf16>) -> ()
-  }) {kind = "matmul", orientation = "mn"} : () -> tensor<4x128x128xbf16>
+    "trn.yield"(%10) {operandSegmentSizes = array<i32: 1, 0, 0>} : (tensor<4x128x128xbf16>) -> ()
+  }) {kind = "matmul", orientation = "mn", resultSegmentSizes = array<i32: 1, 0, 0>} : () -> tensor<4x128x128xbf16>
   return %0 : tensor<4x128x128xbf16>
 }
 
@@ -670,8 +670,8 @@ func.func @heads(%qkv: tensor<256x384xbf16>) -> tensor<4x128x128xbf16> {
 func.func @bias_grad(%g: tensor<256x600xbf16>) -> tensor<600xf32> {
   %0 = "trn.kernel"() ({
     %s = "trn.reduce"(%g) {op = "add", dimensions = array<i64: 0>} : (tensor<256x600xbf16>) -> tensor<600xf32>
-    "trn.yield"(%s) : (tensor<600xf32>) -> ()
-  }) {kind = "reduce"} : () -> tensor<600xf32>
+    "trn.yield"(%s) {operandSegmentSizes = array<i32: 1, 0, 0>} : (tensor<600xf32>) -> ()
+  }) {kind = "reduce", resultSegmentSizes = array<i32: 1, 0, 0>} : () -> tensor<600xf32>
   return %0 : tensor<600xf32>
 }
 
@@ -701,8 +701,8 @@ func.func @softmax(%x: tensor<128x96xf32>) -> tensor<128x96xf32> {
     %z = "trn.reduce"(%e) {op = "add", dimensions = array<i64: 1>} : (tensor<128x96xf32>) -> tensor<128xf32>
     %zb = "trn.broadcast"(%z) {dimensions = array<i64: 1>} : (tensor<128xf32>) -> tensor<128x96xf32>
     %r = "trn.tensor_tensor"(%e, %zb) {op = "div"} : (tensor<128x96xf32>, tensor<128x96xf32>) -> tensor<128x96xf32>
-    "trn.yield"(%r) : (tensor<128x96xf32>) -> ()
-  }) {kind = "rows"} : () -> tensor<128x96xf32>
+    "trn.yield"(%r) {operandSegmentSizes = array<i32: 1, 0, 0>} : (tensor<128x96xf32>) -> ()
+  }) {kind = "rows", resultSegmentSizes = array<i32: 1, 0, 0>} : () -> tensor<128x96xf32>
   return %k : tensor<128x96xf32>
 }
 
@@ -735,8 +735,8 @@ func.func @safe_softmax(%x: tensor<128x96xf32>) -> tensor<128x96xf32> {
     %cb = "trn.broadcast"(%c) {dimensions = array<i64: 1>} : (tensor<128xi1>) -> tensor<128x96xi1>
     %zero = "trn.fill"() {value = 0.0 : f32} : () -> tensor<128x96xf32>
     %o = "trn.select"(%cb, %zero, %r) : (tensor<128x96xi1>, tensor<128x96xf32>, tensor<128x96xf32>) -> tensor<128x96xf32>
-    "trn.yield"(%o) : (tensor<128x96xf32>) -> ()
-  }) {kind = "rows"} : () -> tensor<128x96xf32>
+    "trn.yield"(%o) {operandSegmentSizes = array<i32: 1, 0, 0>} : (tensor<128x96xf32>) -> ()
+  }) {kind = "rows", resultSegmentSizes = array<i32: 1, 0, 0>} : () -> tensor<128x96xf32>
   return %k : tensor<128x96xf32>
 }
 
@@ -761,8 +761,8 @@ func.func @safe_softmax_quotient_reused(%x: tensor<128x96xf32>) -> tensor<128x96
     %zero = "trn.fill"() {value = 0.0 : f32} : () -> tensor<128x96xf32>
     %o = "trn.select"(%cb, %zero, %r) : (tensor<128x96xi1>, tensor<128x96xf32>, tensor<128x96xf32>) -> tensor<128x96xf32>
     %o2 = "trn.tensor_tensor"(%o, %r) {op = "add"} : (tensor<128x96xf32>, tensor<128x96xf32>) -> tensor<128x96xf32>
-    "trn.yield"(%o2) : (tensor<128x96xf32>) -> ()
-  }) {kind = "rows"} : () -> tensor<128x96xf32>
+    "trn.yield"(%o2) {operandSegmentSizes = array<i32: 1, 0, 0>} : (tensor<128x96xf32>) -> ()
+  }) {kind = "rows", resultSegmentSizes = array<i32: 1, 0, 0>} : () -> tensor<128x96xf32>
   return %k : tensor<128x96xf32>
 }
 
@@ -796,8 +796,8 @@ func.func @norm_on_two_engines(%x: tensor<128x1024xf32>) -> tensor<128x1024xf32>
     %r = "trn.activation"(%var) {func = "rsqrt", scale = 1.0 : f32, bias = 0.0 : f32} : (tensor<128xf32>) -> tensor<128xf32>
     %rb = "trn.broadcast"(%r) {dimensions = array<i64: 1>} : (tensor<128xf32>) -> tensor<128x1024xf32>
     %y = "trn.tensor_tensor"(%d, %rb) {op = "mul"} : (tensor<128x1024xf32>, tensor<128x1024xf32>) -> tensor<128x1024xf32>
-    "trn.yield"(%y) : (tensor<128x1024xf32>) -> ()
-  }) {kind = "rows"} : () -> tensor<128x1024xf32>
+    "trn.yield"(%y) {operandSegmentSizes = array<i32: 1, 0, 0>} : (tensor<128x1024xf32>) -> ()
+  }) {kind = "rows", resultSegmentSizes = array<i32: 1, 0, 0>} : () -> tensor<128x1024xf32>
   return %k : tensor<128x1024xf32>
 }
 
@@ -816,8 +816,8 @@ func.func @rows_scaled_on_act(%x: tensor<128x1024xf32>) -> tensor<128x1024xf32> 
     %r = "trn.activation"(%ss) {func = "rsqrt", scale = 1.0 : f32, bias = 0.0 : f32} : (tensor<128xf32>) -> tensor<128xf32>
     %rb = "trn.broadcast"(%r) {dimensions = array<i64: 1>} : (tensor<128xf32>) -> tensor<128x1024xf32>
     %y = "trn.tensor_tensor"(%x, %rb) {op = "mul"} : (tensor<128x1024xf32>, tensor<128x1024xf32>) -> tensor<128x1024xf32>
-    "trn.yield"(%y) : (tensor<128x1024xf32>) -> ()
-  }) {kind = "rows"} : () -> tensor<128x1024xf32>
+    "trn.yield"(%y) {operandSegmentSizes = array<i32: 1, 0, 0>} : (tensor<128x1024xf32>) -> ()
+  }) {kind = "rows", resultSegmentSizes = array<i32: 1, 0, 0>} : () -> tensor<128x1024xf32>
   return %k : tensor<128x1024xf32>
 }
 
@@ -836,8 +836,8 @@ func.func @rows_plus_max_on_act(%x: tensor<128x96xf32>) -> tensor<128x96xf32> {
     %q = "trn.tensor_tensor"(%x, %x) {op = "div"} : (tensor<128x96xf32>, tensor<128x96xf32>) -> tensor<128x96xf32>
     %o = "trn.tensor_tensor"(%q, %mb) {op = "add"} : (tensor<128x96xf32>, tensor<128x96xf32>) -> tensor<128x96xf32>
     %p = "trn.tensor_tensor"(%o, %q) {op = "mul"} : (tensor<128x96xf32>, tensor<128x96xf32>) -> tensor<128x96xf32>
-    "trn.yield"(%p) : (tensor<128x96xf32>) -> ()
-  }) {kind = "rows"} : () -> tensor<128x96xf32>
+    "trn.yield"(%p) {operandSegmentSizes = array<i32: 1, 0, 0>} : (tensor<128x96xf32>) -> ()
+  }) {kind = "rows", resultSegmentSizes = array<i32: 1, 0, 0>} : () -> tensor<128x96xf32>
   return %k : tensor<128x96xf32>
 }
 
@@ -868,8 +868,8 @@ func.func @norm_steps_per_row_chained(%x: tensor<128x1024xf32>, %g: tensor<128x1
     %g768 = "trn.tensor_scalar"(%g) {op = "mul", scalar = 7.680000e+02 : f32, reverse = false} : (tensor<128x1024xf32>) -> tensor<128x1024xf32>
     %t = "trn.tensor_tensor"(%g768, %rb) {op = "sub"} : (tensor<128x1024xf32>, tensor<128x1024xf32>) -> tensor<128x1024xf32>
     %y = "trn.tensor_tensor"(%xhat, %t) {op = "mul"} : (tensor<128x1024xf32>, tensor<128x1024xf32>) -> tensor<128x1024xf32>
-    "trn.yield"(%y) : (tensor<128x1024xf32>) -> ()
-  }) {kind = "rows"} : () -> tensor<128x1024xf32>
+    "trn.yield"(%y) {operandSegmentSizes = array<i32: 1, 0, 0>} : (tensor<128x1024xf32>) -> ()
+  }) {kind = "rows", resultSegmentSizes = array<i32: 1, 0, 0>} : () -> tensor<128x1024xf32>
   return %k : tensor<128x1024xf32>
 }
 
@@ -888,8 +888,8 @@ func.func @three_steps_two_chained(%x: tensor<128x1024xf32>) -> tensor<128x1024x
     %h = "trn.tensor_scalar"(%x) {op = "mul", scalar = 5.000000e-01 : f32, reverse = false} : (tensor<128x1024xf32>) -> tensor<128x1024xf32>
     %t = "trn.tensor_tensor"(%h, %rb) {op = "sub"} : (tensor<128x1024xf32>, tensor<128x1024xf32>) -> tensor<128x1024xf32>
     %y = "trn.tensor_scalar"(%t) {op = "mul", scalar = 2.000000e+00 : f32, reverse = false} : (tensor<128x1024xf32>) -> tensor<128x1024xf32>
-    "trn.yield"(%y) : (tensor<128x1024xf32>) -> ()
-  }) {kind = "rows"} : () -> tensor<128x1024xf32>
+    "trn.yield"(%y) {operandSegmentSizes = array<i32: 1, 0, 0>} : (tensor<128x1024xf32>) -> ()
+  }) {kind = "rows", resultSegmentSizes = array<i32: 1, 0, 0>} : () -> tensor<128x1024xf32>
   return %k : tensor<128x1024xf32>
 }
 
@@ -908,8 +908,8 @@ func.func @norm_variance_steps_chained(%x: tensor<128x1024xf32>) -> tensor<128xf
     %var = "trn.tensor_scalar"(%ss) {op = "mul", scalar = 9.765625e-04 : f32, reverse = false} : (tensor<128xf32>) -> tensor<128xf32>
     %ve = "trn.tensor_scalar"(%var) {op = "add", scalar = 1.0e-05 : f32, reverse = false} : (tensor<128xf32>) -> tensor<128xf32>
     %r = "trn.activation"(%ve) {func = "rsqrt", scale = 1.0 : f32, bias = 0.0 : f32} : (tensor<128xf32>) -> tensor<128xf32>
-    "trn.yield"(%r) : (tensor<128xf32>) -> ()
-  }) {kind = "rows"} : () -> tensor<128xf32>
+    "trn.yield"(%r) {operandSegmentSizes = array<i32: 1, 0, 0>} : (tensor<128xf32>) -> ()
+  }) {kind = "rows", resultSegmentSizes = array<i32: 1, 0, 0>} : () -> tensor<128xf32>
   return %k : tensor<128xf32>
 }
 
@@ -939,8 +939,8 @@ func.func @norm_affine_shared_with_pool(%x: tensor<128x2048xf32>, %w: tensor<204
     %d = "trn.tensor_tensor"(%x, %mb) {op = "sub"} : (tensor<128x2048xf32>, tensor<128x2048xf32>) -> tensor<128x2048xf32>
     %y = "trn.tensor_tensor"(%d, %wb) {op = "mul"} : (tensor<128x2048xf32>, tensor<128x2048xbf16>) -> tensor<128x2048xf32>
     %z = "trn.tensor_tensor"(%y, %bb) {op = "add"} : (tensor<128x2048xf32>, tensor<128x2048xbf16>) -> tensor<128x2048xf32>
-    "trn.yield"(%z) : (tensor<128x2048xf32>) -> ()
-  }) {kind = "rows"} : () -> tensor<128x2048xf32>
+    "trn.yield"(%z) {operandSegmentSizes = array<i32: 1, 0, 0>} : (tensor<128x2048xf32>) -> ()
+  }) {kind = "rows", resultSegmentSizes = array<i32: 1, 0, 0>} : () -> tensor<128x2048xf32>
   return %k : tensor<128x2048xf32>
 }
 
@@ -970,8 +970,8 @@ func.func @softmax_max_reused(%x: tensor<128x96xf32>) -> tensor<128x96xf32> {
     %zb = "trn.broadcast"(%z) {dimensions = array<i64: 1>} : (tensor<128xf32>) -> tensor<128x96xf32>
     %r = "trn.tensor_tensor"(%e, %zb) {op = "div"} : (tensor<128x96xf32>, tensor<128x96xf32>) -> tensor<128x96xf32>
     %o = "trn.tensor_tensor"(%r, %mb) {op = "add"} : (tensor<128x96xf32>, tensor<128x96xf32>) -> tensor<128x96xf32>
-    "trn.yield"(%o) : (tensor<128x96xf32>) -> ()
-  }) {kind = "rows"} : () -> tensor<128x96xf32>
+    "trn.yield"(%o) {operandSegmentSizes = array<i32: 1, 0, 0>} : (tensor<128x96xf32>) -> ()
+  }) {kind = "rows", resultSegmentSizes = array<i32: 1, 0, 0>} : () -> tensor<128x96xf32>
   return %k : tensor<128x96xf32>
 }
 
@@ -1016,8 +1016,8 @@ func.func @attention(%q: tensor<2x128x32xbf16>, %kt: tensor<2x32x128xbf16>, %v: 
     %pb = "trn.convert"(%p) : (tensor<2x128x128xf32>) -> tensor<2x128x128xbf16>
     %o = "trn.matmul"(%pb, %v) : (tensor<2x128x128xbf16>, tensor<2x128x32xbf16>) -> tensor<2x128x32xf32>
     %ob = "trn.convert"(%o) : (tensor<2x128x32xf32>) -> tensor<2x128x32xbf16>
-    "trn.yield"(%ob) : (tensor<2x128x32xbf16>) -> ()
-  }) {kind = "attention"} : () -> tensor<2x128x32xbf16>
+    "trn.yield"(%ob) {operandSegmentSizes = array<i32: 1, 0, 0>} : (tensor<2x128x32xbf16>) -> ()
+  }) {kind = "attention", resultSegmentSizes = array<i32: 1, 0, 0>} : () -> tensor<2x128x32xbf16>
   return %k : tensor<2x128x32xbf16>
 }
 
@@ -1047,8 +1047,8 @@ func.func @epilogue_producer(%w: tensor<256x128xbf16>, %dy: tensor<128x128xbf16>
     %mm = "trn.matmul"(%dy, %t) : (tensor<128x128xbf16>, tensor<128x256xbf16>) -> tensor<128x256xf32>
     %g = "trn.tensor_tensor"(%mm, %d) {op = "mul"} : (tensor<128x256xf32>, tensor<128x256xf32>) -> tensor<128x256xf32>
     %r = "trn.convert"(%g) : (tensor<128x256xf32>) -> tensor<128x256xbf16>
-    "trn.yield"(%r) : (tensor<128x256xbf16>) -> ()
-  }) {kind = "matmul", orientation = "mn"} : () -> tensor<128x256xbf16>
+    "trn.yield"(%r) {operandSegmentSizes = array<i32: 1, 0, 0>} : (tensor<128x256xbf16>) -> ()
+  }) {kind = "matmul", orientation = "mn", resultSegmentSizes = array<i32: 1, 0, 0>} : () -> tensor<128x256xbf16>
   return %k : tensor<128x256xbf16>
 }
 
@@ -1069,8 +1069,8 @@ func.func @spread_columns(%a: tensor<512xi64>, %b: tensor<512xi64>) -> tensor<51
     %ra = "trn.broadcast"(%a) {dimensions = array<i64: 0>} : (tensor<512xi64>) -> tensor<512x512xi64>
     %cb = "trn.broadcast"(%b) {dimensions = array<i64: 1>} : (tensor<512xi64>) -> tensor<512x512xi64>
     %le = "trn.tensor_tensor"(%ra, %cb) {op = "le"} : (tensor<512x512xi64>, tensor<512x512xi64>) -> tensor<512x512xi1>
-    "trn.yield"(%le) : (tensor<512x512xi1>) -> ()
-  }) {kind = "elementwise", free_tile = 512 : i64} : () -> tensor<512x512xi1>
+    "trn.yield"(%le) {operandSegmentSizes = array<i32: 1, 0, 0>} : (tensor<512x512xi1>) -> ()
+  }) {kind = "elementwise", free_tile = 512 : i64, resultSegmentSizes = array<i32: 1, 0, 0>} : () -> tensor<512x512xi1>
   return %k : tensor<512x512xi1>
 }
 
@@ -1095,8 +1095,8 @@ func.func @nm_rows(%x: tensor<256x128xbf16>, %w: tensor<256x128xbf16>) -> tensor
     %t = "trn.transpose"(%w) {permutation = array<i64: 1, 0>} : (tensor<256x128xbf16>) -> tensor<128x256xbf16>
     %y = "trn.matmul"(%x, %t) : (tensor<256x128xbf16>, tensor<128x256xbf16>) -> tensor<256x256xf32>
     %r = "trn.convert"(%y) : (tensor<256x256xf32>) -> tensor<256x256xbf16>
-    "trn.yield"(%r) : (tensor<256x256xbf16>) -> ()
-  }) {gemm_block = 2 : i64, gemm_resident = "p", kind = "matmul", orientation = "nm"} : () -> tensor<256x256xbf16>
+    "trn.yield"(%r) {operandSegmentSizes = array<i32: 1, 0, 0>} : (tensor<256x256xbf16>) -> ()
+  }) {gemm_block = 2 : i64, gemm_resident = "p", kind = "matmul", orientation = "nm", resultSegmentSizes = array<i32: 1, 0, 0>} : () -> tensor<256x256xbf16>
   return %k : tensor<256x256xbf16>
 }
 
@@ -1118,8 +1118,8 @@ func.func @evacuations_shared(%a: tensor<256x128xbf16>, %b: tensor<128x1024xbf16
   %k = "trn.kernel"() ({
     %mm = "trn.matmul"(%a, %b) : (tensor<256x128xbf16>, tensor<128x1024xbf16>) -> tensor<256x1024xf32>
     %r = "trn.convert"(%mm) : (tensor<256x1024xf32>) -> tensor<256x1024xbf16>
-    "trn.yield"(%r) : (tensor<256x1024xbf16>) -> ()
-  }) {kind = "matmul", orientation = "mn"} : () -> tensor<256x1024xbf16>
+    "trn.yield"(%r) {operandSegmentSizes = array<i32: 1, 0, 0>} : (tensor<256x1024xbf16>) -> ()
+  }) {kind = "matmul", orientation = "mn", resultSegmentSizes = array<i32: 1, 0, 0>} : () -> tensor<256x1024xbf16>
   return %k : tensor<256x1024xbf16>
 }
 
@@ -1151,8 +1151,8 @@ func.func @attention_scores_in_psum(%q: tensor<2x128x64xbf16>, %kt: tensor<2x64x
     %p3 = "trn.reshape"(%p) : (tensor<1x2x128x128xf32>) -> tensor<2x128x128xf32>
     %o = "trn.matmul"(%p3, %v) : (tensor<2x128x128xf32>, tensor<2x128x64xf32>) -> tensor<2x128x64xf32>
     %ob = "trn.convert"(%o) : (tensor<2x128x64xf32>) -> tensor<2x128x64xbf16>
-    "trn.yield"(%ob) : (tensor<2x128x64xbf16>) -> ()
-  }) {kind = "attention"} : () -> tensor<2x128x64xbf16>
+    "trn.yield"(%ob) {operandSegmentSizes = array<i32: 1, 0, 0>} : (tensor<2x128x64xbf16>) -> ()
+  }) {kind = "attention", resultSegmentSizes = array<i32: 1, 0, 0>} : () -> tensor<2x128x64xbf16>
   return %k0 : tensor<2x128x64xbf16>
 }
 
@@ -1190,8 +1190,8 @@ func.func @attention_heads(%q: tensor<128x64xbf16>, %k: tensor<128x64xbf16>, %v:
     %pb = "trn.convert"(%p) : (tensor<2x128x128xf32>) -> tensor<2x128x128xbf16>
     %o = "trn.matmul"(%pb, %vh) : (tensor<2x128x128xbf16>, tensor<2x128x32xbf16>) -> tensor<2x128x32xf32>
     %ob = "trn.convert"(%o) : (tensor<2x128x32xf32>) -> tensor<2x128x32xbf16>
-    "trn.yield"(%ob) : (tensor<2x128x32xbf16>) -> ()
-  }) {kind = "attention"} : () -> tensor<2x128x32xbf16>
+    "trn.yield"(%ob) {operandSegmentSizes = array<i32: 1, 0, 0>} : (tensor<2x128x32xbf16>) -> ()
+  }) {kind = "attention", resultSegmentSizes = array<i32: 1, 0, 0>} : () -> tensor<2x128x32xbf16>
   return %k0 : tensor<2x128x32xbf16>
 }
 
@@ -1224,8 +1224,8 @@ func.func @mlp(%arg0: tensor<256x128xbf16>, %arg1: tensor<512x128xbf16>, %arg2: 
     %7 = "trn.transpose"(%arg3) {permutation = array<i64: 1, 0>} : (tensor<128x512xbf16>) -> tensor<512x128xbf16>
     %8 = "trn.matmul"(%6, %7) : (tensor<256x512xbf16>, tensor<512x128xbf16>) -> tensor<256x128xf32>
     %9 = "trn.convert"(%8) : (tensor<256x128xf32>) -> tensor<256x128xbf16>
-    "trn.yield"(%9) : (tensor<256x128xbf16>) -> ()
-  }) {kind = "mlp"} : () -> tensor<256x128xbf16>
+    "trn.yield"(%9) {operandSegmentSizes = array<i32: 1, 0, 0>} : (tensor<256x128xbf16>) -> ()
+  }) {kind = "mlp", resultSegmentSizes = array<i32: 1, 0, 0>} : () -> tensor<256x128xbf16>
   return %0 : tensor<256x128xbf16>
 }
 
@@ -1269,8 +1269,8 @@ func.func @mlp_rows(%arg0: tensor<256x128xbf16>, %arg1: tensor<128x512xbf16>, %a
     %11 = "trn.broadcast"(%10) {dimensions = array<i64: 1>} : (tensor<256xf32>) -> tensor<256x128xf32>
     %12 = "trn.tensor_tensor"(%8, %11) {op = "sub"} : (tensor<256x128xf32>, tensor<256x128xf32>) -> tensor<256x128xf32>
     %13 = "trn.convert"(%12) : (tensor<256x128xf32>) -> tensor<256x128xbf16>
-    "trn.yield"(%13) : (tensor<256x128xbf16>) -> ()
-  }) {kind = "mlp_rows"} : () -> tensor<256x128xbf16>
+    "trn.yield"(%13) {operandSegmentSizes = array<i32: 1, 0, 0>} : (tensor<256x128xbf16>) -> ()
+  }) {kind = "mlp_rows", resultSegmentSizes = array<i32: 1, 0, 0>} : () -> tensor<256x128xbf16>
   return %0 : tensor<256x128xbf16>
 }
 
@@ -1303,8 +1303,8 @@ func.func @linear_rows(%arg0: tensor<256x256xbf16>, %arg1: tensor<256x128xbf16>,
     %9 = "trn.broadcast"(%8) {dimensions = array<i64: 2>} : (tensor<2x128xf32>) -> tensor<2x128x128xf32>
     %10 = "trn.tensor_tensor"(%6, %9) {op = "sub"} : (tensor<2x128x128xf32>, tensor<2x128x128xf32>) -> tensor<2x128x128xf32>
     %11 = "trn.convert"(%10) : (tensor<2x128x128xf32>) -> tensor<2x128x128xbf16>
-    "trn.yield"(%11) : (tensor<2x128x128xbf16>) -> ()
-  }) {kind = "linear_rows"} : () -> tensor<2x128x128xbf16>
+    "trn.yield"(%11) {operandSegmentSizes = array<i32: 1, 0, 0>} : (tensor<2x128x128xbf16>) -> ()
+  }) {kind = "linear_rows", resultSegmentSizes = array<i32: 1, 0, 0>} : () -> tensor<2x128x128xbf16>
   return %0 : tensor<2x128x128xbf16>
 }
 
@@ -1325,8 +1325,8 @@ func.func @mlp_row_major_weights(%arg0: tensor<256x128xbf16>, %arg1: tensor<128x
     %3 = "trn.convert"(%2) : (tensor<256x512xf32>) -> tensor<256x512xbf16>
     %4 = "trn.matmul"(%3, %arg2) : (tensor<256x512xbf16>, tensor<512x128xbf16>) -> tensor<256x128xf32>
     %5 = "trn.convert"(%4) : (tensor<256x128xf32>) -> tensor<256x128xbf16>
-    "trn.yield"(%5) : (tensor<256x128xbf16>) -> ()
-  }) {kind = "mlp"} : () -> tensor<256x128xbf16>
+    "trn.yield"(%5) {operandSegmentSizes = array<i32: 1, 0, 0>} : (tensor<256x128xbf16>) -> ()
+  }) {kind = "mlp", resultSegmentSizes = array<i32: 1, 0, 0>} : () -> tensor<256x128xbf16>
   return %0 : tensor<256x128xbf16>
 }
 
@@ -1349,8 +1349,8 @@ func.func @mask_over_heads(%x: tensor<4x256x128xf32>, %mask: tensor<256x128xf32>
     %z = "trn.reduce"(%e) {op = "add", dimensions = array<i64: 2>} : (tensor<4x256x128xf32>) -> tensor<4x256xf32>
     %zb = "trn.broadcast"(%z) {dimensions = array<i64: 2>} : (tensor<4x256xf32>) -> tensor<4x256x128xf32>
     %r = "trn.tensor_tensor"(%e, %zb) {op = "div"} : (tensor<4x256x128xf32>, tensor<4x256x128xf32>) -> tensor<4x256x128xf32>
-    "trn.yield"(%r) : (tensor<4x256x128xf32>) -> ()
-  }) {kind = "rows"} : () -> tensor<4x256x128xf32>
+    "trn.yield"(%r) {operandSegmentSizes = array<i32: 1, 0, 0>} : (tensor<4x256x128xf32>) -> ()
+  }) {kind = "rows", resultSegmentSizes = array<i32: 1, 0, 0>} : () -> tensor<4x256x128xf32>
   return %k : tensor<4x256x128xf32>
 }
 
@@ -1371,8 +1371,8 @@ func.func @bias_mn(%x: tensor<256x128xf32>, %w: tensor<128x128xf32>, %b: tensor<
     %bb = "trn.broadcast"(%b) {dimensions = array<i64: 0>} : (tensor<128xf32>) -> tensor<256x128xf32>
     %y = "trn.matmul"(%x, %w) : (tensor<256x128xf32>, tensor<128x128xf32>) -> tensor<256x128xf32>
     %z = "trn.tensor_tensor"(%bb, %y) {op = "add"} : (tensor<256x128xf32>, tensor<256x128xf32>) -> tensor<256x128xf32>
-    "trn.yield"(%z) : (tensor<256x128xf32>) -> ()
-  }) {kind = "matmul", orientation = "mn"} : () -> tensor<256x128xf32>
+    "trn.yield"(%z) {operandSegmentSizes = array<i32: 1, 0, 0>} : (tensor<256x128xf32>) -> ()
+  }) {kind = "matmul", orientation = "mn", resultSegmentSizes = array<i32: 1, 0, 0>} : () -> tensor<256x128xf32>
   return %k : tensor<256x128xf32>
 }
 
@@ -1414,8 +1414,8 @@ func.func @attention_heads_share_transposes(%q: tensor<128x128xbf16>, %k: tensor
     %pb = "trn.convert"(%p) : (tensor<4x128x128xf32>) -> tensor<4x128x128xbf16>
     %o = "trn.matmul"(%pb, %vh) : (tensor<4x128x128xbf16>, tensor<4x128x32xbf16>) -> tensor<4x128x32xf32>
     %ob = "trn.convert"(%o) : (tensor<4x128x32xf32>) -> tensor<4x128x32xbf16>
-    "trn.yield"(%ob) : (tensor<4x128x32xbf16>) -> ()
-  }) {kind = "attention"} : () -> tensor<4x128x32xbf16>
+    "trn.yield"(%ob) {operandSegmentSizes = array<i32: 1, 0, 0>} : (tensor<4x128x32xbf16>) -> ()
+  }) {kind = "attention", resultSegmentSizes = array<i32: 1, 0, 0>} : () -> tensor<4x128x32xbf16>
   return %k0 : tensor<4x128x32xbf16>
 }
 
@@ -1447,8 +1447,8 @@ func.func @attention_scale_not_a_power_of_two(%q: tensor<1x128x32xbf16>, %kt: te
     %pb = "trn.convert"(%p) : (tensor<1x128x128xf32>) -> tensor<1x128x128xbf16>
     %o = "trn.matmul"(%pb, %v) : (tensor<1x128x128xbf16>, tensor<1x128x32xbf16>) -> tensor<1x128x32xf32>
     %ob = "trn.convert"(%o) : (tensor<1x128x32xf32>) -> tensor<1x128x32xbf16>
-    "trn.yield"(%ob) : (tensor<1x128x32xbf16>) -> ()
-  }) {kind = "attention"} : () -> tensor<1x128x32xbf16>
+    "trn.yield"(%ob) {operandSegmentSizes = array<i32: 1, 0, 0>} : (tensor<1x128x32xbf16>) -> ()
+  }) {kind = "attention", resultSegmentSizes = array<i32: 1, 0, 0>} : () -> tensor<1x128x32xbf16>
   return %k : tensor<1x128x32xbf16>
 }
 
@@ -1494,16 +1494,16 @@ func.func @heads_merged(%x: tensor<2x4x256x64xbf16>) -> tensor<2x256x4x64xbf16> 
 func.func @returned_views(%x: tensor<128x64xf32>) -> (tensor<2x64x64xf32>, tensor<64x128xf32>, tensor<128x64xf32>, tensor<128x64xf32>) {
   %a = "trn.kernel"() ({
     %r = "trn.activation"(%x) {func = "relu", scale = 1.0 : f32, bias = 0.0 : f32} : (tensor<128x64xf32>) -> tensor<128x64xf32>
-    "trn.yield"(%r) : (tensor<128x64xf32>) -> ()
-  }) {kind = "elementwise"} : () -> tensor<128x64xf32>
+    "trn.yield"(%r) {operandSegmentSizes = array<i32: 1, 0, 0>} : (tensor<128x64xf32>) -> ()
+  }) {kind = "elementwise", resultSegmentSizes = array<i32: 1, 0, 0>} : () -> tensor<128x64xf32>
   %e = "trn.kernel"() ({
     %s = "trn.activation"(%a) {func = "exp", scale = 1.0 : f32, bias = 0.0 : f32} : (tensor<128x64xf32>) -> tensor<128x64xf32>
-    "trn.yield"(%s) : (tensor<128x64xf32>) -> ()
-  }) {kind = "elementwise"} : () -> tensor<128x64xf32>
+    "trn.yield"(%s) {operandSegmentSizes = array<i32: 1, 0, 0>} : (tensor<128x64xf32>) -> ()
+  }) {kind = "elementwise", resultSegmentSizes = array<i32: 1, 0, 0>} : () -> tensor<128x64xf32>
   %f = "trn.kernel"() ({
     %u = "trn.activation"(%e) {func = "tanh", scale = 1.0 : f32, bias = 0.0 : f32} : (tensor<128x64xf32>) -> tensor<128x64xf32>
-    "trn.yield"(%u) : (tensor<128x64xf32>) -> ()
-  }) {kind = "elementwise"} : () -> tensor<128x64xf32>
+    "trn.yield"(%u) {operandSegmentSizes = array<i32: 1, 0, 0>} : (tensor<128x64xf32>) -> ()
+  }) {kind = "elementwise", resultSegmentSizes = array<i32: 1, 0, 0>} : () -> tensor<128x64xf32>
   %v = "trn.reshape"(%a) : (tensor<128x64xf32>) -> tensor<2x64x64xf32>
   %t = "trn.transpose"(%a) {permutation = array<i64: 1, 0>} : (tensor<128x64xf32>) -> tensor<64x128xf32>
   return %v, %t, %e, %f : tensor<2x64x64xf32>, tensor<64x128xf32>, tensor<128x64xf32>, tensor<128x64xf32>
@@ -1526,8 +1526,8 @@ func.func @whole_rows(%p: tensor<128x256xbf16>, %v: tensor<128x64xbf16>) -> tens
     %t = "trn.transpose"(%p) {permutation = array<i64: 1, 0>} : (tensor<128x256xbf16>) -> tensor<256x128xbf16>
     %m = "trn.matmul"(%t, %v) : (tensor<256x128xbf16>, tensor<128x64xbf16>) -> tensor<256x64xf32>
     %c = "trn.convert"(%m) : (tensor<256x64xf32>) -> tensor<256x64xbf16>
-    "trn.yield"(%c) : (tensor<256x64xbf16>) -> ()
-  }) {kind = "matmul", orientation = "mn"} : () -> tensor<256x64xbf16>
+    "trn.yield"(%c) {operandSegmentSizes = array<i32: 1, 0, 0>} : (tensor<256x64xbf16>) -> ()
+  }) {kind = "matmul", orientation = "mn", resultSegmentSizes = array<i32: 1, 0, 0>} : () -> tensor<256x64xbf16>
   return %0 : tensor<256x64xbf16>
 }
 
@@ -1551,8 +1551,8 @@ func.func @sum_on_act(%g: tensor<128x256xf32>, %p: tensor<128x256xf32>) -> tenso
     %sb = "trn.broadcast"(%s) {dimensions = array<i64: 1>} : (tensor<128xf32>) -> tensor<128x256xf32>
     %ps = "trn.tensor_tensor"(%p, %sb) {op = "mul"} : (tensor<128x256xf32>, tensor<128x256xf32>) -> tensor<128x256xf32>
     %d = "trn.tensor_tensor"(%t, %ps) {op = "sub"} : (tensor<128x256xf32>, tensor<128x256xf32>) -> tensor<128x256xf32>
-    "trn.yield"(%d) : (tensor<128x256xf32>) -> ()
-  }) {kind = "rows"} : () -> tensor<128x256xf32>
+    "trn.yield"(%d) {operandSegmentSizes = array<i32: 1, 0, 0>} : (tensor<128x256xf32>) -> ()
+  }) {kind = "rows", resultSegmentSizes = array<i32: 1, 0, 0>} : () -> tensor<128x256xf32>
   return %0 : tensor<128x256xf32>
 }
 
@@ -1577,8 +1577,8 @@ func.func @saved_linear_gelu(%w: tensor<128x128xf32>, %b: tensor<128xf32>, %x: t
     %y = "trn.matmul"(%x, %t) : (tensor<64x128xf32>, tensor<128x128xf32>) -> tensor<64x128xf32>
     %z = "trn.tensor_tensor"(%bb, %y) {op = "add"} : (tensor<64x128xf32>, tensor<64x128xf32>) -> tensor<64x128xf32>
     %g = "trn.activation"(%z) {func = "gelu", scale = 1.0 : f32, bias = 0.0 : f32} : (tensor<64x128xf32>) -> tensor<64x128xf32>
-    "trn.yield"(%g, %z) : (tensor<64x128xf32>, tensor<64x128xf32>) -> ()
-  }) {kind = "matmul", orientation = "mn"} : () -> (tensor<64x128xf32>, tensor<64x128xf32>)
+    "trn.yield"(%g, %z) {operandSegmentSizes = array<i32: 1, 1, 0>} : (tensor<64x128xf32>, tensor<64x128xf32>) -> ()
+  }) {kind = "matmul", orientation = "mn", resultSegmentSizes = array<i32: 1, 1, 0>} : () -> (tensor<64x128xf32>, tensor<64x128xf32>)
   return %k#1, %k#0 : tensor<64x128xf32>, tensor<64x128xf32>
 }
 
@@ -1608,8 +1608,8 @@ func.func @linear_backward(%dy: tensor<256x192xbf16>, %x: tensor<256x64xbf16>) -
     %w = "trn.matmul"(%t, %x) : (tensor<192x256xbf16>, tensor<256x64xbf16>) -> tensor<192x64xf32>
     %wc = "trn.convert"(%w) : (tensor<192x64xf32>) -> tensor<192x64xbf16>
     %b = "trn.reduce"(%dy) {op = "add", dimensions = array<i64: 0>} : (tensor<256x192xbf16>) -> tensor<192xbf16>
-    "trn.yield"(%wc, %b) : (tensor<192x64xbf16>, tensor<192xbf16>) -> ()
-  }) {kind = "matmul", orientation = "mn"} : () -> (tensor<192x64xbf16>, tensor<192xbf16>)
+    "trn.yield"(%wc, %b) {operandSegmentSizes = array<i32: 1, 1, 0>} : (tensor<192x64xbf16>, tensor<192xbf16>) -> ()
+  }) {kind = "matmul", orientation = "mn", resultSegmentSizes = array<i32: 1, 1, 0>} : () -> (tensor<192x64xbf16>, tensor<192xbf16>)
   return %k#0, %k#1 : tensor<192x64xbf16>, tensor<192xbf16>
 }
 
@@ -1639,8 +1639,8 @@ func.func @linear_backward_ones_column(%dy: tensor<256x256xbf16>, %x: tensor<256
     %w = "trn.matmul"(%t, %x) : (tensor<256x256xbf16>, tensor<256x64xbf16>) -> tensor<256x64xf32>
     %wc = "trn.convert"(%w) : (tensor<256x64xf32>) -> tensor<256x64xbf16>
     %b = "trn.reduce"(%dy) {op = "add", dimensions = array<i64: 0>} : (tensor<256x256xbf16>) -> tensor<256xbf16>
-    "trn.yield"(%wc, %b) : (tensor<256x64xbf16>, tensor<256xbf16>) -> ()
-  }) {kind = "matmul", orientation = "mn"} : () -> (tensor<256x64xbf16>, tensor<256xbf16>)
+    "trn.yield"(%wc, %b) {operandSegmentSizes = array<i32: 1, 1, 0>} : (tensor<256x64xbf16>, tensor<256xbf16>) -> ()
+  }) {kind = "matmul", orientation = "mn", resultSegmentSizes = array<i32: 1, 1, 0>} : () -> (tensor<256x64xbf16>, tensor<256xbf16>)
   return %k#0, %k#1 : tensor<256x64xbf16>, tensor<256xbf16>
 }
 
@@ -1665,8 +1665,8 @@ func.func @interleaved_k(%at: tensor<512x64xbf16>, %b: tensor<512x512xbf16>) -> 
     %a = "trn.transpose"(%at) {permutation = array<i64: 1, 0>} : (tensor<512x64xbf16>) -> tensor<64x512xbf16>
     %y = "trn.matmul"(%a, %b) : (tensor<64x512xbf16>, tensor<512x512xbf16>) -> tensor<64x512xf32>
     %c = "trn.convert"(%y) : (tensor<64x512xf32>) -> tensor<64x512xbf16>
-    "trn.yield"(%c) : (tensor<64x512xbf16>) -> ()
-  }) {kind = "matmul", orientation = "mn"} : () -> tensor<64x512xbf16>
+    "trn.yield"(%c) {operandSegmentSizes = array<i32: 1, 0, 0>} : (tensor<64x512xbf16>) -> ()
+  }) {kind = "matmul", orientation = "mn", resultSegmentSizes = array<i32: 1, 0, 0>} : () -> tensor<64x512xbf16>
   return %k : tensor<64x512xbf16>
 }
 
@@ -1707,8 +1707,8 @@ func.func @first_linear_backward(%h: tensor<384x256xf32>, %dy: tensor<384x128xf3
     %tt = "trn.transpose"(%t) {permutation = array<i64: 1, 0>} : (tensor<384x256xf32>) -> tensor<256x384xf32>
     %w = "trn.matmul"(%tt, %x) : (tensor<256x384xf32>, tensor<384x64xf32>) -> tensor<256x64xf32>
     %b = "trn.reduce"(%t) {dimensions = array<i64: 0>, op = "add"} : (tensor<384x256xf32>) -> tensor<256xf32>
-    "trn.yield"(%w, %b) : (tensor<256x64xf32>, tensor<256xf32>) -> ()
-  }) {kind = "weight_gradient"} : () -> (tensor<256x64xf32>, tensor<256xf32>)
+    "trn.yield"(%w, %b) {operandSegmentSizes = array<i32: 1, 1, 0>} : (tensor<256x64xf32>, tensor<256xf32>) -> ()
+  }) {kind = "weight_gradient", resultSegmentSizes = array<i32: 1, 1, 0>} : () -> (tensor<256x64xf32>, tensor<256xf32>)
   return %k#0, %k#1 : tensor<256x64xf32>, tensor<256xf32>
 }
 
@@ -1733,8 +1733,8 @@ func.func @softmax_backward_bf16_saved(%p: tensor<128x64xbf16>, %g: tensor<128x6
     %sb = "trn.broadcast"(%s) {dimensions = array<i64: 1>} : (tensor<128xf32>) -> tensor<128x64xf32>
     %ps = "trn.tensor_tensor"(%pf, %sb) {op = "mul"} : (tensor<128x64xf32>, tensor<128x64xf32>) -> tensor<128x64xf32>
     %d = "trn.tensor_tensor"(%gp, %ps) {op = "sub"} : (tensor<128x64xf32>, tensor<128x64xf32>) -> tensor<128x64xf32>
-    "trn.yield"(%d) : (tensor<128x64xf32>) -> ()
-  }) {kind = "rows"} : () -> tensor<128x64xf32>
+    "trn.yield"(%d) {operandSegmentSizes = array<i32: 1, 0, 0>} : (tensor<128x64xf32>) -> ()
+  }) {kind = "rows", resultSegmentSizes = array<i32: 1, 0, 0>} : () -> tensor<128x64xf32>
   return %k : tensor<128x64xf32>
 }
 
@@ -1756,8 +1756,8 @@ func.func @centre_rows(%x: tensor<256x64xf32>, %m: tensor<256xbf16>) -> tensor<2
     %b = "trn.broadcast"(%m) {dimensions = array<i64: 1>} : (tensor<256xbf16>) -> tensor<256x64xbf16>
     %bf = "trn.convert"(%b) : (tensor<256x64xbf16>) -> tensor<256x64xf32>
     %d = "trn.tensor_tensor"(%bf, %x) {op = "sub"} : (tensor<256x64xf32>, tensor<256x64xf32>) -> tensor<256x64xf32>
-    "trn.yield"(%d) : (tensor<256x64xf32>) -> ()
-  }) {kind = "elementwise", free_tile = 64 : i64} : () -> tensor<256x64xf32>
+    "trn.yield"(%d) {operandSegmentSizes = array<i32: 1, 0, 0>} : (tensor<256x64xf32>) -> ()
+  }) {kind = "elementwise", free_tile = 64 : i64, resultSegmentSizes = array<i32: 1, 0, 0>} : () -> tensor<256x64xf32>
   return %k : tensor<256x64xf32>
 }
 
@@ -1803,8 +1803,8 @@ func.func @attention_masked_keys(%q: tensor<1x128x64xbf16>, %kt: tensor<1x64x256
     %pb = "trn.convert"(%p) : (tensor<1x128x256xf32>) -> tensor<1x128x256xbf16>
     %o = "trn.matmul"(%pb, %v) : (tensor<1x128x256xbf16>, tensor<1x256x64xbf16>) -> tensor<1x128x64xf32>
     %ob = "trn.convert"(%o) : (tensor<1x128x64xf32>) -> tensor<1x128x64xbf16>
-    "trn.yield"(%ob) : (tensor<1x128x64xbf16>) -> ()
-  }) {kind = "attention"} : () -> tensor<1x128x64xbf16>
+    "trn.yield"(%ob) {operandSegmentSizes = array<i32: 1, 0, 0>} : (tensor<1x128x64xbf16>) -> ()
+  }) {kind = "attention", resultSegmentSizes = array<i32: 1, 0, 0>} : () -> tensor<1x128x64xbf16>
   return %k : tensor<1x128x64xbf16>
 }
 
@@ -1843,8 +1843,8 @@ func.func @attention_mask_added_where_nonzero(%q: tensor<1x128x64xbf16>, %kt: te
     %pb = "trn.convert"(%p) : (tensor<1x128x256xf32>) -> tensor<1x128x256xbf16>
     %o = "trn.matmul"(%pb, %v) : (tensor<1x128x256xbf16>, tensor<1x256x64xbf16>) -> tensor<1x128x64xf32>
     %ob = "trn.convert"(%o) : (tensor<1x128x64xf32>) -> tensor<1x128x64xbf16>
-    "trn.yield"(%ob) : (tensor<1x128x64xbf16>) -> ()
-  }) {kind = "attention"} : () -> tensor<1x128x64xbf16>
+    "trn.yield"(%ob) {operandSegmentSizes = array<i32: 1, 0, 0>} : (tensor<1x128x64xbf16>) -> ()
+  }) {kind = "attention", resultSegmentSizes = array<i32: 1, 0, 0>} : () -> tensor<1x128x64xbf16>
   return %k : tensor<1x128x64xbf16>
 }
 
@@ -1887,8 +1887,8 @@ func.func @attention_safe_softmax_rows_see_a_key(%q: tensor<1x128x64xbf16>, %kt:
     %pb = "trn.convert"(%p) : (tensor<1x128x256xf32>) -> tensor<1x128x256xbf16>
     %o = "trn.matmul"(%pb, %v) : (tensor<1x128x256xbf16>, tensor<1x256x64xbf16>) -> tensor<1x128x64xf32>
     %ob = "trn.convert"(%o) : (tensor<1x128x64xf32>) -> tensor<1x128x64xbf16>
-    "trn.yield"(%ob) : (tensor<1x128x64xbf16>) -> ()
-  }) {kind = "attention"} : () -> tensor<1x128x64xbf16>
+    "trn.yield"(%ob) {operandSegmentSizes = array<i32: 1, 0, 0>} : (tensor<1x128x64xbf16>) -> ()
+  }) {kind = "attention", resultSegmentSizes = array<i32: 1, 0, 0>} : () -> tensor<1x128x64xbf16>
   return %k : tensor<1x128x64xbf16>
 }
 
@@ -1919,8 +1919,8 @@ func.func @attention_last_key_seen(%q: tensor<1x128x64xbf16>, %kt: tensor<1x64x2
     %pb = "trn.convert"(%p) : (tensor<1x128x256xf32>) -> tensor<1x128x256xbf16>
     %o = "trn.matmul"(%pb, %v) : (tensor<1x128x256xbf16>, tensor<1x256x64xbf16>) -> tensor<1x128x64xf32>
     %ob = "trn.convert"(%o) : (tensor<1x128x64xf32>) -> tensor<1x128x64xbf16>
-    "trn.yield"(%ob) : (tensor<1x128x64xbf16>) -> ()
-  }) {kind = "attention"} : () -> tensor<1x128x64xbf16>
+    "trn.yield"(%ob) {operandSegmentSizes = array<i32: 1, 0, 0>} : (tensor<1x128x64xbf16>) -> ()
+  }) {kind = "attention", resultSegmentSizes = array<i32: 1, 0, 0>} : () -> tensor<1x128x64xbf16>
   return %k : tensor<1x128x64xbf16>
 }
 
@@ -1947,8 +1947,8 @@ func.func @attention_masked_not_softmax(%q: tensor<1x128x64xbf16>, %kt: tensor<1
     %pb = "trn.convert"(%p) : (tensor<1x128x256xf32>) -> tensor<1x128x256xbf16>
     %o = "trn.matmul"(%pb, %v) : (tensor<1x128x256xbf16>, tensor<1x256x64xbf16>) -> tensor<1x128x64xf32>
     %ob = "trn.convert"(%o) : (tensor<1x128x64xf32>) -> tensor<1x128x64xbf16>
-    "trn.yield"(%ob) : (tensor<1x128x64xbf16>) -> ()
-  }) {kind = "attention"} : () -> tensor<1x128x64xbf16>
+    "trn.yield"(%ob) {operandSegmentSizes = array<i32: 1, 0, 0>} : (tensor<1x128x64xbf16>) -> ()
+  }) {kind = "attention", resultSegmentSizes = array<i32: 1, 0, 0>} : () -> tensor<1x128x64xbf16>
   return %k : tensor<1x128x64xbf16>
 }
 
@@ -1982,8 +1982,8 @@ func.func @attention_masked_keys_select(%q: tensor<1x128x64xbf16>, %kt: tensor<1
     %pb = "trn.convert"(%p) : (tensor<1x128x256xf32>) -> tensor<1x128x256xbf16>
     %o = "trn.matmul"(%pb, %v) : (tensor<1x128x256xbf16>, tensor<1x256x64xbf16>) -> tensor<1x128x64xf32>
     %ob = "trn.convert"(%o) : (tensor<1x128x64xf32>) -> tensor<1x128x64xbf16>
-    "trn.yield"(%ob) : (tensor<1x128x64xbf16>) -> ()
-  }) {kind = "attention"} : () -> tensor<1x128x64xbf16>
+    "trn.yield"(%ob) {operandSegmentSizes = array<i32: 1, 0, 0>} : (tensor<1x128x64xbf16>) -> ()
+  }) {kind = "attention", resultSegmentSizes = array<i32: 1, 0, 0>} : () -> tensor<1x128x64xbf16>
   return %k : tensor<1x128x64xbf16>
 }
 
@@ -2003,8 +2003,8 @@ func.func @attention_masked_keys_select(%q: tensor<1x128x64xbf16>, %kt: tensor<1
 func.func @attention_balances_its_own_work(%a: tensor<128x1024xf32>, %q: tensor<2x128x32xbf16>, %kt: tensor<2x32x128xbf16>, %v: tensor<2x128x32xbf16>) -> (tensor<128x1024xf32>, tensor<2x128x32xbf16>) {
   %k0 = "trn.kernel"() ({
     %e0 = "trn.activation"(%a) {bias = 0.000000e+00 : f32, func = "exp", scale = 1.000000e+00 : f32} : (tensor<128x1024xf32>) -> tensor<128x1024xf32>
-    "trn.yield"(%e0) : (tensor<128x1024xf32>) -> ()
-  }) {kind = "elementwise"} : () -> tensor<128x1024xf32>
+    "trn.yield"(%e0) {operandSegmentSizes = array<i32: 1, 0, 0>} : (tensor<128x1024xf32>) -> ()
+  }) {kind = "elementwise", resultSegmentSizes = array<i32: 1, 0, 0>} : () -> tensor<128x1024xf32>
   %k = "trn.kernel"() ({
     %s = "trn.matmul"(%q, %kt) : (tensor<2x128x32xbf16>, tensor<2x32x128xbf16>) -> tensor<2x128x128xf32>
     %sb = "trn.convert"(%s) : (tensor<2x128x128xf32>) -> tensor<2x128x128xbf16>
@@ -2019,8 +2019,8 @@ func.func @attention_balances_its_own_work(%a: tensor<128x1024xf32>, %q: tensor<
     %pb = "trn.convert"(%p) : (tensor<2x128x128xf32>) -> tensor<2x128x128xbf16>
     %o = "trn.matmul"(%pb, %v) : (tensor<2x128x128xbf16>, tensor<2x128x32xbf16>) -> tensor<2x128x32xf32>
     %ob = "trn.convert"(%o) : (tensor<2x128x32xf32>) -> tensor<2x128x32xbf16>
-    "trn.yield"(%ob) : (tensor<2x128x32xbf16>) -> ()
-  }) {kind = "attention"} : () -> tensor<2x128x32xbf16>
+    "trn.yield"(%ob) {operandSegmentSizes = array<i32: 1, 0, 0>} : (tensor<2x128x32xbf16>) -> ()
+  }) {kind = "attention", resultSegmentSizes = array<i32: 1, 0, 0>} : () -> tensor<2x128x32xbf16>
   return %k0, %k : tensor<128x1024xf32>, tensor<2x128x32xbf16>
 }
 
@@ -2044,8 +2044,8 @@ func.func @short_rows_transposed(%q: tensor<128x64xbf16>, %k: tensor<512x64xbf16
     %kt = "trn.transpose"(%k) {permutation = array<i64: 1, 0>} : (tensor<512x64xbf16>) -> tensor<64x512xbf16>
     %s = "trn.matmul"(%q, %kt) : (tensor<128x64xbf16>, tensor<64x512xbf16>) -> tensor<128x512xf32>
     %c = "trn.convert"(%s) : (tensor<128x512xf32>) -> tensor<128x512xbf16>
-    "trn.yield"(%c) : (tensor<128x512xbf16>) -> ()
-  }) {kind = "matmul"} : () -> tensor<128x512xbf16>
+    "trn.yield"(%c) {operandSegmentSizes = array<i32: 1, 0, 0>} : (tensor<128x512xbf16>) -> ()
+  }) {kind = "matmul", resultSegmentSizes = array<i32: 1, 0, 0>} : () -> tensor<128x512xbf16>
   return %0 : tensor<128x512xbf16>
 }
 
@@ -2086,12 +2086,12 @@ func.func @heads_split_copy(%x: tensor<512x8x64xbf16>) -> tensor<8x512x64xbf16> 
 func.func @concat_in_place(%a: tensor<128x64xf32>, %b: tensor<128x64xf32>) -> tensor<2x128x64xf32> {
   %x = "trn.kernel"() ({
     %r = "trn.activation"(%a) {func = "relu", scale = 1.0 : f32, bias = 0.0 : f32} : (tensor<128x64xf32>) -> tensor<128x64xf32>
-    "trn.yield"(%r) : (tensor<128x64xf32>) -> ()
-  }) {kind = "elementwise"} : () -> tensor<128x64xf32>
+    "trn.yield"(%r) {operandSegmentSizes = array<i32: 1, 0, 0>} : (tensor<128x64xf32>) -> ()
+  }) {kind = "elementwise", resultSegmentSizes = array<i32: 1, 0, 0>} : () -> tensor<128x64xf32>
   %y = "trn.kernel"() ({
     %r = "trn.activation"(%b) {func = "exp", scale = 1.0 : f32, bias = 0.0 : f32} : (tensor<128x64xf32>) -> tensor<128x64xf32>
-    "trn.yield"(%r) : (tensor<128x64xf32>) -> ()
-  }) {kind = "elementwise"} : () -> tensor<128x64xf32>
+    "trn.yield"(%r) {operandSegmentSizes = array<i32: 1, 0, 0>} : (tensor<128x64xf32>) -> ()
+  }) {kind = "elementwise", resultSegmentSizes = array<i32: 1, 0, 0>} : () -> tensor<128x64xf32>
   %rx = "trn.reshape"(%x) : (tensor<128x64xf32>) -> tensor<1x128x64xf32>
   %ry = "trn.reshape"(%y) : (tensor<128x64xf32>) -> tensor<1x128x64xf32>
   %e = "trn.empty"() : () -> tensor<2x128x64xf32>
@@ -2114,12 +2114,12 @@ func.func @concat_in_place(%a: tensor<128x64xf32>, %b: tensor<128x64xf32>) -> te
 func.func @overlapping_slices_copied(%a: tensor<128x64xf32>, %b: tensor<128x64xf32>) -> tensor<192x64xf32> {
   %x = "trn.kernel"() ({
     %r = "trn.activation"(%a) {func = "relu", scale = 1.0 : f32, bias = 0.0 : f32} : (tensor<128x64xf32>) -> tensor<128x64xf32>
-    "trn.yield"(%r) : (tensor<128x64xf32>) -> ()
-  }) {kind = "elementwise"} : () -> tensor<128x64xf32>
+    "trn.yield"(%r) {operandSegmentSizes = array<i32: 1, 0, 0>} : (tensor<128x64xf32>) -> ()
+  }) {kind = "elementwise", resultSegmentSizes = array<i32: 1, 0, 0>} : () -> tensor<128x64xf32>
   %y = "trn.kernel"() ({
     %r = "trn.activation"(%b) {func = "exp", scale = 1.0 : f32, bias = 0.0 : f32} : (tensor<128x64xf32>) -> tensor<128x64xf32>
-    "trn.yield"(%r) : (tensor<128x64xf32>) -> ()
-  }) {kind = "elementwise"} : () -> tensor<128x64xf32>
+    "trn.yield"(%r) {operandSegmentSizes = array<i32: 1, 0, 0>} : (tensor<128x64xf32>) -> ()
+  }) {kind = "elementwise", resultSegmentSizes = array<i32: 1, 0, 0>} : () -> tensor<128x64xf32>
   %e = "trn.empty"() : () -> tensor<192x64xf32>
   %c0 = "trn.insert_slice"(%e, %x) {offsets = array<i64: 0, 0>, strides = array<i64: 1, 1>} : (tensor<192x64xf32>, tensor<128x64xf32>) -> tensor<192x64xf32>
   %c1 = "trn.insert_slice"(%c0, %y) {offsets = array<i64: 64, 0>, strides = array<i64: 1, 1>} : (tensor<192x64xf32>, tensor<128x64xf32>) -> tensor<192x64xf32>
@@ -2156,8 +2156,8 @@ func.func @attention_saving_probabilities(%arg0: tensor<2x128x32xbf16>, %arg1: t
     %11 = "trn.convert"(%10) : (tensor<2x128x128xf32>) -> tensor<2x128x128xbf16>
     %12 = "trn.matmul"(%11, %arg2) : (tensor<2x128x128xbf16>, tensor<2x128x32xbf16>) -> tensor<2x128x32xf32>
     %13 = "trn.convert"(%12) : (tensor<2x128x32xf32>) -> tensor<2x128x32xbf16>
-    "trn.yield"(%13, %11) : (tensor<2x128x32xbf16>, tensor<2x128x128xbf16>) -> ()
-  }) {kind = "attention"} : () -> (tensor<2x128x32xbf16>, tensor<2x128x128xbf16>)
+    "trn.yield"(%13, %11) {operandSegmentSizes = array<i32: 1, 1, 0>} : (tensor<2x128x32xbf16>, tensor<2x128x128xbf16>) -> ()
+  }) {kind = "attention", resultSegmentSizes = array<i32: 1, 1, 0>} : () -> (tensor<2x128x32xbf16>, tensor<2x128x128xbf16>)
   return %0#0, %0#1 : tensor<2x128x32xbf16>, tensor<2x128x128xbf16>
 }
 
@@ -2191,8 +2191,8 @@ func.func @attention_with_row_contraction(%arg0: tensor<2x256x32xbf16>, %arg1: t
     %13 = "trn.convert"(%12) : (tensor<2x256x32xf32>) -> tensor<2x256x32xbf16>
     %14 = "trn.matmul"(%arg3, %11) : (tensor<2x32x256xbf16>, tensor<2x256x128xbf16>) -> tensor<2x32x128xf32>
     %15 = "trn.convert"(%14) : (tensor<2x32x128xf32>) -> tensor<2x32x128xbf16>
-    "trn.yield"(%13, %15) : (tensor<2x256x32xbf16>, tensor<2x32x128xbf16>) -> ()
-  }) {kind = "attention"} : () -> (tensor<2x256x32xbf16>, tensor<2x32x128xbf16>)
+    "trn.yield"(%13, %15) {operandSegmentSizes = array<i32: 1, 1, 0>} : (tensor<2x256x32xbf16>, tensor<2x32x128xbf16>) -> ()
+  }) {kind = "attention", resultSegmentSizes = array<i32: 1, 1, 0>} : () -> (tensor<2x256x32xbf16>, tensor<2x32x128xbf16>)
   return %0#1, %0#0 : tensor<2x32x128xbf16>, tensor<2x256x32xbf16>
 }
 
@@ -2209,8 +2209,8 @@ func.func @attention_with_row_contraction(%arg0: tensor<2x256x32xbf16>, %arg1: t
 func.func @co_run_tiles(%x: tensor<128x64xf32>) -> tensor<128x64xf32> {
   %k = "trn.kernel"() ({
     %e = "trn.activation"(%x) {func = "exp", scale = 1.0 : f32, bias = 0.0 : f32} : (tensor<128x64xf32>) -> tensor<128x64xf32>
-    "trn.yield"(%e) : (tensor<128x64xf32>) -> ()
-  }) {co_run = 3 : i64, co_run_role = "partner", kind = "elementwise"} : () -> tensor<128x64xf32>
+    "trn.yield"(%e) {operandSegmentSizes = array<i32: 1, 0, 0>} : (tensor<128x64xf32>) -> ()
+  }) {co_run = 3 : i64, co_run_role = "partner", kind = "elementwise", resultSegmentSizes = array<i32: 1, 0, 0>} : () -> tensor<128x64xf32>
   %y = "trn.activation"(%k) {func = "exp", scale = 1.0 : f32, bias = 0.0 : f32} : (tensor<128x64xf32>) -> tensor<128x64xf32>
   return %y : tensor<128x64xf32>
 }
@@ -2252,8 +2252,8 @@ func.func @q_token_rows_kv_per_head(%q: tensor<1x128x2x64xbf16>, %kt: tensor<2x6
     %29 = "trn.convert"(%28) : (tensor<2x128x64xf32>) -> tensor<2x128x64xbf16>
     %30 = "trn.reshape"(%29) : (tensor<2x128x64xbf16>) -> tensor<1x2x128x64xbf16>
     %31 = "trn.transpose"(%30) {permutation = array<i64: 0, 2, 1, 3>} : (tensor<1x2x128x64xbf16>) -> tensor<1x128x2x64xbf16>
-    "trn.yield"(%31) : (tensor<1x128x2x64xbf16>) -> ()
-  }) {kind = "attention"} : () -> tensor<1x128x2x64xbf16>
+    "trn.yield"(%31) {operandSegmentSizes = array<i32: 1, 0, 0>} : (tensor<1x128x2x64xbf16>) -> ()
+  }) {kind = "attention", resultSegmentSizes = array<i32: 1, 0, 0>} : () -> tensor<1x128x2x64xbf16>
   return %0 : tensor<1x128x2x64xbf16>
 }
 
@@ -2290,8 +2290,8 @@ func.func @attention_softmax_backward_scale(%do: tensor<1x128x64xbf16>, %vt: ten
     %9 = "trn.convert"(%8) : (tensor<1x128x128xf32>) -> tensor<1x128x128xbf16>
     %10 = "trn.matmul"(%9, %k) : (tensor<1x128x128xbf16>, tensor<1x128x64xbf16>) -> tensor<1x128x64xf32>
     %11 = "trn.convert"(%10) : (tensor<1x128x64xf32>) -> tensor<1x128x64xbf16>
-    "trn.yield"(%11) : (tensor<1x128x64xbf16>) -> ()
-  }) {kind = "attention"} : () -> tensor<1x128x64xbf16>
+    "trn.yield"(%11) {operandSegmentSizes = array<i32: 1, 0, 0>} : (tensor<1x128x64xbf16>) -> ()
+  }) {kind = "attention", resultSegmentSizes = array<i32: 1, 0, 0>} : () -> tensor<1x128x64xbf16>
   return %0 : tensor<1x128x64xbf16>
 }
 
@@ -2314,8 +2314,8 @@ func.func @matmul_rows_scaled_result(%do: tensor<1x128x64xbf16>, %vt: tensor<1x6
     %6 = "trn.tensor_tensor"(%2, %5) {op = "mul"} : (tensor<1x128x128xf32>, tensor<1x128x128xf32>) -> tensor<1x128x128xf32>
     %7 = "trn.tensor_tensor"(%3, %6) {op = "sub"} : (tensor<1x128x128xf32>, tensor<1x128x128xf32>) -> tensor<1x128x128xf32>
     %8 = "trn.tensor_scalar"(%7) {op = "mul", reverse = false, scalar = 1.250000e-01 : f32} : (tensor<1x128x128xf32>) -> tensor<1x128x128xf32>
-    "trn.yield"(%8) : (tensor<1x128x128xf32>) -> ()
-  }) {kind = "matmul_rows"} : () -> tensor<1x128x128xf32>
+    "trn.yield"(%8) {operandSegmentSizes = array<i32: 1, 0, 0>} : (tensor<1x128x128xf32>) -> ()
+  }) {kind = "matmul_rows", resultSegmentSizes = array<i32: 1, 0, 0>} : () -> tensor<1x128x128xf32>
   return %0 : tensor<1x128x128xf32>
 }
 
@@ -2349,7 +2349,7 @@ func.func @mlp_saved(%arg0: tensor<256x128xbf16>, %arg1: tensor<512x128xbf16>, %
     %8 = "trn.transpose"(%arg3) {permutation = array<i64: 1, 0>} : (tensor<128x512xbf16>) -> tensor<512x128xbf16>
     %9 = "trn.matmul"(%7, %8) : (tensor<256x512xbf16>, tensor<512x128xbf16>) -> tensor<256x128xf32>
     %10 = "trn.convert"(%9) : (tensor<256x128xf32>) -> tensor<256x128xbf16>
-    "trn.yield"(%10, %7, %5) : (tensor<256x128xbf16>, tensor<256x512xbf16>, tensor<256x512xbf16>) -> ()
-  }) {kind = "mlp_saved"} : () -> (tensor<256x128xbf16>, tensor<256x512xbf16>, tensor<256x512xbf16>)
+    "trn.yield"(%10, %7, %5) {operandSegmentSizes = array<i32: 1, 2, 0>} : (tensor<256x128xbf16>, tensor<256x512xbf16>, tensor<256x512xbf16>) -> ()
+  }) {kind = "mlp_saved", resultSegmentSizes = array<i32: 1, 2, 0>} : () -> (tensor<256x128xbf16>, tensor<256x512xbf16>, tensor<256x512xbf16>)
   return %0#0, %0#2, %0#1 : tensor<256x128xbf16>, tensor<256x512xbf16>, tensor<256x512xbf16>
 }

@@ -31,8 +31,8 @@ func.func @transpose(%x: tensor<8x4xf32>) -> tensor<8x4xf32> {
 // CHECK: error: 'trn.kernel' op yields tensor<4xf32> but the kernel returns tensor<8xf32>
 func.func @kernel(%x: tensor<4xf32>) -> tensor<8xf32> {
   %k = "trn.kernel"() ({
-    "trn.yield"(%x) : (tensor<4xf32>) -> ()
-  }) {kind = "elementwise"} : () -> tensor<8xf32>
+    "trn.yield"(%x) {operandSegmentSizes = array<i32: 1, 0, 0>} : (tensor<4xf32>) -> ()
+  }) {kind = "elementwise", resultSegmentSizes = array<i32: 1, 0, 0>} : () -> tensor<8xf32>
   return %k : tensor<8xf32>
 }
 
@@ -42,20 +42,31 @@ func.func @kernel(%x: tensor<4xf32>) -> tensor<8xf32> {
 // CHECK: error: 'trn.kernel' op yields 1 value(s) but the kernel has 2 result(s)
 func.func @kernel_results(%x: tensor<4xf32>) -> tensor<4xf32> {
   %k:2 = "trn.kernel"() ({
-    "trn.yield"(%x) : (tensor<4xf32>) -> ()
-  }) {kind = "elementwise"} : () -> (tensor<4xf32>, tensor<4xf32>)
+    "trn.yield"(%x) {operandSegmentSizes = array<i32: 1, 0, 0>} : (tensor<4xf32>) -> ()
+  }) {kind = "elementwise", resultSegmentSizes = array<i32: 1, 1, 0>} : () -> (tensor<4xf32>, tensor<4xf32>)
   return %k#0 : tensor<4xf32>
 }
 
 // -----
 
-// Tests that a kernel's results after the first share one type (IRDL binds one type to a
-// variadic result).
-// CHECK: error: expected 'tensor<4xf32>' but got 'tensor<2xf32>'
-func.func @kernel_three_results(%x: tensor<4xf32>, %y: tensor<2xf32>) -> tensor<4xf32> {
+// Tests that a kernel's results after the first come in two groups of one type each (IRDL
+// binds one type to a variadic result): a third type among them is rejected.
+// CHECK: error: expected 'tensor<2xf32>' but got 'tensor<4xf32>'
+func.func @kernel_three_result_types(%x: tensor<4xf32>, %y: tensor<2xf32>) -> tensor<4xf32> {
+  %k:4 = "trn.kernel"() ({
+    "trn.yield"(%x, %x, %y, %x) {operandSegmentSizes = array<i32: 1, 1, 2>} : (tensor<4xf32>, tensor<4xf32>, tensor<2xf32>, tensor<4xf32>) -> ()
+  }) {kind = "elementwise", resultSegmentSizes = array<i32: 1, 1, 2>} : () -> (tensor<4xf32>, tensor<4xf32>, tensor<2xf32>, tensor<4xf32>)
+  return %k#0 : tensor<4xf32>
+}
+
+// -----
+
+// Tests that a kernel's yield groups its values as the kernel groups its results.
+// CHECK: error: 'trn.kernel' op yields groups of [1, 2, 0] value(s) but the kernel's results come in groups of [1, 1, 1]
+func.func @kernel_yield_groups(%x: tensor<4xf32>) -> tensor<4xf32> {
   %k:3 = "trn.kernel"() ({
-    "trn.yield"(%x, %x, %y) : (tensor<4xf32>, tensor<4xf32>, tensor<2xf32>) -> ()
-  }) {kind = "elementwise"} : () -> (tensor<4xf32>, tensor<4xf32>, tensor<2xf32>)
+    "trn.yield"(%x, %x, %x) {operandSegmentSizes = array<i32: 1, 2, 0>} : (tensor<4xf32>, tensor<4xf32>, tensor<4xf32>) -> ()
+  }) {kind = "elementwise", resultSegmentSizes = array<i32: 1, 1, 1>} : () -> (tensor<4xf32>, tensor<4xf32>, tensor<4xf32>)
   return %k#0 : tensor<4xf32>
 }
 

@@ -38,14 +38,14 @@ func.func @ops(%w: tensor<8x4xf32>, %x: tensor<2x4xf32>, %b: tensor<8xf32>) -> t
 // CHECK-NEXT: "trn.matmul"(%arg0, %arg1)
 // CHECK-NEXT: "trn.activation"
 // CHECK-NEXT: "trn.yield"
-// CHECK-NEXT: }) {kind = "matmul"} : () -> tensor<2x8xf32>
+// CHECK-NEXT: }) {kind = "matmul", resultSegmentSizes = array<i32: 1, 0, 0>} : () -> tensor<2x8xf32>
 // CHECK: return %[[K]]
 func.func @kernel(%x: tensor<2x4xf32>, %w: tensor<4x8xf32>) -> tensor<2x8xf32> {
   %k = "trn.kernel"() ({
     %y = "trn.matmul"(%x, %w) : (tensor<2x4xf32>, tensor<4x8xf32>) -> tensor<2x8xf32>
     %r = "trn.activation"(%y) {func = "relu", scale = 1.0 : f32, bias = 0.0 : f32} : (tensor<2x8xf32>) -> tensor<2x8xf32>
-    "trn.yield"(%r) : (tensor<2x8xf32>) -> ()
-  }) {kind = "matmul"} : () -> tensor<2x8xf32>
+    "trn.yield"(%r) {operandSegmentSizes = array<i32: 1, 0, 0>} : (tensor<2x8xf32>) -> ()
+  }) {kind = "matmul", resultSegmentSizes = array<i32: 1, 0, 0>} : () -> tensor<2x8xf32>
   return %k : tensor<2x8xf32>
 }
 
@@ -54,17 +54,37 @@ func.func @kernel(%x: tensor<2x4xf32>, %w: tensor<4x8xf32>) -> tensor<2x8xf32> {
 // Tests that a kernel may yield a second value it computes on the way, of another type.
 // CHECK-LABEL: func.func @kernel_with_two_results
 // CHECK: %[[K:.*]]:2 = "trn.kernel"() ({
-// CHECK: "trn.yield"(%{{.*}}, %{{.*}}) : (tensor<2x8xbf16>, tensor<2x8xf32>) -> ()
-// CHECK-NEXT: }) {kind = "matmul"} : () -> (tensor<2x8xbf16>, tensor<2x8xf32>)
+// CHECK: "trn.yield"(%{{.*}}, %{{.*}}) {operandSegmentSizes = array<i32: 1, 1, 0>} : (tensor<2x8xbf16>, tensor<2x8xf32>) -> ()
+// CHECK-NEXT: }) {kind = "matmul", resultSegmentSizes = array<i32: 1, 1, 0>} : () -> (tensor<2x8xbf16>, tensor<2x8xf32>)
 // CHECK: return %[[K]]#0, %[[K]]#1
 func.func @kernel_with_two_results(%x: tensor<2x4xf32>, %w: tensor<4x8xf32>) -> (tensor<2x8xbf16>, tensor<2x8xf32>) {
   %k:2 = "trn.kernel"() ({
     %y = "trn.matmul"(%x, %w) : (tensor<2x4xf32>, tensor<4x8xf32>) -> tensor<2x8xf32>
     %r = "trn.activation"(%y) {func = "gelu", scale = 1.0 : f32, bias = 0.0 : f32} : (tensor<2x8xf32>) -> tensor<2x8xf32>
     %c = "trn.convert"(%r) : (tensor<2x8xf32>) -> tensor<2x8xbf16>
-    "trn.yield"(%c, %y) : (tensor<2x8xbf16>, tensor<2x8xf32>) -> ()
-  }) {kind = "matmul"} : () -> (tensor<2x8xbf16>, tensor<2x8xf32>)
+    "trn.yield"(%c, %y) {operandSegmentSizes = array<i32: 1, 1, 0>} : (tensor<2x8xbf16>, tensor<2x8xf32>) -> ()
+  }) {kind = "matmul", resultSegmentSizes = array<i32: 1, 1, 0>} : () -> (tensor<2x8xbf16>, tensor<2x8xf32>)
   return %k#0, %k#1 : tensor<2x8xbf16>, tensor<2x8xf32>
+}
+
+// -----
+
+// Tests that a kernel's results after the first come in two groups, each of one type (a
+// norm's output and the residual sum it saves, then its per-row mean and 1/std), counted
+// by resultSegmentSizes and the yield's operandSegmentSizes.
+// CHECK-LABEL: func.func @kernel_with_two_result_groups
+// CHECK: %[[K:.*]]:4 = "trn.kernel"() ({
+// CHECK: "trn.yield"(%{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}) {operandSegmentSizes = array<i32: 1, 1, 2>} : (tensor<2x8xbf16>, tensor<16xbf16>, tensor<2xf32>, tensor<2xf32>) -> ()
+// CHECK-NEXT: }) {kind = "rows", resultSegmentSizes = array<i32: 1, 1, 2>} : () -> (tensor<2x8xbf16>, tensor<16xbf16>, tensor<2xf32>, tensor<2xf32>)
+func.func @kernel_with_two_result_groups(%x: tensor<2x8xbf16>) -> (tensor<2x8xbf16>, tensor<16xbf16>, tensor<2xf32>, tensor<2xf32>) {
+  %k:4 = "trn.kernel"() ({
+    %f = "trn.reshape"(%x) : (tensor<2x8xbf16>) -> tensor<16xbf16>
+    %w = "trn.convert"(%x) : (tensor<2x8xbf16>) -> tensor<2x8xf32>
+    %s = "trn.reduce"(%w) {dimensions = array<i64: 1>, op = "add"} : (tensor<2x8xf32>) -> tensor<2xf32>
+    %m = "trn.reduce"(%w) {dimensions = array<i64: 1>, op = "max"} : (tensor<2x8xf32>) -> tensor<2xf32>
+    "trn.yield"(%x, %f, %s, %m) {operandSegmentSizes = array<i32: 1, 1, 2>} : (tensor<2x8xbf16>, tensor<16xbf16>, tensor<2xf32>, tensor<2xf32>) -> ()
+  }) {kind = "rows", resultSegmentSizes = array<i32: 1, 1, 2>} : () -> (tensor<2x8xbf16>, tensor<16xbf16>, tensor<2xf32>, tensor<2xf32>)
+  return %k#0, %k#1, %k#2, %k#3 : tensor<2x8xbf16>, tensor<16xbf16>, tensor<2xf32>, tensor<2xf32>
 }
 
 // -----

@@ -16,8 +16,8 @@ func.func @gemm(%a: tensor<256x256xbf16>, %b: tensor<256x1024xbf16>) -> tensor<2
   %k = "trn.kernel"() ({
     %y = "trn.matmul"(%a, %b) : (tensor<256x256xbf16>, tensor<256x1024xbf16>) -> tensor<256x1024xf32>
     %z = "trn.convert"(%y) : (tensor<256x1024xf32>) -> tensor<256x1024xbf16>
-    "trn.yield"(%z) : (tensor<256x1024xbf16>) -> ()
-  }) {kind = "matmul"} : () -> tensor<256x1024xbf16>
+    "trn.yield"(%z) {operandSegmentSizes = array<i32: 1, 0, 0>} : (tensor<256x1024xbf16>) -> ()
+  }) {kind = "matmul", resultSegmentSizes = array<i32: 1, 0, 0>} : () -> tensor<256x1024xbf16>
   return %k : tensor<256x1024xbf16>
 }
 """
@@ -26,8 +26,8 @@ EXP = """
 func.func @ew(%x: tensor<128x8192xf32>) -> tensor<128x8192xf32> {
   %k = "trn.kernel"() ({
     %e = "trn.activation"(%x) {func = "exp", scale = 1.0 : f32, bias = 0.0 : f32} : (tensor<128x8192xf32>) -> tensor<128x8192xf32>
-    "trn.yield"(%e) : (tensor<128x8192xf32>) -> ()
-  }) {kind = "elementwise"} : () -> tensor<128x8192xf32>
+    "trn.yield"(%e) {operandSegmentSizes = array<i32: 1, 0, 0>} : (tensor<128x8192xf32>) -> ()
+  }) {kind = "elementwise", resultSegmentSizes = array<i32: 1, 0, 0>} : () -> tensor<128x8192xf32>
   return %k : tensor<128x8192xf32>
 }
 """

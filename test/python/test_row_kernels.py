@@ -111,8 +111,10 @@ def test_bf16_layer_norm_backward_keeps_its_rows_on_chip(dump_dir):
     # kernels to read.
     leaves, dy = _bf16_layer_norm_step(4, dump_dir)
     backward = _trn(dump_dir, "backward")
-    # Each kernel's closing line: }) {..., kind = "..."} : () -> <result types>
-    kernels = re.findall(r'kind = "(\w+)"\} : \(\) -> \(?([^\n]*?)\)? loc', backward)
+    # Each kernel's closing line: }) {..., kind = "...", resultSegmentSizes = ...} : () ->
+    # <result types>
+    kernels = re.findall(r'kind = "(\w+)", resultSegmentSizes = array<i32: [0-9, ]+>\} : \(\) -> '
+                         r'\(?([^\n]*?)\)? loc', backward)
     rows = [results for kind, results in kernels if kind == "rows"]
     assert rows == ["tensor<4x128x256xbf16>, tensor<256xbf16>, tensor<256xbf16>"], kernels
     # Besides it at most the weight's widening to fp32: nothing of the rows' size.
@@ -130,8 +132,9 @@ def test_layer_norm_weight_gradients_summed_over_partial_tiles_and_wide_rows(dum
     leaves = [t.clone().requires_grad_() for t in (x, w, b)]
     _native(lambda *a: F.layer_norm(a[0], (640,), *a[1:]), *leaves, dump_dir=dump_dir) \
         .backward(dy)
-    assert re.search(r'kind = "rows"\} : \(\) -> \(tensor<3x100x640xf32>, tensor<640xf32>, '
-                     r'tensor<640xf32>\)', _trn(dump_dir, "backward"))
+    assert re.search(r'kind = "rows", resultSegmentSizes = array<i32: 1, 2, 0>\} : \(\) -> '
+                     r'\(tensor<3x100x640xf32>, tensor<640xf32>, tensor<640xf32>\)',
+                     _trn(dump_dir, "backward"))
     ref = [t.clone().requires_grad_() for t in (x, w, b)]
     F.layer_norm(ref[0], (640,), *ref[1:]).backward(dy)
     for got, want in zip(leaves, ref):
@@ -144,8 +147,9 @@ def test_layer_norm_forward_stores_its_saved_statistics_from_the_rows_kernel(dum
     # rows again to recompute them.
     leaves, dy = _bf16_layer_norm_step(5, dump_dir)
     forward = _trn(dump_dir, "forward")
-    assert re.findall(r'kind = "(\w+)"\}', forward) == ["rows"], forward
-    assert re.search(r'= "trn.kernel"\(\) \(\{.*?\}\) \{.*?kind = "rows"\} : \(\) -> '
+    assert re.findall(r'kind = "(\w+)", resultSegmentSizes', forward) == ["rows"], forward
+    assert re.search(r'= "trn.kernel"\(\) \(\{.*?\}\) \{.*?kind = "rows", '
+                     r'resultSegmentSizes = array<i32: 1, 2, 0>\} : \(\) -> '
                      r'\(tensor<4x128x256xbf16>, tensor<4x128x1xbf16>, tensor<4x128x1xbf16>\)',
                      forward, re.S), forward
     _assert_bf16_layer_norm_gradients(leaves, dy)

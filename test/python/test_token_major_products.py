@@ -25,15 +25,15 @@ func.func @product(%a: tensor<2x3x128x128xbf16>, %b: tensor<6x128x64xbf16>) -> t
     %l = "trn.reshape"(%t) : (tensor<3x2x128x128xbf16>) -> tensor<6x128x128xbf16>
     %m = "trn.matmul"(%l, %b) : (tensor<6x128x128xbf16>, tensor<6x128x64xbf16>) -> tensor<6x128x64xf32>
     %c = "trn.convert"(%m) : (tensor<6x128x64xf32>) -> tensor<6x128x64xbf16>
-    "trn.yield"(%c) : (tensor<6x128x64xbf16>) -> ()
-  }) {kind = "matmul", orientation = "mn"} : () -> tensor<6x128x64xbf16>
+    "trn.yield"(%c) {operandSegmentSizes = array<i32: 1, 0, 0>} : (tensor<6x128x64xbf16>) -> ()
+  }) {kind = "matmul", orientation = "mn", resultSegmentSizes = array<i32: 1, 0, 0>} : () -> tensor<6x128x64xbf16>
   %1 = "trn.kernel"() ({
     %r = "trn.reshape"(%0) : (tensor<6x128x64xbf16>) -> tensor<2x3x128x64xbf16>
     %t = "trn.transpose"(%r) {permutation = array<i64: 0, 2, 1, 3>} : (tensor<2x3x128x64xbf16>) -> tensor<2x128x3x64xbf16>
     %s = "trn.reshape"(%t) : (tensor<2x128x3x64xbf16>) -> tensor<2x128x192xbf16>
     %n = "trn.tensor_scalar"(%s) {op = "mul", reverse = false, scalar = -1.0 : f32} : (tensor<2x128x192xbf16>) -> tensor<2x128x192xbf16>
-    "trn.yield"(%n) : (tensor<2x128x192xbf16>) -> ()
-  }) {kind = "elementwise"} : () -> tensor<2x128x192xbf16>
+    "trn.yield"(%n) {operandSegmentSizes = array<i32: 1, 0, 0>} : (tensor<2x128x192xbf16>) -> ()
+  }) {kind = "elementwise", resultSegmentSizes = array<i32: 1, 0, 0>} : () -> tensor<2x128x192xbf16>
   return %1 : tensor<2x128x192xbf16>
 }
 """
@@ -83,8 +83,8 @@ func.func @values_gradient(%p: tensor<2x3x256x256xbf16>, %g: tensor<2x256x192xbf
     %c = "trn.convert"(%m) : (tensor<6x256x64xf32>) -> tensor<6x256x64xbf16>
     %r = "trn.reshape"(%c) : (tensor<6x256x64xbf16>) -> tensor<2x3x256x64xbf16>
     %t = "trn.transpose"(%r) {permutation = array<i64: 0, 2, 1, 3>} : (tensor<2x3x256x64xbf16>) -> tensor<2x256x3x64xbf16>
-    "trn.yield"(%t) : (tensor<2x256x3x64xbf16>) -> ()
-  }) {kind = "matmul", orientation = "mn"} : () -> tensor<2x256x3x64xbf16>
+    "trn.yield"(%t) {operandSegmentSizes = array<i32: 1, 0, 0>} : (tensor<2x256x3x64xbf16>) -> ()
+  }) {kind = "matmul", orientation = "mn", resultSegmentSizes = array<i32: 1, 0, 0>} : () -> tensor<2x256x3x64xbf16>
   return %0 : tensor<2x256x3x64xbf16>
 }
 """

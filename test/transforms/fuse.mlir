@@ -30,7 +30,7 @@
 // CHECK-NEXT: "trn.tensor_tensor"
 // CHECK-NEXT: "trn.activation"
 // CHECK-NEXT: "trn.yield"
-// CHECK-NEXT: }) {kind = "matmul"}
+// CHECK-NEXT: }) {kind = "matmul", resultSegmentSizes = array<i32: {{[0-9, ]+}}>}
 // CHECK-NEXT: return %[[K]]
 // OFF-LABEL: func.func @linear_relu
 // OFF-COUNT-3: "trn.kernel"
@@ -124,7 +124,7 @@ func.func @bf16_linear(%x: tensor<4x8xbf16>, %w: tensor<8x16xbf16>, %b: tensor<1
 // CHECK-NEXT: "trn.broadcast"
 // CHECK-NEXT: "trn.tensor_tensor"({{.*}}op = "div"
 // CHECK-NEXT: "trn.yield"
-// CHECK-NEXT: }) {kind = "rows"}
+// CHECK-NEXT: }) {kind = "rows", resultSegmentSizes = array<i32: {{[0-9, ]+}}>}
 // CHECK-NEXT: return %[[K]]
 // NOROWS-LABEL: func.func @softmax
 // NOROWS-NOT: kind = "rows"
@@ -156,20 +156,20 @@ func.func @softmax(%x: tensor<2x64x96xf32>) -> tensor<2x64x96xf32> {
 // CHECK-NEXT: %[[M:.*]] = "trn.tensor_scalar"
 // CHECK: %[[Y:.*]] = "trn.tensor_tensor"({{.*}}op = "mul"
 // CHECK-NEXT: "trn.yield"(%[[Y]], %[[M]])
-// CHECK-NEXT: }) {kind = "rows"}
+// CHECK-NEXT: }) {kind = "rows", resultSegmentSizes = array<i32: {{[0-9, ]+}}>}
 // CHECK: return %[[K]]#0, %[[K]]#1
 // NOROWRES-LABEL: func.func @norm_with_saved_mean
 // NOROWRES: %[[MEAN:.*]] = "trn.kernel"() ({
 // NOROWRES-NEXT: "trn.reduce"(%arg0)
 // NOROWRES-NEXT: "trn.tensor_scalar"
 // NOROWRES-NEXT: "trn.yield"
-// NOROWRES-NEXT: }) {kind = "reduce"}
+// NOROWRES-NEXT: }) {kind = "reduce", resultSegmentSizes = array<i32: {{[0-9, ]+}}>}
 // NOROWRES-NEXT: %[[K:.*]] = "trn.kernel"() ({
 // NOROWRES-NEXT: "trn.broadcast"(%arg1) {dimensions = array<i64: 0>}
 // NOROWRES-NEXT: "trn.reduce"(%arg0)
 // NOROWRES: "trn.tensor_tensor"({{.*}}op = "mul"
 // NOROWRES-NEXT: "trn.yield"
-// NOROWRES-NEXT: }) {kind = "rows"}
+// NOROWRES-NEXT: }) {kind = "rows", resultSegmentSizes = array<i32: {{[0-9, ]+}}>}
 // NOROWRES: return %[[K]], %[[MEAN]]
 func.func @norm_with_saved_mean(%x: tensor<128x64xf32>, %w: tensor<64xf32>) -> (tensor<128x64xf32>, tensor<128xf32>) {
   %sum = "trn.reduce"(%x) {op = "add", dimensions = array<i64: 1>} : (tensor<128x64xf32>) -> tensor<128xf32>
@@ -192,16 +192,16 @@ func.func @norm_with_saved_mean(%x: tensor<128x64xf32>, %w: tensor<64xf32>) -> (
 // CHECK: %[[MM:.*]] = "trn.matmul"
 // CHECK: "trn.tensor_tensor"({{.*}}%[[MM]]) {op = "add"}
 // CHECK: "trn.reduce"
-// CHECK: }) {kind = "matmul_rows"}
+// CHECK: }) {kind = "matmul_rows", resultSegmentSizes = array<i32: {{[0-9, ]+}}>}
 // NONE-LABEL: func.func @scores_softmax
 // NONE: %[[MM:.*]] = "trn.kernel"() ({
 // NONE-NEXT: "trn.matmul"
 // NONE-NEXT: "trn.yield"
-// NONE-NEXT: }) {kind = "matmul"}
+// NONE-NEXT: }) {kind = "matmul", resultSegmentSizes = array<i32: {{[0-9, ]+}}>}
 // NONE: "trn.kernel"() ({
 // NONE-NEXT: "trn.broadcast"(%arg2)
 // NONE-NEXT: "trn.tensor_tensor"({{.*}}%[[MM]]) {op = "add"}
-// NONE: }) {kind = "rows"}
+// NONE: }) {kind = "rows", resultSegmentSizes = array<i32: {{[0-9, ]+}}>}
 // CHECK-LABEL: func.func @long_rows
 // CHECK-NOT: kind = "rows"
 // CHECK: return
@@ -233,7 +233,7 @@ func.func @long_rows(%x: tensor<4x65536xf32>) -> tensor<4x65536xf32> {
 // CHECK: "trn.activation"({{.*}}func = "exp"
 // CHECK: %[[P:.*]] = "trn.convert"
 // CHECK-NEXT: "trn.matmul"(%[[P]], %arg2)
-// CHECK: }) {kind = "attention"}
+// CHECK: }) {kind = "attention", resultSegmentSizes = array<i32: {{[0-9, ]+}}>}
 // CHECK-NOT: "trn.kernel"
 // Without attention kernels the scores still stay on chip: the scores matmul and the softmax
 // form a matmul_rows kernel, which the values' matmul reads from HBM; with neither, three
@@ -242,7 +242,7 @@ func.func @long_rows(%x: tensor<4x65536xf32>) -> tensor<4x65536xf32> {
 // NOATTN: "trn.kernel"() ({
 // NOATTN-NEXT: "trn.matmul"(%arg0, %arg1)
 // NOATTN: "trn.reduce"({{.*}}op = "max"
-// NOATTN: }) {kind = "matmul_rows"}
+// NOATTN: }) {kind = "matmul_rows", resultSegmentSizes = array<i32: {{[0-9, ]+}}>}
 // NOATTN: kind = "matmul"
 // NOATTN-NOT: kind = "attention"
 // NONE-LABEL: func.func @attention
@@ -278,11 +278,11 @@ func.func @attention(%q: tensor<2x128x32xbf16>, %kt: tensor<2x32x128xbf16>, %v: 
 // CHECK: "trn.matmul"(%[[P:.*]], %arg2)
 // CHECK: %[[O:.*]] = "trn.convert"
 // CHECK-NEXT: "trn.yield"(%[[O]], %[[P]])
-// CHECK: }) {kind = "attention"}
+// CHECK: }) {kind = "attention", resultSegmentSizes = array<i32: {{[0-9, ]+}}>}
 // CHECK-NEXT: return %[[K]]#0, %[[K]]#1
 // NOSAVED-LABEL: func.func @attention_saving_probabilities
-// NOSAVED: }) {kind = "matmul_rows"}
-// NOSAVED: }) {kind = "matmul"}
+// NOSAVED: }) {kind = "matmul_rows", resultSegmentSizes = array<i32: {{[0-9, ]+}}>}
+// NOSAVED: }) {kind = "matmul", resultSegmentSizes = array<i32: {{[0-9, ]+}}>}
 // NOSAVED-NOT: kind = "attention"
 func.func @attention_saving_probabilities(%q: tensor<2x128x32xbf16>, %kt: tensor<2x32x128xbf16>, %v: tensor<2x128x32xbf16>) -> (tensor<2x128x32xbf16>, tensor<2x128x128xbf16>) {
   %s = "trn.matmul"(%q, %kt) : (tensor<2x128x32xbf16>, tensor<2x32x128xbf16>) -> tensor<2x128x128xf32>
@@ -317,20 +317,20 @@ func.func @attention_saving_probabilities(%q: tensor<2x128x32xbf16>, %kt: tensor
 // CHECK-NEXT: "trn.matmul"(%arg3, %[[P]])
 // CHECK-NEXT: %[[G:.*]] = "trn.convert"
 // CHECK-NEXT: "trn.yield"(%[[O]], %[[G]])
-// CHECK: }) {kind = "attention"}
+// CHECK: }) {kind = "attention", resultSegmentSizes = array<i32: {{[0-9, ]+}}>}
 // CHECK-NEXT: return %[[K]]#1, %[[K]]#0
 // NOCONTRACT-LABEL: func.func @attention_rows_read_by_two_matmuls
 // NOCONTRACT: %[[K:.*]]:2 = "trn.kernel"() ({
 // NOCONTRACT: "trn.matmul"(%[[P:.*]], %arg2)
 // NOCONTRACT: "trn.yield"(%{{.*}}, %[[P]])
-// NOCONTRACT: }) {kind = "attention"}
+// NOCONTRACT: }) {kind = "attention", resultSegmentSizes = array<i32: {{[0-9, ]+}}>}
 // NOCONTRACT-NEXT: %[[G:.*]] = "trn.kernel"() ({
 // NOCONTRACT-NEXT: "trn.matmul"(%arg3, %[[K]]#1)
 // NOCONTRACT: return %[[G]], %[[K]]#0
 // NOSAVED-LABEL: func.func @attention_rows_read_by_two_matmuls
-// NOSAVED: }) {kind = "matmul_rows"}
-// NOSAVED: }) {kind = "matmul"}
-// NOSAVED: }) {kind = "matmul"}
+// NOSAVED: }) {kind = "matmul_rows", resultSegmentSizes = array<i32: {{[0-9, ]+}}>}
+// NOSAVED: }) {kind = "matmul", resultSegmentSizes = array<i32: {{[0-9, ]+}}>}
+// NOSAVED: }) {kind = "matmul", resultSegmentSizes = array<i32: {{[0-9, ]+}}>}
 // NOSAVED-NOT: kind = "attention"
 func.func @attention_rows_read_by_two_matmuls(%q: tensor<2x128x32xbf16>, %kt: tensor<2x32x128xbf16>, %v: tensor<2x128x32xbf16>, %qt: tensor<2x32x128xbf16>) -> (tensor<2x32x128xbf16>, tensor<2x128x32xbf16>) {
   %s = "trn.matmul"(%q, %kt) : (tensor<2x128x32xbf16>, tensor<2x32x128xbf16>) -> tensor<2x128x128xf32>
@@ -361,7 +361,7 @@ func.func @attention_rows_read_by_two_matmuls(%q: tensor<2x128x32xbf16>, %kt: te
 // CHECK: "trn.kernel"() ({
 // CHECK-NEXT: "trn.matmul"
 // CHECK-NEXT: "trn.activation"({{.*}}func = "gelu"
-// CHECK: }) {kind = "matmul"}
+// CHECK: }) {kind = "matmul", resultSegmentSizes = array<i32: {{[0-9, ]+}}>}
 // CHECK-NEXT: "trn.reshape"
 // CHECK-NEXT: return
 // CHECK-LABEL: func.func @view_scaled_then_reduced
@@ -443,7 +443,7 @@ func.func @widened_beside_fp32(%p: tensor<2x16x16xf32>, %v: tensor<2x16x8xbf16>)
 // CHECK-NEXT: %[[G:.*]] = "trn.tensor_tensor"(%[[MM]], %[[D]]) {op = "mul"}
 // CHECK-NEXT: %[[R:.*]] = "trn.convert"(%[[G]]) : (tensor<128x256xf32>) -> tensor<128x256xbf16>
 // CHECK-NEXT: "trn.yield"(%[[R]])
-// CHECK-NEXT: }) {kind = "matmul"}
+// CHECK-NEXT: }) {kind = "matmul", resultSegmentSizes = array<i32: {{[0-9, ]+}}>}
 // CHECK-NOT: "trn.kernel"
 // NOPROD-LABEL: func.func @gelu_backward
 // NOPROD-DAG: kind = "matmul"
@@ -477,10 +477,10 @@ func.func @gelu_backward(%w: tensor<256x128xbf16>, %dy: tensor<128x128xbf16>, %x
 // CHECK-NEXT: "trn.transpose"(%arg0)
 // CHECK-NEXT: %[[MM:.*]] = "trn.matmul"
 // CHECK-NEXT: "trn.tensor_tensor"(%[[MM]], %[[D]]) {op = "mul"}
-// CHECK: }) {kind = "matmul"}
+// CHECK: }) {kind = "matmul", resultSegmentSizes = array<i32: {{[0-9, ]+}}>}
 // CHECK-NOT: "trn.kernel"
 // NOPROD-LABEL: func.func @gelu_backward_batched
-// NOPROD: kind = "elementwise"} : () -> tensor<2x64x256xf32>
+// NOPROD: kind = "elementwise", resultSegmentSizes = array<i32: 1, 0, 0>} : () -> tensor<2x64x256xf32>
 // NOPROD: kind = "matmul"
 func.func @gelu_backward_batched(%w: tensor<256x128xbf16>, %dy: tensor<128x128xbf16>, %x: tensor<2x64x256xbf16>) -> tensor<128x256xbf16> {
   %t = "trn.transpose"(%w) {permutation = array<i64: 1, 0>} : (tensor<256x128xbf16>) -> tensor<128x256xbf16>
@@ -506,7 +506,7 @@ func.func @gelu_backward_batched(%w: tensor<256x128xbf16>, %dy: tensor<128x128xb
 // CHECK: "trn.activation"({{.*}}func = "gelu"
 // CHECK: %[[H:.*]] = "trn.convert"({{.*}}) : (tensor<256x512xf32>) -> tensor<256x512xbf16>
 // CHECK: "trn.matmul"(%[[H]],
-// CHECK: }) {kind = "mlp"}
+// CHECK: }) {kind = "mlp", resultSegmentSizes = array<i32: {{[0-9, ]+}}>}
 // CHECK-NOT: "trn.kernel"
 // NOMLP-LABEL: func.func @mlp
 // NOMLP-COUNT-2: kind = "matmul"
@@ -539,11 +539,11 @@ func.func @mlp(%x: tensor<256x128xbf16>, %w1: tensor<512x128xbf16>, %b1: tensor<
 // CHECK: %[[Y:.*]] = "trn.matmul"(%[[H]], %{{.*}})
 // CHECK-NEXT: %[[YB:.*]] = "trn.convert"(%[[Y]])
 // CHECK-NEXT: "trn.yield"(%[[YB]], %[[H]], %[[PRE]])
-// CHECK-NEXT: }) {kind = "mlp_saved"} : () -> (tensor<256x128xbf16>, tensor<256x512xbf16>, tensor<256x512xbf16>)
+// CHECK-NEXT: }) {kind = "mlp_saved", resultSegmentSizes = array<i32: 1, 2, 0>} : () -> (tensor<256x128xbf16>, tensor<256x512xbf16>, tensor<256x512xbf16>)
 // CHECK-NEXT: return %[[K]]#0, %[[K]]#2, %[[K]]#1
 // NOMLPSAVED-LABEL: func.func @mlp_saved
-// NOMLPSAVED: }) {kind = "matmul"} : () -> (tensor<256x512xbf16>, tensor<256x512xbf16>)
-// NOMLPSAVED: }) {kind = "matmul"} : () -> tensor<256x128xbf16>
+// NOMLPSAVED: }) {kind = "matmul", resultSegmentSizes = array<i32: 1, 1, 0>} : () -> (tensor<256x512xbf16>, tensor<256x512xbf16>)
+// NOMLPSAVED: }) {kind = "matmul", resultSegmentSizes = array<i32: 1, 0, 0>} : () -> tensor<256x128xbf16>
 func.func @mlp_saved(%x: tensor<256x128xbf16>, %w1: tensor<512x128xbf16>, %b1: tensor<512xbf16>, %w2: tensor<128x512xbf16>) -> (tensor<256x128xbf16>, tensor<256x512xbf16>, tensor<256x512xbf16>) {
   %w1t = "trn.transpose"(%w1) {permutation = array<i64: 1, 0>} : (tensor<512x128xbf16>) -> tensor<128x512xbf16>
   %h = "trn.matmul"(%x, %w1t) : (tensor<256x128xbf16>, tensor<128x512xbf16>) -> tensor<256x512xf32>
@@ -566,7 +566,7 @@ func.func @mlp_saved(%x: tensor<256x128xbf16>, %w1: tensor<512x128xbf16>, %b1: t
 // computed in between.
 // CHECK-LABEL: func.func @mlp_saved_before_a_reader
 // CHECK-NEXT: %[[K:.*]]:2 = "trn.kernel"() ({
-// CHECK: }) {kind = "mlp_saved"} : () -> (tensor<256x128xbf16>, tensor<256x512xbf16>)
+// CHECK: }) {kind = "mlp_saved", resultSegmentSizes = array<i32: 1, 1, 0>} : () -> (tensor<256x128xbf16>, tensor<256x512xbf16>)
 // CHECK-NEXT: %[[S:.*]] = "trn.kernel"() ({
 // CHECK-NEXT: "trn.reduce"(%[[K]]#1)
 // CHECK: return %[[K]]#0, %[[S]]
@@ -593,7 +593,7 @@ func.func @mlp_saved_before_a_reader(%dy: tensor<256x128xbf16>, %w2: tensor<128x
 // CHECK: "trn.activation"({{.*}}func = "gelu"
 // CHECK: %[[H:.*]] = "trn.convert"({{.*}}) : (tensor<256x512xf32>) -> tensor<256x512xbf16>
 // CHECK-NEXT: "trn.matmul"(%[[H]],
-// CHECK: }) {kind = "mlp"}
+// CHECK: }) {kind = "mlp", resultSegmentSizes = array<i32: {{[0-9, ]+}}>}
 // CHECK-NOT: "trn.kernel"
 // NOMLP-LABEL: func.func @mlp_batched_tokens
 // NOMLP-NOT: kind = "mlp"
@@ -628,7 +628,7 @@ func.func @mlp_batched_tokens(%x: tensor<2x128x128xbf16>, %w1: tensor<128x512xbf
 // CHECK: %[[YB:.*]] = "trn.convert"(%[[Y]]) {trn.producer_result}
 // CHECK: "trn.tensor_tensor"({{.*}}, %[[YB]]) {op = "add"}
 // CHECK: "trn.reduce"
-// CHECK: }) {kind = "mlp_rows"}
+// CHECK: }) {kind = "mlp_rows", resultSegmentSizes = array<i32: {{[0-9, ]+}}>}
 // CHECK-NOT: "trn.kernel"
 // NOMLPROWS-LABEL: func.func @mlp_rows
 // NOMLPROWS: kind = "mlp"
@@ -668,7 +668,7 @@ func.func @mlp_rows(%x: tensor<1024x256xbf16>, %w1: tensor<256x3072xbf16>, %w2: 
 // CHECK: %[[ZB:.*]] = "trn.convert"(%[[Z]]) {trn.producer_result}
 // CHECK: "trn.reshape"(%[[ZB]])
 // CHECK: "trn.reduce"
-// CHECK: }) {kind = "linear_rows"}
+// CHECK: }) {kind = "linear_rows", resultSegmentSizes = array<i32: {{[0-9, ]+}}>}
 // CHECK-NOT: "trn.kernel"
 // NOLINROWS-LABEL: func.func @linear_rows
 // NOLINROWS: kind = "matmul"
@@ -774,14 +774,14 @@ func.func @mlp_residual_first(%x: tensor<256x128xbf16>, %w1: tensor<128x512xbf16
 // CHECK: "trn.tensor_tensor"({{.*}}op = "mul"} : (tensor<256x512xf32>, tensor<256x512xf32>)
 // CHECK: "trn.convert"
 // CHECK-NEXT: "trn.yield"
-// CHECK-NEXT: }) {kind = "matmul"} : () -> tensor<256x512xbf16>
+// CHECK-NEXT: }) {kind = "matmul", resultSegmentSizes = array<i32: 1, 0, 0>} : () -> tensor<256x512xbf16>
 // CHECK-NEXT: %[[R:.*]] = "trn.reshape"
 // CHECK-NEXT: return %[[R]] : tensor<1x256x512xbf16>
 // KEEP-LABEL: func.func @gelu_new
 // KEEP: "trn.kernel"
 // KEEP: "trn.convert"(%{{.*}}) : (tensor<256x512xf32>) -> tensor<256x512xbf16>
 // KEEP: "trn.activation"({{.*}}func = "tanh"
-// KEEP: }) {kind = "matmul"}
+// KEEP: }) {kind = "matmul", resultSegmentSizes = array<i32: {{[0-9, ]+}}>}
 // KEEP-NEXT: "trn.reshape"
 // KEEP-NEXT: return
 // OFF-LABEL: func.func @gelu_new
@@ -812,7 +812,7 @@ func.func @gelu_new(%x: tensor<256x128xbf16>, %w: tensor<128x512xbf16>) -> tenso
 // CHECK-NEXT: %[[R:.*]] = "trn.reshape"(%arg2) : (tensor<1x256x256xbf16>) -> tensor<256x256xbf16>
 // CHECK-NEXT: %[[M:.*]] = "trn.matmul"
 // CHECK-NEXT: "trn.tensor_tensor"(%[[R]], %[[M]]) {op = "add"} : (tensor<256x256xbf16>, tensor<256x256xf32>)
-// CHECK: }) {kind = "matmul"}
+// CHECK: }) {kind = "matmul", resultSegmentSizes = array<i32: {{[0-9, ]+}}>}
 // CHECK-NEXT: "trn.reshape"
 // CHECK-NOT: "trn.kernel"
 func.func @residual_in_epilogue(%x: tensor<256x128xbf16>, %w: tensor<128x256xbf16>, %res: tensor<1x256x256xbf16>) -> tensor<1x256x256xbf16> {
@@ -829,7 +829,7 @@ func.func @residual_in_epilogue(%x: tensor<256x128xbf16>, %w: tensor<128x256xbf1
 // Tests that the same add read only by a reduction over its rows keeps the reduction's shape
 // (a layer norm's rows take it in, as BERT's residual add).
 // CHECK-LABEL: func.func @residual_into_norm
-// CHECK: }) {kind = "matmul"} : () -> tensor<256x256xbf16>
+// CHECK: }) {kind = "matmul", resultSegmentSizes = array<i32: 1, 0, 0>} : () -> tensor<256x256xbf16>
 // CHECK: "trn.tensor_tensor"(%arg2, %{{.*}}) {op = "add"} : (tensor<1x256x256xbf16>, tensor<1x256x256xbf16>)
 func.func @residual_into_norm(%x: tensor<256x128xbf16>, %w: tensor<128x256xbf16>, %res: tensor<1x256x256xbf16>) -> tensor<1x256xf32> {
   %m = "trn.matmul"(%x, %w) : (tensor<256x128xbf16>, tensor<128x256xbf16>) -> tensor<256x256xf32>
@@ -848,12 +848,12 @@ func.func @residual_into_norm(%x: tensor<256x128xbf16>, %w: tensor<128x256xbf16>
 // CHECK-LABEL: func.func @shared_residual
 // CHECK: %[[KEPT:.*]] = "trn.kernel"() ({
 // CHECK-NEXT: "trn.tensor_tensor"(%arg0, %arg1) {op = "add"}
-// CHECK: }) {kind = "elementwise"}
+// CHECK: }) {kind = "elementwise", resultSegmentSizes = array<i32: {{[0-9, ]+}}>}
 // CHECK: %[[ROWS:.*]] = "trn.kernel"() ({
 // CHECK-NEXT: "trn.tensor_tensor"(%arg0, %arg1) {op = "add"}
 // CHECK-NEXT: "trn.convert"
 // CHECK-NEXT: "trn.reduce"
-// CHECK: }) {kind = "rows"}
+// CHECK: }) {kind = "rows", resultSegmentSizes = array<i32: {{[0-9, ]+}}>}
 // CHECK: return %[[ROWS]], %[[KEPT]]
 func.func @shared_residual(%a: tensor<4x64xbf16>, %b: tensor<4x64xbf16>) -> (tensor<4x64xf32>, tensor<4x64xbf16>) {
   %s = "trn.tensor_tensor"(%a, %b) {op = "add"} : (tensor<4x64xbf16>, tensor<4x64xbf16>) -> tensor<4x64xf32>
@@ -878,22 +878,22 @@ func.func @shared_residual(%a: tensor<4x64xbf16>, %b: tensor<4x64xbf16>) -> (ten
 // CHECK-NEXT: "trn.tensor_tensor"(%[[M]], %[[R]]) {op = "add"}
 // CHECK-NEXT: "trn.convert"
 // CHECK-NEXT: "trn.yield"
-// CHECK-NEXT: }) {kind = "matmul"} : () -> tensor<256x256xbf16>
+// CHECK-NEXT: }) {kind = "matmul", resultSegmentSizes = array<i32: 1, 0, 0>} : () -> tensor<256x256xbf16>
 // CHECK-NEXT: %[[SUM:.*]] = "trn.reshape"(%[[MM]]) : (tensor<256x256xbf16>) -> tensor<1x256x256xbf16>
 // CHECK-NEXT: %[[ROWS:.*]] = "trn.kernel"() ({
 // CHECK-NEXT: "trn.reduce"(%[[SUM]])
 // CHECK-NOT: "trn.tensor_tensor"({{.*}}) {op = "add"}
-// CHECK: }) {kind = "rows"}
+// CHECK: }) {kind = "rows", resultSegmentSizes = array<i32: {{[0-9, ]+}}>}
 // CHECK-NEXT: return %[[ROWS]], %[[SUM]]
 // NORES-LABEL: func.func @shared_residual_in_epilogue
-// NORES: }) {kind = "matmul"}
+// NORES: }) {kind = "matmul", resultSegmentSizes = array<i32: {{[0-9, ]+}}>}
 // NORES: %[[KEPT:.*]] = "trn.kernel"() ({
 // NORES: "trn.tensor_tensor"({{.*}}, %arg2) {op = "add"}
-// NORES: }) {kind = "elementwise"}
+// NORES: }) {kind = "elementwise", resultSegmentSizes = array<i32: {{[0-9, ]+}}>}
 // NORES: %[[ROWS:.*]] = "trn.kernel"() ({
 // NORES: "trn.tensor_tensor"({{.*}}, %arg2) {op = "add"}
 // NORES: "trn.reduce"
-// NORES: }) {kind = "rows"}
+// NORES: }) {kind = "rows", resultSegmentSizes = array<i32: {{[0-9, ]+}}>}
 // NORES: return %[[ROWS]], %[[KEPT]]
 func.func @shared_residual_in_epilogue(%x: tensor<256x128xbf16>, %w: tensor<128x256xbf16>, %res: tensor<1x256x256xbf16>) -> (tensor<1x256x256xf32>, tensor<1x256x256xbf16>) {
   %m = "trn.matmul"(%x, %w) : (tensor<256x128xbf16>, tensor<128x256xbf16>) -> tensor<256x256xf32>
@@ -926,7 +926,7 @@ func.func @shared_residual_in_epilogue(%x: tensor<256x128xbf16>, %w: tensor<128x
 // CHECK-NEXT: %[[DB:.*]] = "trn.reduce"(%[[G]]) {dimensions = array<i64: 0>
 // CHECK-NEXT: %[[DX:.*]] = "trn.tensor_tensor"
 // CHECK-NEXT: "trn.yield"(%[[DX]], %[[DW]], %[[DB]])
-// CHECK-NEXT: }) {kind = "rows"}
+// CHECK-NEXT: }) {kind = "rows", resultSegmentSizes = array<i32: {{[0-9, ]+}}>}
 // CHECK-NEXT: return %[[K]]#0, %[[K]]#1, %[[K]]#2
 // NOCOLS-LABEL: func.func @norm_backward
 // NOCOLS-NOT: kind = "elementwise"
@@ -936,18 +936,18 @@ func.func @shared_residual_in_epilogue(%x: tensor<256x128xbf16>, %w: tensor<128x
 // NOCOLS: "trn.reduce"({{.*}}) {dimensions = array<i64: 1>
 // NOCOLS: "trn.reduce"({{.*}}) {dimensions = array<i64: 1>
 // NOCOLS-NOT: dimensions = array<i64: 0>
-// NOCOLS: }) {kind = "rows"}
+// NOCOLS: }) {kind = "rows", resultSegmentSizes = array<i32: {{[0-9, ]+}}>}
 // NOCOLS-NEXT: %[[DW:.*]] = "trn.kernel"() ({
 // NOCOLS-NEXT: "trn.convert"(%arg0)
 // NOCOLS-NEXT: "trn.convert"(%arg1)
 // NOCOLS: "trn.reduce"({{.*}}) {dimensions = array<i64: 0>
 // NOCOLS-NEXT: "trn.yield"
-// NOCOLS-NEXT: }) {kind = "reduce"}
+// NOCOLS-NEXT: }) {kind = "reduce", resultSegmentSizes = array<i32: {{[0-9, ]+}}>}
 // NOCOLS-NEXT: %[[DB:.*]] = "trn.kernel"() ({
 // NOCOLS-NEXT: %[[G:.*]] = "trn.convert"(%arg0)
 // NOCOLS-NEXT: "trn.reduce"(%[[G]]) {dimensions = array<i64: 0>
 // NOCOLS-NEXT: "trn.yield"
-// NOCOLS-NEXT: }) {kind = "reduce"}
+// NOCOLS-NEXT: }) {kind = "reduce", resultSegmentSizes = array<i32: {{[0-9, ]+}}>}
 // NOCOLS-NEXT: return %[[DX]], %[[DW]], %[[DB]]
 func.func @norm_backward(%dy: tensor<128x64xbf16>, %x: tensor<128x64xbf16>, %mean: tensor<128xf32>, %rstd: tensor<128xf32>, %w: tensor<64xf32>) -> (tensor<128x64xf32>, tensor<64xf32>, tensor<64xf32>) {
   %dyf = "trn.convert"(%dy) : (tensor<128x64xbf16>) -> tensor<128x64xf32>
@@ -999,7 +999,7 @@ func.func @shared_rounding(%x: tensor<128x64xf32>) -> (tensor<64xf32>, tensor<12
 // CHECK-NEXT: "trn.reduce"
 // CHECK-NEXT: "trn.tensor_scalar"
 // CHECK-NEXT: "trn.yield"
-// CHECK-NEXT: }) {kind = "reduce"}
+// CHECK-NEXT: }) {kind = "reduce", resultSegmentSizes = array<i32: {{[0-9, ]+}}>}
 // CHECK-NEXT: return %[[K]]
 func.func @through_reduce(%x: tensor<128x64xf32>) -> tensor<64xf32> {
   %e = "trn.activation"(%x) {func = "exp", scale = 1.0 : f32, bias = 0.0 : f32} : (tensor<128x64xf32>) -> tensor<128x64xf32>
@@ -1072,12 +1072,12 @@ func.func @gelu_tanh_step_read_twice(%x: tensor<4x64xf32>) -> (tensor<4x64xf32>,
 // CHECK-NEXT: %[[Z:.*]] = "trn.tensor_tensor"(%{{.*}}, %[[MM]]) {op = "add"}
 // CHECK-NEXT: %[[G:.*]] = "trn.activation"(%[[Z]]) {{.*}}func = "gelu"
 // CHECK-NEXT: "trn.yield"(%[[G]], %[[Z]])
-// CHECK-NEXT: }) {kind = "matmul"} : () -> (tensor<4x16xf32>, tensor<4x16xf32>)
+// CHECK-NEXT: }) {kind = "matmul", resultSegmentSizes = array<i32: 1, 1, 0>} : () -> (tensor<4x16xf32>, tensor<4x16xf32>)
 // CHECK-NEXT: return %[[K]]#1, %[[K]]#0
 // RES-LABEL: func.func @saved_linear_gelu
-// RES: kind = "matmul"} : () -> tensor<4x16xf32>
+// RES: kind = "matmul", resultSegmentSizes = array<i32: 1, 0, 0>} : () -> tensor<4x16xf32>
 // RES-NEXT: "trn.kernel"
-// RES: kind = "elementwise"} : () -> tensor<4x16xf32>
+// RES: kind = "elementwise", resultSegmentSizes = array<i32: 1, 0, 0>} : () -> tensor<4x16xf32>
 // RES-NEXT: return
 func.func @saved_linear_gelu(%w: tensor<16x8xf32>, %b: tensor<16xf32>, %x: tensor<4x8xf32>) -> (tensor<4x16xf32>, tensor<4x16xf32>) {
   %t = "trn.transpose"(%w) {permutation = array<i64: 1, 0>} : (tensor<16x8xf32>) -> tensor<8x16xf32>
@@ -1117,11 +1117,11 @@ func.func @read_in_between(%w: tensor<16x8xf32>, %x: tensor<4x8xf32>) -> (tensor
 // CHECK-NEXT: %[[MM:.*]] = "trn.matmul"(%[[T]], %arg1)
 // CHECK-NEXT: %[[S:.*]] = "trn.reduce"(%arg0) {dimensions = array<i64: 0>, op = "add"}
 // CHECK-NEXT: "trn.yield"(%[[MM]], %[[S]])
-// CHECK-NEXT: }) {kind = "matmul"} : () -> (tensor<32x16xf32>, tensor<32xf32>)
+// CHECK-NEXT: }) {kind = "matmul", resultSegmentSizes = array<i32: 1, 1, 0>} : () -> (tensor<32x16xf32>, tensor<32xf32>)
 // CHECK-NEXT: return %[[K]]#0, %[[K]]#1
 // BIAS-LABEL: func.func @linear_backward
-// BIAS: kind = "matmul"} : () -> tensor<32x16xf32>
-// BIAS: kind = "reduce"} : () -> tensor<32xf32>
+// BIAS: kind = "matmul", resultSegmentSizes = array<i32: 1, 0, 0>} : () -> tensor<32x16xf32>
+// BIAS: kind = "reduce", resultSegmentSizes = array<i32: 1, 0, 0>} : () -> tensor<32xf32>
 func.func @linear_backward(%dy: tensor<64x32xf32>, %x: tensor<64x16xf32>) -> (tensor<32x16xf32>, tensor<32xf32>) {
   %t = "trn.transpose"(%dy) {permutation = array<i64: 1, 0>} : (tensor<64x32xf32>) -> tensor<32x64xf32>
   %w = "trn.matmul"(%t, %x) : (tensor<32x64xf32>, tensor<64x16xf32>) -> tensor<32x16xf32>
@@ -1144,11 +1144,11 @@ func.func @linear_backward(%dy: tensor<64x32xf32>, %x: tensor<64x16xf32>) -> (te
 // CHECK-NEXT: %[[W:.*]] = "trn.matmul"(%[[TT]], %arg3)
 // CHECK-NEXT: %[[S:.*]] = "trn.reduce"(%[[T]]) {dimensions = array<i64: 0>, op = "add"}
 // CHECK-NEXT: "trn.yield"(%[[W]], %[[S]])
-// CHECK-NEXT: }) {kind = "weight_gradient"} : () -> (tensor<256x64xf32>, tensor<256xf32>)
+// CHECK-NEXT: }) {kind = "weight_gradient", resultSegmentSizes = array<i32: 1, 1, 0>} : () -> (tensor<256x64xf32>, tensor<256xf32>)
 // CHECK-NEXT: return %[[K]]#0, %[[K]]#1
 // WG-LABEL: func.func @first_linear_backward
-// WG: kind = "matmul"} : () -> tensor<384x256xf32>
-// WG: kind = "matmul"} : () -> (tensor<256x64xf32>, tensor<256xf32>)
+// WG: kind = "matmul", resultSegmentSizes = array<i32: 1, 0, 0>} : () -> tensor<384x256xf32>
+// WG: kind = "matmul", resultSegmentSizes = array<i32: 1, 1, 0>} : () -> (tensor<256x64xf32>, tensor<256xf32>)
 func.func @first_linear_backward(%h: tensor<384x256xf32>, %dy: tensor<384x128xf32>, %w2: tensor<128x256xf32>, %x: tensor<384x64xf32>) -> (tensor<256x64xf32>, tensor<256xf32>) {
   %g = "trn.matmul"(%dy, %w2) : (tensor<384x128xf32>, tensor<128x256xf32>) -> tensor<384x256xf32>
   %d = "trn.activation"(%h) {func = "gelu_dx", scale = 1.0 : f32, bias = 0.0 : f32} : (tensor<384x256xf32>) -> tensor<384x256xf32>
@@ -1164,8 +1164,8 @@ func.func @first_linear_backward(%h: tensor<384x256xf32>, %dy: tensor<384x128xf3
 // Tests that T stays a kernel's result stored to HBM where something else reads it too (here
 // the function returns it: the block's input gradient T @ W1 would read it likewise).
 // CHECK-LABEL: func.func @gradient_read_elsewhere
-// CHECK: kind = "matmul"} : () -> tensor<384x256xf32>
-// CHECK: kind = "matmul"} : () -> tensor<256x64xf32>
+// CHECK: kind = "matmul", resultSegmentSizes = array<i32: 1, 0, 0>} : () -> tensor<384x256xf32>
+// CHECK: kind = "matmul", resultSegmentSizes = array<i32: 1, 0, 0>} : () -> tensor<256x64xf32>
 // CHECK-NOT: weight_gradient
 func.func @gradient_read_elsewhere(%dy: tensor<384x128xf32>, %w2: tensor<128x256xf32>, %x: tensor<384x64xf32>) -> (tensor<256x64xf32>, tensor<384x256xf32>) {
   %t = "trn.matmul"(%dy, %w2) : (tensor<384x128xf32>, tensor<128x256xf32>) -> tensor<384x256xf32>
@@ -1179,8 +1179,8 @@ func.func @gradient_read_elsewhere(%dy: tensor<384x128xf32>, %w2: tensor<128x256
 // Tests that a sum over the other dim (the features of each token) is not a bias gradient of
 // the matmul: it stays a reduction kernel.
 // CHECK-LABEL: func.func @sum_over_features
-// CHECK: kind = "matmul"} : () -> tensor<32x16xf32>
-// CHECK: kind = "reduce"} : () -> tensor<64xf32>
+// CHECK: kind = "matmul", resultSegmentSizes = array<i32: 1, 0, 0>} : () -> tensor<32x16xf32>
+// CHECK: kind = "reduce", resultSegmentSizes = array<i32: 1, 0, 0>} : () -> tensor<64xf32>
 func.func @sum_over_features(%dy: tensor<64x32xf32>, %x: tensor<64x16xf32>) -> (tensor<32x16xf32>, tensor<64xf32>) {
   %t = "trn.transpose"(%dy) {permutation = array<i64: 1, 0>} : (tensor<64x32xf32>) -> tensor<32x64xf32>
   %w = "trn.matmul"(%t, %x) : (tensor<32x64xf32>, tensor<64x16xf32>) -> tensor<32x16xf32>
@@ -1248,7 +1248,7 @@ func.func @gelu_derivative_shared_step(%x: tensor<8x16xf32>) -> (tensor<8x16xf32
 // CHECK: %[[N:.*]] = "trn.convert"(%{{.*}}) {trn.input_rows} : (tensor<256x128xf32>) -> tensor<256x128xbf16>
 // CHECK: "trn.matmul"(%[[N]],
 // CHECK: "trn.matmul"
-// CHECK: }) {kind = "mlp"}
+// CHECK: }) {kind = "mlp", resultSegmentSizes = array<i32: {{[0-9, ]+}}>}
 // CHECK-NEXT: return %[[K]]
 // NOINPUTROWS-LABEL: func.func @norm_then_mlp
 // NOINPUTROWS: kind = "rows"

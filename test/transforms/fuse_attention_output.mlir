@@ -35,14 +35,14 @@
 // CHECK: %[[O:.*]] = "trn.transpose"(%{{.*}}) {permutation = array<i64: 0, 2, 1, 3>, trn.attention_output} : (tensor<1x2x128x64xbf16>) -> tensor<1x128x2x64xbf16>
 // CHECK-NEXT: "trn.reshape"(%[[O]]) : (tensor<1x128x2x64xbf16>) -> tensor<128x128xbf16>
 // CHECK: "trn.convert"(%{{.*}}) {trn.producer_result}
-// CHECK: }) {kind = "attention_linear_rows"} : () -> tensor<1x128x128xbf16>
+// CHECK: }) {kind = "attention_linear_rows", resultSegmentSizes = array<i32: 1, 0, 0>} : () -> tensor<1x128x128xbf16>
 // CHECK-NEXT: return %[[K]]
 // NOQKV-LABEL: func.func @attention_then_projection
-// NOQKV: }) {{{.*}}kind = "matmul"{{.*}}} : () -> tensor<128x384xbf16>
+// NOQKV: }) {{{.*}}kind = "matmul"{{.*}}, resultSegmentSizes = array<i32: 1, 0, 0>} : () -> tensor<128x384xbf16>
 // NOQKV-NEXT: "trn.kernel"() ({
 // NOQKV-NOT: trn.attention_input
 // NOQKV: trn.attention_output
-// NOQKV: }) {kind = "attention_linear_rows"} : () -> tensor<1x128x128xbf16>
+// NOQKV: }) {kind = "attention_linear_rows", resultSegmentSizes = array<i32: 1, 0, 0>} : () -> tensor<1x128x128xbf16>
 // Neither the attention output nor (fused) Q, K and V reach HBM: no scratch buffer holds
 // them; with qkv=false Q, K and V do; unfused, both are stored and loaded back.
 // ISA-LABEL: func.func @attention_then_projection
@@ -64,8 +64,8 @@ func.func @attention_then_projection(%arg0: tensor<1x128x128xbf16>, %arg1: tenso
     %5 = "trn.matmul"(%3, %arg2) : (tensor<128x128xbf16>, tensor<128x384xbf16>) -> tensor<128x384xf32>
     %6 = "trn.tensor_tensor"(%4, %5) {op = "add"} : (tensor<128x384xbf16>, tensor<128x384xf32>) -> tensor<128x384xf32>
     %7 = "trn.convert"(%6) : (tensor<128x384xf32>) -> tensor<128x384xbf16>
-    "trn.yield"(%7) : (tensor<128x384xbf16>) -> ()
-  }) {kind = "matmul"} : () -> tensor<128x384xbf16>
+    "trn.yield"(%7) {operandSegmentSizes = array<i32: 1, 0, 0>} : (tensor<128x384xbf16>) -> ()
+  }) {kind = "matmul", resultSegmentSizes = array<i32: 1, 0, 0>} : () -> tensor<128x384xbf16>
   %1 = "trn.kernel"() ({
     %3 = "trn.reshape"(%0) : (tensor<128x384xbf16>) -> tensor<1x128x3x2x64xbf16>
     %4 = "trn.transpose"(%3) {permutation = array<i64: 2, 0, 3, 1, 4>} : (tensor<1x128x3x2x64xbf16>) -> tensor<3x1x2x128x64xbf16>
@@ -96,8 +96,8 @@ func.func @attention_then_projection(%arg0: tensor<1x128x128xbf16>, %arg1: tenso
     %29 = "trn.convert"(%28) : (tensor<2x128x64xf32>) -> tensor<2x128x64xbf16>
     %30 = "trn.reshape"(%29) : (tensor<2x128x64xbf16>) -> tensor<1x2x128x64xbf16>
     %31 = "trn.transpose"(%30) {permutation = array<i64: 0, 2, 1, 3>} : (tensor<1x2x128x64xbf16>) -> tensor<1x128x2x64xbf16>
-    "trn.yield"(%31) : (tensor<1x128x2x64xbf16>) -> ()
-  }) {kind = "attention"} : () -> tensor<1x128x2x64xbf16>
+    "trn.yield"(%31) {operandSegmentSizes = array<i32: 1, 0, 0>} : (tensor<1x128x2x64xbf16>) -> ()
+  }) {kind = "attention", resultSegmentSizes = array<i32: 1, 0, 0>} : () -> tensor<1x128x2x64xbf16>
   %2 = "trn.kernel"() ({
     %3 = "trn.reshape"(%1) : (tensor<1x128x2x64xbf16>) -> tensor<128x128xbf16>
     %4 = "trn.broadcast"(%arg3) {dimensions = array<i64: 0>} : (tensor<128xbf16>) -> tensor<128x128xbf16>
@@ -126,8 +126,8 @@ func.func @attention_then_projection(%arg0: tensor<1x128x128xbf16>, %arg1: tenso
     %27 = "trn.tensor_tensor"(%26, %9) {op = "mul"} : (tensor<1x128x128xf32>, tensor<1x128x128xbf16>) -> tensor<1x128x128xf32>
     %28 = "trn.tensor_tensor"(%27, %10) {op = "add"} : (tensor<1x128x128xf32>, tensor<1x128x128xbf16>) -> tensor<1x128x128xf32>
     %29 = "trn.convert"(%28) : (tensor<1x128x128xf32>) -> tensor<1x128x128xbf16>
-    "trn.yield"(%29) : (tensor<1x128x128xbf16>) -> ()
-  }) {kind = "linear_rows"} : () -> tensor<1x128x128xbf16>
+    "trn.yield"(%29) {operandSegmentSizes = array<i32: 1, 0, 0>} : (tensor<1x128x128xbf16>) -> ()
+  }) {kind = "linear_rows", resultSegmentSizes = array<i32: 1, 0, 0>} : () -> tensor<1x128x128xbf16>
   return %2 : tensor<1x128x128xbf16>
 }
 
@@ -136,8 +136,8 @@ func.func @attention_then_projection(%arg0: tensor<1x128x128xbf16>, %arg1: tenso
 // Tests that an attention output something else reads too (here the function returns it)
 // is left to its own kernel.
 // CHECK-LABEL: func.func @attention_output_also_returned
-// CHECK: }) {kind = "attention"} : () -> tensor<1x128x2x64xbf16>
-// CHECK: }) {kind = "linear_rows"} : () -> tensor<1x128x128xbf16>
+// CHECK: }) {kind = "attention", resultSegmentSizes = array<i32: 1, 0, 0>} : () -> tensor<1x128x2x64xbf16>
+// CHECK: }) {kind = "linear_rows", resultSegmentSizes = array<i32: 1, 0, 0>} : () -> tensor<1x128x128xbf16>
 // CHECK-NOT: attention_linear_rows
 func.func @attention_output_also_returned(%arg0: tensor<1x128x128xbf16>, %arg1: tensor<384xbf16>, %arg2: tensor<128x384xbf16>, %arg3: tensor<128xbf16>, %arg4: tensor<128x128xbf16>, %arg5: tensor<128xbf16>, %arg6: tensor<128xbf16>) -> (tensor<1x128x128xbf16>, tensor<1x128x2x64xbf16>) {
   %0 = "trn.kernel"() ({
@@ -146,8 +146,8 @@ func.func @attention_output_also_returned(%arg0: tensor<1x128x128xbf16>, %arg1: 
     %5 = "trn.matmul"(%3, %arg2) : (tensor<128x128xbf16>, tensor<128x384xbf16>) -> tensor<128x384xf32>
     %6 = "trn.tensor_tensor"(%4, %5) {op = "add"} : (tensor<128x384xbf16>, tensor<128x384xf32>) -> tensor<128x384xf32>
     %7 = "trn.convert"(%6) : (tensor<128x384xf32>) -> tensor<128x384xbf16>
-    "trn.yield"(%7) : (tensor<128x384xbf16>) -> ()
-  }) {kind = "matmul"} : () -> tensor<128x384xbf16>
+    "trn.yield"(%7) {operandSegmentSizes = array<i32: 1, 0, 0>} : (tensor<128x384xbf16>) -> ()
+  }) {kind = "matmul", resultSegmentSizes = array<i32: 1, 0, 0>} : () -> tensor<128x384xbf16>
   %1 = "trn.kernel"() ({
     %3 = "trn.reshape"(%0) : (tensor<128x384xbf16>) -> tensor<1x128x3x2x64xbf16>
     %4 = "trn.transpose"(%3) {permutation = array<i64: 2, 0, 3, 1, 4>} : (tensor<1x128x3x2x64xbf16>) -> tensor<3x1x2x128x64xbf16>
@@ -178,8 +178,8 @@ func.func @attention_output_also_returned(%arg0: tensor<1x128x128xbf16>, %arg1: 
     %29 = "trn.convert"(%28) : (tensor<2x128x64xf32>) -> tensor<2x128x64xbf16>
     %30 = "trn.reshape"(%29) : (tensor<2x128x64xbf16>) -> tensor<1x2x128x64xbf16>
     %31 = "trn.transpose"(%30) {permutation = array<i64: 0, 2, 1, 3>} : (tensor<1x2x128x64xbf16>) -> tensor<1x128x2x64xbf16>
-    "trn.yield"(%31) : (tensor<1x128x2x64xbf16>) -> ()
-  }) {kind = "attention"} : () -> tensor<1x128x2x64xbf16>
+    "trn.yield"(%31) {operandSegmentSizes = array<i32: 1, 0, 0>} : (tensor<1x128x2x64xbf16>) -> ()
+  }) {kind = "attention", resultSegmentSizes = array<i32: 1, 0, 0>} : () -> tensor<1x128x2x64xbf16>
   %2 = "trn.kernel"() ({
     %3 = "trn.reshape"(%1) : (tensor<1x128x2x64xbf16>) -> tensor<128x128xbf16>
     %4 = "trn.broadcast"(%arg3) {dimensions = array<i64: 0>} : (tensor<128xbf16>) -> tensor<128x128xbf16>
@@ -208,8 +208,8 @@ func.func @attention_output_also_returned(%arg0: tensor<1x128x128xbf16>, %arg1: 
     %27 = "trn.tensor_tensor"(%26, %9) {op = "mul"} : (tensor<1x128x128xf32>, tensor<1x128x128xbf16>) -> tensor<1x128x128xf32>
     %28 = "trn.tensor_tensor"(%27, %10) {op = "add"} : (tensor<1x128x128xf32>, tensor<1x128x128xbf16>) -> tensor<1x128x128xf32>
     %29 = "trn.convert"(%28) : (tensor<1x128x128xf32>) -> tensor<1x128x128xbf16>
-    "trn.yield"(%29) : (tensor<1x128x128xbf16>) -> ()
-  }) {kind = "linear_rows"} : () -> tensor<1x128x128xbf16>
+    "trn.yield"(%29) {operandSegmentSizes = array<i32: 1, 0, 0>} : (tensor<1x128x128xbf16>) -> ()
+  }) {kind = "linear_rows", resultSegmentSizes = array<i32: 1, 0, 0>} : () -> tensor<1x128x128xbf16>
   return %2, %1 : tensor<1x128x128xbf16>, tensor<1x128x2x64xbf16>
 }
 
@@ -227,16 +227,16 @@ func.func @attention_output_also_returned(%arg0: tensor<1x128x128xbf16>, %arg1: 
 // CHECK: %[[N:.*]] = "trn.convert"(%{{.*}}) {trn.rows_handed_on} : (tensor<1x128x128xf32>) -> tensor<1x128x128xbf16>
 // CHECK-NEXT: "trn.reshape"(%[[N]]) : (tensor<1x128x128xbf16>) -> tensor<128x128xbf16>
 // CHECK: "trn.tensor_tensor"(%[[N]], %{{.*}}) {op = "add"}
-// CHECK: }) {kind = "attention_linear_rows"} : () -> tensor<1x128x128xbf16>
+// CHECK: }) {kind = "attention_linear_rows", resultSegmentSizes = array<i32: 1, 0, 0>} : () -> tensor<1x128x128xbf16>
 // CHECK-NEXT: return %[[K]]
 // ISA-LABEL: func.func @encoder_layer
 // ISA-NOT: "nisa.alloc"() {memory = "hbm"}
 // ISA: return
 // NOFFN-LABEL: func.func @encoder_layer
 // NOFFN-NOT: trn.rows_handed_on
-// NOFFN: }) {kind = "attention_linear_rows"} : () -> tensor<1x128x128xbf16>
+// NOFFN: }) {kind = "attention_linear_rows", resultSegmentSizes = array<i32: 1, 0, 0>} : () -> tensor<1x128x128xbf16>
 // NOFFN-NEXT: "trn.kernel"() ({
-// NOFFN: }) {kind = "mlp_rows"} : () -> tensor<1x128x128xbf16>
+// NOFFN: }) {kind = "mlp_rows", resultSegmentSizes = array<i32: 1, 0, 0>} : () -> tensor<1x128x128xbf16>
 func.func @encoder_layer(%arg0: tensor<1x128x128xbf16>, %arg1: tensor<384xbf16>, %arg2: tensor<128x384xbf16>, %arg3: tensor<128xbf16>, %arg4: tensor<128x128xbf16>, %arg5: tensor<128xbf16>, %arg6: tensor<128xbf16>, %arg7: tensor<256xbf16>, %arg8: tensor<128x256xbf16>, %arg9: tensor<128xbf16>, %arg10: tensor<256x128xbf16>, %arg11: tensor<128xbf16>, %arg12: tensor<128xbf16>) -> tensor<1x128x128xbf16> {
   %0 = "trn.kernel"() ({
     %4 = "trn.reshape"(%arg0) : (tensor<1x128x128xbf16>) -> tensor<128x128xbf16>
@@ -244,8 +244,8 @@ func.func @encoder_layer(%arg0: tensor<1x128x128xbf16>, %arg1: tensor<384xbf16>,
     %6 = "trn.matmul"(%4, %arg2) : (tensor<128x128xbf16>, tensor<128x384xbf16>) -> tensor<128x384xf32>
     %7 = "trn.tensor_tensor"(%5, %6) {op = "add"} : (tensor<128x384xbf16>, tensor<128x384xf32>) -> tensor<128x384xf32>
     %8 = "trn.convert"(%7) : (tensor<128x384xf32>) -> tensor<128x384xbf16>
-    "trn.yield"(%8) : (tensor<128x384xbf16>) -> ()
-  }) {kind = "matmul"} : () -> tensor<128x384xbf16>
+    "trn.yield"(%8) {operandSegmentSizes = array<i32: 1, 0, 0>} : (tensor<128x384xbf16>) -> ()
+  }) {kind = "matmul", resultSegmentSizes = array<i32: 1, 0, 0>} : () -> tensor<128x384xbf16>
   %1 = "trn.kernel"() ({
     %4 = "trn.reshape"(%0) : (tensor<128x384xbf16>) -> tensor<1x128x3x2x64xbf16>
     %5 = "trn.transpose"(%4) {permutation = array<i64: 2, 0, 3, 1, 4>} : (tensor<1x128x3x2x64xbf16>) -> tensor<3x1x2x128x64xbf16>
@@ -276,8 +276,8 @@ func.func @encoder_layer(%arg0: tensor<1x128x128xbf16>, %arg1: tensor<384xbf16>,
     %30 = "trn.convert"(%29) : (tensor<2x128x64xf32>) -> tensor<2x128x64xbf16>
     %31 = "trn.reshape"(%30) : (tensor<2x128x64xbf16>) -> tensor<1x2x128x64xbf16>
     %32 = "trn.transpose"(%31) {permutation = array<i64: 0, 2, 1, 3>} : (tensor<1x2x128x64xbf16>) -> tensor<1x128x2x64xbf16>
-    "trn.yield"(%32) : (tensor<1x128x2x64xbf16>) -> ()
-  }) {kind = "attention"} : () -> tensor<1x128x2x64xbf16>
+    "trn.yield"(%32) {operandSegmentSizes = array<i32: 1, 0, 0>} : (tensor<1x128x2x64xbf16>) -> ()
+  }) {kind = "attention", resultSegmentSizes = array<i32: 1, 0, 0>} : () -> tensor<1x128x2x64xbf16>
   %2 = "trn.kernel"() ({
     %4 = "trn.reshape"(%1) : (tensor<1x128x2x64xbf16>) -> tensor<128x128xbf16>
     %5 = "trn.broadcast"(%arg3) {dimensions = array<i64: 0>} : (tensor<128xbf16>) -> tensor<128x128xbf16>
@@ -306,8 +306,8 @@ func.func @encoder_layer(%arg0: tensor<1x128x128xbf16>, %arg1: tensor<384xbf16>,
     %28 = "trn.tensor_tensor"(%27, %10) {op = "mul"} : (tensor<1x128x128xf32>, tensor<1x128x128xbf16>) -> tensor<1x128x128xf32>
     %29 = "trn.tensor_tensor"(%28, %11) {op = "add"} : (tensor<1x128x128xf32>, tensor<1x128x128xbf16>) -> tensor<1x128x128xf32>
     %30 = "trn.convert"(%29) : (tensor<1x128x128xf32>) -> tensor<1x128x128xbf16>
-    "trn.yield"(%30) : (tensor<1x128x128xbf16>) -> ()
-  }) {kind = "linear_rows"} : () -> tensor<1x128x128xbf16>
+    "trn.yield"(%30) {operandSegmentSizes = array<i32: 1, 0, 0>} : (tensor<1x128x128xbf16>) -> ()
+  }) {kind = "linear_rows", resultSegmentSizes = array<i32: 1, 0, 0>} : () -> tensor<1x128x128xbf16>
   %3 = "trn.kernel"() ({
     %4 = "trn.reshape"(%2) : (tensor<1x128x128xbf16>) -> tensor<128x128xbf16>
     %5 = "trn.broadcast"(%arg7) {dimensions = array<i64: 0>} : (tensor<256xbf16>) -> tensor<128x256xbf16>
@@ -341,8 +341,8 @@ func.func @encoder_layer(%arg0: tensor<1x128x128xbf16>, %arg1: tensor<384xbf16>,
     %33 = "trn.tensor_tensor"(%32, %15) {op = "mul"} : (tensor<1x128x128xf32>, tensor<1x128x128xbf16>) -> tensor<1x128x128xf32>
     %34 = "trn.tensor_tensor"(%33, %16) {op = "add"} : (tensor<1x128x128xf32>, tensor<1x128x128xbf16>) -> tensor<1x128x128xf32>
     %35 = "trn.convert"(%34) : (tensor<1x128x128xf32>) -> tensor<1x128x128xbf16>
-    "trn.yield"(%35) : (tensor<1x128x128xbf16>) -> ()
-  }) {kind = "mlp_rows"} : () -> tensor<1x128x128xbf16>
+    "trn.yield"(%35) {operandSegmentSizes = array<i32: 1, 0, 0>} : (tensor<1x128x128xbf16>) -> ()
+  }) {kind = "mlp_rows", resultSegmentSizes = array<i32: 1, 0, 0>} : () -> tensor<1x128x128xbf16>
   return %3 : tensor<1x128x128xbf16>
 }
 
@@ -371,15 +371,15 @@ func.func @encoder_layer(%arg0: tensor<1x128x128xbf16>, %arg1: tensor<384xbf16>,
 // CHECK-NEXT: %[[QF:.*]] = "trn.reshape"(%[[Q]]) : (tensor<1x2x2x128x32xbf16>) -> tensor<16384xbf16>
 // CHECK-NEXT: %[[KTF:.*]] = "trn.reshape"(%[[KT]]) : (tensor<2x2x32x128xbf16>) -> tensor<16384xbf16>
 // CHECK-NEXT: "trn.yield"(%[[P]], %[[OF]], %[[VF]], %[[QF]], %[[KTF]])
-// CHECK-NEXT: }) {kind = "attention"} : () -> (tensor<2x2x128x128xbf16>, tensor<16384xbf16>, tensor<16384xbf16>, tensor<16384xbf16>, tensor<16384xbf16>)
+// CHECK-NEXT: }) {kind = "attention", resultSegmentSizes = array<i32: 1, 4, 0>} : () -> (tensor<2x2x128x128xbf16>, tensor<16384xbf16>, tensor<16384xbf16>, tensor<16384xbf16>, tensor<16384xbf16>)
 // CHECK-NEXT: %[[OUT:.*]] = "trn.reshape"(%[[K]]#1) : (tensor<16384xbf16>) -> tensor<2x128x2x32xbf16>
 // CHECK-NEXT: %[[VOUT:.*]] = "trn.reshape"(%[[K]]#2) : (tensor<16384xbf16>) -> tensor<2x2x128x32xbf16>
 // CHECK-NEXT: %[[QOUT:.*]] = "trn.reshape"(%[[K]]#3) : (tensor<16384xbf16>) -> tensor<2x2x128x32xbf16>
 // CHECK-NEXT: %[[KTOUT:.*]] = "trn.reshape"(%[[K]]#4) : (tensor<16384xbf16>) -> tensor<2x2x32x128xbf16>
 // CHECK-NEXT: return %[[QOUT]], %[[KTOUT]], %[[K]]#0, %[[VOUT]], %[[OUT]]
 // NOSAVED-LABEL: func.func @training_attention_saves_q_kt_v
-// NOSAVED: }) {{{.*}}kind = "matmul"{{.*}}} : () -> tensor<256x192xbf16>
-// NOSAVED: }) {kind = "attention"} : () -> (tensor<2x128x2x32xbf16>, tensor<2x2x128x128xbf16>)
+// NOSAVED: }) {{{.*}}kind = "matmul"{{.*}}, resultSegmentSizes = array<i32: 1, 0, 0>} : () -> tensor<256x192xbf16>
+// NOSAVED: }) {kind = "attention", resultSegmentSizes = array<i32: 1, 1, 0>} : () -> (tensor<2x128x2x32xbf16>, tensor<2x2x128x128xbf16>)
 // NOSAVED-NOT: trn.attention_input
 // NOSAVED: return
 // ISA-LABEL: func.func @training_attention_saves_q_kt_v
@@ -395,8 +395,8 @@ func.func @training_attention_saves_q_kt_v(%arg0: tensor<2x128x64xbf16>, %arg1: 
     %14 = "trn.matmul"(%11, %12) : (tensor<256x64xbf16>, tensor<64x192xbf16>) -> tensor<256x192xf32>
     %15 = "trn.tensor_tensor"(%13, %14) {op = "add"} : (tensor<256x192xbf16>, tensor<256x192xf32>) -> tensor<256x192xf32>
     %16 = "trn.convert"(%15) : (tensor<256x192xf32>) -> tensor<256x192xbf16>
-    "trn.yield"(%16) : (tensor<256x192xbf16>) -> ()
-  }) {gemm_block = 1 : i64, gemm_resident = "f", kind = "matmul", orientation = "mn"} : () -> tensor<256x192xbf16>
+    "trn.yield"(%16) {operandSegmentSizes = array<i32: 1, 0, 0>} : (tensor<256x192xbf16>) -> ()
+  }) {gemm_block = 1 : i64, gemm_resident = "f", kind = "matmul", orientation = "mn", resultSegmentSizes = array<i32: 1, 0, 0>} : () -> tensor<256x192xbf16>
   %1:2 = "trn.kernel"() ({
     %11 = "trn.reshape"(%0) : (tensor<256x192xbf16>) -> tensor<2x128x3x2x32xbf16>
     %12 = "trn.transpose"(%11) {permutation = array<i64: 2, 0, 3, 1, 4>} : (tensor<2x128x3x2x32xbf16>) -> tensor<3x2x2x128x32xbf16>
@@ -427,8 +427,8 @@ func.func @training_attention_saves_q_kt_v(%arg0: tensor<2x128x64xbf16>, %arg1: 
     %37 = "trn.convert"(%36) : (tensor<4x128x32xf32>) -> tensor<4x128x32xbf16>
     %38 = "trn.reshape"(%37) : (tensor<4x128x32xbf16>) -> tensor<2x2x128x32xbf16>
     %39 = "trn.transpose"(%38) {permutation = array<i64: 0, 2, 1, 3>} : (tensor<2x2x128x32xbf16>) -> tensor<2x128x2x32xbf16>
-    "trn.yield"(%39, %30) : (tensor<2x128x2x32xbf16>, tensor<2x2x128x128xbf16>) -> ()
-  }) {kind = "attention"} : () -> (tensor<2x128x2x32xbf16>, tensor<2x2x128x128xbf16>)
+    "trn.yield"(%39, %30) {operandSegmentSizes = array<i32: 1, 1, 0>} : (tensor<2x128x2x32xbf16>, tensor<2x2x128x128xbf16>) -> ()
+  }) {kind = "attention", resultSegmentSizes = array<i32: 1, 1, 0>} : () -> (tensor<2x128x2x32xbf16>, tensor<2x2x128x128xbf16>)
   %2 = "trn.reshape"(%0) : (tensor<256x192xbf16>) -> tensor<2x128x3x2x32xbf16>
   %3 = "trn.transpose"(%2) {permutation = array<i64: 2, 0, 3, 1, 4>} : (tensor<2x128x3x2x32xbf16>) -> tensor<3x2x2x128x32xbf16>
   %4 = "trn.view"(%3) {indexing_map = affine_map<(d0, d1, d2, d3, d4) -> (d0, d1, d2, d3, d4)>} : (tensor<3x2x2x128x32xbf16>) -> tensor<1x2x2x128x32xbf16>
@@ -459,9 +459,9 @@ func.func @training_attention_saves_q_kt_v(%arg0: tensor<2x128x64xbf16>, %arg1: 
 // CHECK-NEXT: %[[OF:.*]] = "trn.reshape"(%[[O]]) : (tensor<2x128x2x64xbf16>) -> tensor<32768xbf16>
 // CHECK: %[[SF:.*]] = "trn.reshape"(%[[S]]) : (tensor<256x128xbf16>) -> tensor<32768xbf16>
 // CHECK-NEXT: "trn.yield"(%{{.*}}, %[[OF]], %{{.*}}, %{{.*}}, %{{.*}}, %[[SF]])
-// CHECK-NEXT: }) {kind = "attention"} : () -> (tensor<2x2x128x128xbf16>, tensor<32768xbf16>, tensor<32768xbf16>, tensor<32768xbf16>, tensor<32768xbf16>, tensor<32768xbf16>)
+// CHECK-NEXT: }) {kind = "attention", resultSegmentSizes = array<i32: 1, 5, 0>} : () -> (tensor<2x2x128x128xbf16>, tensor<32768xbf16>, tensor<32768xbf16>, tensor<32768xbf16>, tensor<32768xbf16>, tensor<32768xbf16>)
 // CHECK: "trn.reshape"(%[[K]]#5) : (tensor<32768xbf16>) -> tensor<256x128xbf16>
-// CHECK: }) {free_tile = 256 : i64, kind = "rows"}
+// CHECK: }) {free_tile = 256 : i64, kind = "rows", resultSegmentSizes = array<i32: {{[0-9, ]+}}>}
 // NOSAVED-LABEL: func.func @training_attention_and_projection
 // NOSAVED-NOT: trn.attention_output
 // NOSAVED: return
@@ -478,8 +478,8 @@ func.func @training_attention_and_projection(%arg0: tensor<2x128x128xbf16>, %arg
     %17 = "trn.matmul"(%14, %15) : (tensor<256x128xbf16>, tensor<128x384xbf16>) -> tensor<256x384xf32>
     %18 = "trn.tensor_tensor"(%16, %17) {op = "add"} : (tensor<256x384xbf16>, tensor<256x384xf32>) -> tensor<256x384xf32>
     %19 = "trn.convert"(%18) : (tensor<256x384xf32>) -> tensor<256x384xbf16>
-    "trn.yield"(%19) : (tensor<256x384xbf16>) -> ()
-  }) {gemm_block = 1 : i64, gemm_resident = "f", kind = "matmul", orientation = "mn"} : () -> tensor<256x384xbf16>
+    "trn.yield"(%19) {operandSegmentSizes = array<i32: 1, 0, 0>} : (tensor<256x384xbf16>) -> ()
+  }) {gemm_block = 1 : i64, gemm_resident = "f", kind = "matmul", orientation = "mn", resultSegmentSizes = array<i32: 1, 0, 0>} : () -> tensor<256x384xbf16>
   %1:2 = "trn.kernel"() ({
     %14 = "trn.reshape"(%0) : (tensor<256x384xbf16>) -> tensor<2x128x3x2x64xbf16>
     %15 = "trn.transpose"(%14) {permutation = array<i64: 2, 0, 3, 1, 4>} : (tensor<2x128x3x2x64xbf16>) -> tensor<3x2x2x128x64xbf16>
@@ -510,8 +510,8 @@ func.func @training_attention_and_projection(%arg0: tensor<2x128x128xbf16>, %arg
     %40 = "trn.convert"(%39) : (tensor<4x128x64xf32>) -> tensor<4x128x64xbf16>
     %41 = "trn.reshape"(%40) : (tensor<4x128x64xbf16>) -> tensor<2x2x128x64xbf16>
     %42 = "trn.transpose"(%41) {permutation = array<i64: 0, 2, 1, 3>} : (tensor<2x2x128x64xbf16>) -> tensor<2x128x2x64xbf16>
-    "trn.yield"(%42, %33) : (tensor<2x128x2x64xbf16>, tensor<2x2x128x128xbf16>) -> ()
-  }) {kind = "attention"} : () -> (tensor<2x128x2x64xbf16>, tensor<2x2x128x128xbf16>)
+    "trn.yield"(%42, %33) {operandSegmentSizes = array<i32: 1, 1, 0>} : (tensor<2x128x2x64xbf16>, tensor<2x2x128x128xbf16>) -> ()
+  }) {kind = "attention", resultSegmentSizes = array<i32: 1, 1, 0>} : () -> (tensor<2x128x2x64xbf16>, tensor<2x2x128x128xbf16>)
   %2 = "trn.kernel"() ({
     %14 = "trn.reshape"(%1#0) : (tensor<2x128x2x64xbf16>) -> tensor<256x128xbf16>
     %15 = "trn.transpose"(%arg3) {permutation = array<i64: 1, 0>} : (tensor<128x128xbf16>) -> tensor<128x128xbf16>
@@ -521,8 +521,8 @@ func.func @training_attention_and_projection(%arg0: tensor<2x128x128xbf16>, %arg
     %19 = "trn.tensor_tensor"(%16, %18) {op = "add"} : (tensor<256x128xbf16>, tensor<256x128xf32>) -> tensor<256x128xf32>
     %20 = "trn.tensor_tensor"(%17, %19) {op = "add"} : (tensor<256x128xbf16>, tensor<256x128xf32>) -> tensor<256x128xf32>
     %21 = "trn.convert"(%20) : (tensor<256x128xf32>) -> tensor<256x128xbf16>
-    "trn.yield"(%21) : (tensor<256x128xbf16>) -> ()
-  }) {gemm_block = 1 : i64, gemm_resident = "f", kind = "matmul", orientation = "mn"} : () -> tensor<256x128xbf16>
+    "trn.yield"(%21) {operandSegmentSizes = array<i32: 1, 0, 0>} : (tensor<256x128xbf16>) -> ()
+  }) {gemm_block = 1 : i64, gemm_resident = "f", kind = "matmul", orientation = "mn", resultSegmentSizes = array<i32: 1, 0, 0>} : () -> tensor<256x128xbf16>
   %3 = "trn.reshape"(%2) : (tensor<256x128xbf16>) -> tensor<2x128x128xbf16>
   %4:3 = "trn.kernel"() ({
     %14 = "trn.broadcast"(%arg5) {dimensions = array<i64: 0, 1>} : (tensor<128xbf16>) -> tensor<2x128x128xbf16>
@@ -546,8 +546,8 @@ func.func @training_attention_and_projection(%arg0: tensor<2x128x128xbf16>, %arg
     %32 = "trn.tensor_tensor"(%31, %14) {op = "mul"} : (tensor<2x128x128xf32>, tensor<2x128x128xbf16>) -> tensor<2x128x128xf32>
     %33 = "trn.tensor_tensor"(%32, %15) {op = "add"} : (tensor<2x128x128xf32>, tensor<2x128x128xbf16>) -> tensor<2x128x128xf32>
     %34 = "trn.convert"(%33) : (tensor<2x128x128xf32>) -> tensor<2x128x128xbf16>
-    "trn.yield"(%34, %19, %29) : (tensor<2x128x128xbf16>, tensor<2x128x1xbf16>, tensor<2x128x1xbf16>) -> ()
-  }) {free_tile = 256 : i64, kind = "rows"} : () -> (tensor<2x128x128xbf16>, tensor<2x128x1xbf16>, tensor<2x128x1xbf16>)
+    "trn.yield"(%34, %19, %29) {operandSegmentSizes = array<i32: 1, 2, 0>} : (tensor<2x128x128xbf16>, tensor<2x128x1xbf16>, tensor<2x128x1xbf16>) -> ()
+  }) {free_tile = 256 : i64, kind = "rows", resultSegmentSizes = array<i32: 1, 2, 0>} : () -> (tensor<2x128x128xbf16>, tensor<2x128x1xbf16>, tensor<2x128x1xbf16>)
   %5 = "trn.reshape"(%0) : (tensor<256x384xbf16>) -> tensor<2x128x3x2x64xbf16>
   %6 = "trn.transpose"(%5) {permutation = array<i64: 2, 0, 3, 1, 4>} : (tensor<2x128x3x2x64xbf16>) -> tensor<3x2x2x128x64xbf16>
   %7 = "trn.view"(%6) {indexing_map = affine_map<(d0, d1, d2, d3, d4) -> (d0, d1, d2, d3, d4)>} : (tensor<3x2x2x128x64xbf16>) -> tensor<1x2x2x128x64xbf16>
@@ -568,15 +568,15 @@ func.func @training_attention_and_projection(%arg0: tensor<2x128x128xbf16>, %arg
 // alike), then flat dK^T and dO whole, and stands where the Linear stood, ahead of dV's
 // kernel, which reads dO from the reshaped result.
 // CHECK-LABEL: func.func @training_backward_attention_and_do
-// CHECK: }) {free_tile = 256 : i64, kind = "rows"}
+// CHECK: }) {free_tile = 256 : i64, kind = "rows", resultSegmentSizes = array<i32: {{[0-9, ]+}}>}
 // CHECK-NEXT: %[[K:.*]]:3 = "trn.kernel"() ({
 // CHECK: "trn.matmul"(%{{.*}}, %{{.*}}) {trn.attention_input} : (tensor<256x128xf32>, tensor<128x128xf32>) -> tensor<256x128xf32>
-// CHECK: }) {kind = "attention"} : () -> (tensor<2x128x2x64xf32>, tensor<32768xf32>, tensor<32768xf32>)
+// CHECK: }) {kind = "attention", resultSegmentSizes = array<i32: 1, 2, 0>} : () -> (tensor<2x128x2x64xf32>, tensor<32768xf32>, tensor<32768xf32>)
 // CHECK-NEXT: "trn.reshape"(%[[K]]#1) : (tensor<32768xf32>) -> tensor<4x64x128xf32>
 // CHECK-NEXT: %[[DO:.*]] = "trn.reshape"(%[[K]]#2) : (tensor<32768xf32>) -> tensor<256x128xf32>
 // CHECK-NEXT: "trn.kernel"() ({
 // CHECK: "trn.reshape"(%[[DO]]) : (tensor<256x128xf32>) -> tensor<2x128x2x64xf32>
-// CHECK: }) {kind = "matmul", orientation = "mn"} : () -> tensor<2x128x2x64xf32>
+// CHECK: }) {kind = "matmul", orientation = "mn", resultSegmentSizes = array<i32: 1, 0, 0>} : () -> tensor<2x128x2x64xf32>
 // NOSAVED-LABEL: func.func @training_backward_attention_and_do
 // NOSAVED-NOT: trn.attention_input
 // NOSAVED: return
@@ -606,14 +606,14 @@ func.func @training_backward_attention_and_do(%arg0: tensor<2x128x128xf32>, %arg
     %41 = "trn.reduce"(%40) {dimensions = array<i64: 0, 1>, op = "add"} : (tensor<2x128x128xf32>) -> tensor<128xf32>
     %42 = "trn.reduce"(%arg3) {dimensions = array<i64: 0, 1>, op = "add"} : (tensor<2x128x128xf32>) -> tensor<128xf32>
     %43 = "trn.tensor_tensor"(%39, %36) {op = "mul"} : (tensor<2x128x128xf32>, tensor<2x128x128xf32>) -> tensor<2x128x128xf32>
-    "trn.yield"(%43, %41, %42) : (tensor<2x128x128xf32>, tensor<128xf32>, tensor<128xf32>) -> ()
-  }) {free_tile = 256 : i64, kind = "rows"} : () -> (tensor<2x128x128xf32>, tensor<128xf32>, tensor<128xf32>)
+    "trn.yield"(%43, %41, %42) {operandSegmentSizes = array<i32: 1, 2, 0>} : (tensor<2x128x128xf32>, tensor<128xf32>, tensor<128xf32>) -> ()
+  }) {free_tile = 256 : i64, kind = "rows", resultSegmentSizes = array<i32: 1, 2, 0>} : () -> (tensor<2x128x128xf32>, tensor<128xf32>, tensor<128xf32>)
   %1 = "trn.kernel"() ({
     %20 = "trn.reshape"(%0#0) : (tensor<2x128x128xf32>) -> tensor<256x128xf32>
     %21 = "trn.transpose"(%arg5) {permutation = array<i64: 1, 0>} : (tensor<128x128xf32>) -> tensor<128x128xf32>
     %22 = "trn.matmul"(%20, %21) : (tensor<256x128xf32>, tensor<128x128xf32>) -> tensor<256x128xf32>
-    "trn.yield"(%22) : (tensor<256x128xf32>) -> ()
-  }) {gemm_block = 1 : i64, gemm_resident = "f", kind = "matmul", orientation = "mn"} : () -> tensor<256x128xf32>
+    "trn.yield"(%22) {operandSegmentSizes = array<i32: 1, 0, 0>} : (tensor<256x128xf32>) -> ()
+  }) {gemm_block = 1 : i64, gemm_resident = "f", kind = "matmul", orientation = "mn", resultSegmentSizes = array<i32: 1, 0, 0>} : () -> tensor<256x128xf32>
   %2:2 = "trn.kernel"() ({
     %20 = "trn.reshape"(%1) : (tensor<256x128xf32>) -> tensor<2x128x2x64xf32>
     %21 = "trn.transpose"(%20) {permutation = array<i64: 0, 2, 1, 3>} : (tensor<2x128x2x64xf32>) -> tensor<2x2x128x64xf32>
@@ -635,8 +635,8 @@ func.func @training_backward_attention_and_do(%arg0: tensor<2x128x128xf32>, %arg
     %37 = "trn.matmul"(%35, %36) : (tensor<4x64x128xf32>, tensor<4x128x128xf32>) -> tensor<4x64x128xf32>
     %38 = "trn.reshape"(%34) : (tensor<4x128x64xf32>) -> tensor<2x2x128x64xf32>
     %39 = "trn.transpose"(%38) {permutation = array<i64: 0, 2, 1, 3>} : (tensor<2x2x128x64xf32>) -> tensor<2x128x2x64xf32>
-    "trn.yield"(%39, %37) : (tensor<2x128x2x64xf32>, tensor<4x64x128xf32>) -> ()
-  }) {kind = "attention"} : () -> (tensor<2x128x2x64xf32>, tensor<4x64x128xf32>)
+    "trn.yield"(%39, %37) {operandSegmentSizes = array<i32: 1, 1, 0>} : (tensor<2x128x2x64xf32>, tensor<4x64x128xf32>) -> ()
+  }) {kind = "attention", resultSegmentSizes = array<i32: 1, 1, 0>} : () -> (tensor<2x128x2x64xf32>, tensor<4x64x128xf32>)
   %3 = "trn.kernel"() ({
     %20 = "trn.transpose"(%arg7) {permutation = array<i64: 0, 2, 1>} : (tensor<4x128x128xf32>) -> tensor<4x128x128xf32>
     %21 = "trn.reshape"(%1) : (tensor<256x128xf32>) -> tensor<2x128x2x64xf32>
@@ -645,8 +645,8 @@ func.func @training_backward_attention_and_do(%arg0: tensor<2x128x128xf32>, %arg
     %24 = "trn.matmul"(%20, %23) : (tensor<4x128x128xf32>, tensor<4x128x64xf32>) -> tensor<4x128x64xf32>
     %25 = "trn.reshape"(%24) : (tensor<4x128x64xf32>) -> tensor<2x2x128x64xf32>
     %26 = "trn.transpose"(%25) {permutation = array<i64: 0, 2, 1, 3>} : (tensor<2x2x128x64xf32>) -> tensor<2x128x2x64xf32>
-    "trn.yield"(%26) : (tensor<2x128x2x64xf32>) -> ()
-  }) {kind = "matmul", orientation = "mn"} : () -> tensor<2x128x2x64xf32>
+    "trn.yield"(%26) {operandSegmentSizes = array<i32: 1, 0, 0>} : (tensor<2x128x2x64xf32>) -> ()
+  }) {kind = "matmul", orientation = "mn", resultSegmentSizes = array<i32: 1, 0, 0>} : () -> tensor<2x128x2x64xf32>
   %4 = "trn.reshape"(%2#1) : (tensor<4x64x128xf32>) -> tensor<2x2x64x128xf32>
   %5 = "trn.transpose"(%4) {permutation = array<i64: 0, 1, 3, 2>} : (tensor<2x2x64x128xf32>) -> tensor<2x2x128x64xf32>
   %6 = "trn.empty"() : () -> tensor<2x128x3x2x64xf32>
@@ -663,22 +663,22 @@ func.func @training_backward_attention_and_do(%arg0: tensor<2x128x128xf32>, %arg
     %22 = "trn.reshape"(%0#0) : (tensor<2x128x128xf32>) -> tensor<256x128xf32>
     %23 = "trn.matmul"(%20, %21) : (tensor<256x384xf32>, tensor<384x128xf32>) -> tensor<256x128xf32>
     %24 = "trn.tensor_tensor"(%22, %23) {op = "add"} : (tensor<256x128xf32>, tensor<256x128xf32>) -> tensor<256x128xf32>
-    "trn.yield"(%24) : (tensor<256x128xf32>) -> ()
-  }) {gemm_block = 1 : i64, gemm_resident = "f", kind = "matmul", orientation = "mn"} : () -> tensor<256x128xf32>
+    "trn.yield"(%24) {operandSegmentSizes = array<i32: 1, 0, 0>} : (tensor<256x128xf32>) -> ()
+  }) {gemm_block = 1 : i64, gemm_resident = "f", kind = "matmul", orientation = "mn", resultSegmentSizes = array<i32: 1, 0, 0>} : () -> tensor<256x128xf32>
   %15:2 = "trn.kernel"() ({
     %20 = "trn.reshape"(%13) : (tensor<2x128x3x2x64xf32>) -> tensor<256x384xf32>
     %21 = "trn.transpose"(%20) {permutation = array<i64: 1, 0>} : (tensor<256x384xf32>) -> tensor<384x256xf32>
     %22 = "trn.matmul"(%21, %arg13) : (tensor<384x256xf32>, tensor<256x128xf32>) -> tensor<384x128xf32>
     %23 = "trn.reduce"(%20) {dimensions = array<i64: 0>, op = "add"} : (tensor<256x384xf32>) -> tensor<384xf32>
-    "trn.yield"(%22, %23) : (tensor<384x128xf32>, tensor<384xf32>) -> ()
-  }) {gemm_block = 1 : i64, gemm_resident = "f", kind = "matmul", orientation = "mn"} : () -> (tensor<384x128xf32>, tensor<384xf32>)
+    "trn.yield"(%22, %23) {operandSegmentSizes = array<i32: 1, 1, 0>} : (tensor<384x128xf32>, tensor<384xf32>) -> ()
+  }) {gemm_block = 1 : i64, gemm_resident = "f", kind = "matmul", orientation = "mn", resultSegmentSizes = array<i32: 1, 1, 0>} : () -> (tensor<384x128xf32>, tensor<384xf32>)
   %16:2 = "trn.kernel"() ({
     %20 = "trn.reshape"(%0#0) : (tensor<2x128x128xf32>) -> tensor<256x128xf32>
     %21 = "trn.transpose"(%20) {permutation = array<i64: 1, 0>} : (tensor<256x128xf32>) -> tensor<128x256xf32>
     %22 = "trn.matmul"(%21, %arg6) : (tensor<128x256xf32>, tensor<256x128xf32>) -> tensor<128x128xf32>
     %23 = "trn.reduce"(%20) {dimensions = array<i64: 0>, op = "add"} : (tensor<256x128xf32>) -> tensor<128xf32>
-    "trn.yield"(%22, %23) : (tensor<128x128xf32>, tensor<128xf32>) -> ()
-  }) {gemm_block = 1 : i64, gemm_resident = "f", kind = "matmul", orientation = "mn"} : () -> (tensor<128x128xf32>, tensor<128xf32>)
+    "trn.yield"(%22, %23) {operandSegmentSizes = array<i32: 1, 1, 0>} : (tensor<128x128xf32>, tensor<128xf32>) -> ()
+  }) {gemm_block = 1 : i64, gemm_resident = "f", kind = "matmul", orientation = "mn", resultSegmentSizes = array<i32: 1, 1, 0>} : () -> (tensor<128x128xf32>, tensor<128xf32>)
   %17 = "trn.reshape"(%16#1) : (tensor<128xf32>) -> tensor<1x128xf32>
   %18 = "trn.reshape"(%15#1) : (tensor<384xf32>) -> tensor<1x384xf32>
   %19 = "trn.reshape"(%14) : (tensor<256x128xf32>) -> tensor<2x128x128xf32>
@@ -700,11 +700,11 @@ func.func @training_backward_attention_and_do(%arg0: tensor<2x128x128xf32>, %arg
 // CHECK-NEXT: %[[X:.*]] = "trn.reshape"(%[[O]]) : (tensor<2x128x2x64xbf16>) -> tensor<256x128xbf16>
 // CHECK: "trn.matmul"(%[[X]], %{{.*}}) : (tensor<256x128xbf16>, tensor<128x128xbf16>) -> tensor<256x128xf32>
 // CHECK: %[[S:.*]] = "trn.convert"(%{{.*}}) : (tensor<256x128xf32>) -> tensor<256x128xbf16>
-// CHECK-NEXT: "trn.yield"(%[[S]]) : (tensor<256x128xbf16>) -> ()
-// CHECK-NEXT: }) {kind = "attention"} : () -> tensor<256x128xbf16>
+// CHECK-NEXT: "trn.yield"(%[[S]]) {operandSegmentSizes = array<i32: 1, 0, 0>} : (tensor<256x128xbf16>) -> ()
+// CHECK-NEXT: }) {kind = "attention", resultSegmentSizes = array<i32: 1, 0, 0>} : () -> tensor<256x128xbf16>
 // CHECK-NEXT: return %[[K]] : tensor<256x128xbf16>
 // NOSAVED-LABEL: func.func @inference_attention_and_projection
-// NOSAVED: }) {kind = "attention"} : () -> tensor<2x128x2x64xbf16>
+// NOSAVED: }) {kind = "attention", resultSegmentSizes = array<i32: 1, 0, 0>} : () -> tensor<2x128x2x64xbf16>
 // NOSAVED-NOT: trn.attention_output
 // NOSAVED: return
 // ISA-LABEL: func.func @inference_attention_and_projection
@@ -721,8 +721,8 @@ func.func @inference_attention_and_projection(%arg0: tensor<2x128x128xbf16>, %ar
     %17 = "trn.matmul"(%14, %15) : (tensor<256x128xbf16>, tensor<128x384xbf16>) -> tensor<256x384xf32>
     %18 = "trn.tensor_tensor"(%16, %17) {op = "add"} : (tensor<256x384xbf16>, tensor<256x384xf32>) -> tensor<256x384xf32>
     %19 = "trn.convert"(%18) : (tensor<256x384xf32>) -> tensor<256x384xbf16>
-    "trn.yield"(%19) : (tensor<256x384xbf16>) -> ()
-  }) {gemm_block = 1 : i64, gemm_resident = "f", kind = "matmul", orientation = "mn"} : () -> tensor<256x384xbf16>
+    "trn.yield"(%19) {operandSegmentSizes = array<i32: 1, 0, 0>} : (tensor<256x384xbf16>) -> ()
+  }) {gemm_block = 1 : i64, gemm_resident = "f", kind = "matmul", orientation = "mn", resultSegmentSizes = array<i32: 1, 0, 0>} : () -> tensor<256x384xbf16>
   %1 = "trn.kernel"() ({
     %14 = "trn.reshape"(%0) : (tensor<256x384xbf16>) -> tensor<2x128x3x2x64xbf16>
     %15 = "trn.transpose"(%14) {permutation = array<i64: 2, 0, 3, 1, 4>} : (tensor<2x128x3x2x64xbf16>) -> tensor<3x2x2x128x64xbf16>
@@ -753,8 +753,8 @@ func.func @inference_attention_and_projection(%arg0: tensor<2x128x128xbf16>, %ar
     %40 = "trn.convert"(%39) : (tensor<4x128x64xf32>) -> tensor<4x128x64xbf16>
     %41 = "trn.reshape"(%40) : (tensor<4x128x64xbf16>) -> tensor<2x2x128x64xbf16>
     %42 = "trn.transpose"(%41) {permutation = array<i64: 0, 2, 1, 3>} : (tensor<2x2x128x64xbf16>) -> tensor<2x128x2x64xbf16>
-    "trn.yield"(%42) : (tensor<2x128x2x64xbf16>) -> ()
-  }) {kind = "attention"} : () -> tensor<2x128x2x64xbf16>
+    "trn.yield"(%42) {operandSegmentSizes = array<i32: 1, 0, 0>} : (tensor<2x128x2x64xbf16>) -> ()
+  }) {kind = "attention", resultSegmentSizes = array<i32: 1, 0, 0>} : () -> tensor<2x128x2x64xbf16>
   %2 = "trn.kernel"() ({
     %14 = "trn.reshape"(%1) : (tensor<2x128x2x64xbf16>) -> tensor<256x128xbf16>
     %15 = "trn.transpose"(%arg3) {permutation = array<i64: 1, 0>} : (tensor<128x128xbf16>) -> tensor<128x128xbf16>
@@ -764,8 +764,8 @@ func.func @inference_attention_and_projection(%arg0: tensor<2x128x128xbf16>, %ar
     %19 = "trn.tensor_tensor"(%16, %18) {op = "add"} : (tensor<256x128xbf16>, tensor<256x128xf32>) -> tensor<256x128xf32>
     %20 = "trn.tensor_tensor"(%17, %19) {op = "add"} : (tensor<256x128xbf16>, tensor<256x128xf32>) -> tensor<256x128xf32>
     %21 = "trn.convert"(%20) : (tensor<256x128xf32>) -> tensor<256x128xbf16>
-    "trn.yield"(%21) : (tensor<256x128xbf16>) -> ()
-  }) {gemm_block = 1 : i64, gemm_resident = "f", kind = "matmul", orientation = "mn"} : () -> tensor<256x128xbf16>
+    "trn.yield"(%21) {operandSegmentSizes = array<i32: 1, 0, 0>} : (tensor<256x128xbf16>) -> ()
+  }) {gemm_block = 1 : i64, gemm_resident = "f", kind = "matmul", orientation = "mn", resultSegmentSizes = array<i32: 1, 0, 0>} : () -> tensor<256x128xbf16>
   return %2 : tensor<256x128xbf16>
 }
 
@@ -778,8 +778,8 @@ func.func @inference_attention_and_projection(%arg0: tensor<2x128x128xbf16>, %ar
 // CHECK-NEXT: %[[K:.*]] = "trn.kernel"() ({
 // CHECK: trn.attention_input
 // CHECK: %[[O:.*]] = "trn.transpose"(%{{.*}}) {permutation = array<i64: 0, 2, 1, 3>} : (tensor<2x2x128x64xbf16>) -> tensor<2x128x2x64xbf16>
-// CHECK-NEXT: "trn.yield"(%[[O]]) : (tensor<2x128x2x64xbf16>) -> ()
-// CHECK-NEXT: }) {kind = "attention"} : () -> tensor<2x128x2x64xbf16>
+// CHECK-NEXT: "trn.yield"(%[[O]]) {operandSegmentSizes = array<i32: 1, 0, 0>} : (tensor<2x128x2x64xbf16>) -> ()
+// CHECK-NEXT: }) {kind = "attention", resultSegmentSizes = array<i32: 1, 0, 0>} : () -> tensor<2x128x2x64xbf16>
 // CHECK-NEXT: return %[[K]] : tensor<2x128x2x64xbf16>
 // ISA-LABEL: func.func @inference_attention_only
 // ISA-NOT: "nisa.alloc"() {memory = "hbm"}
@@ -794,8 +794,8 @@ func.func @inference_attention_only(%arg0: tensor<2x128x128xbf16>, %arg1: tensor
     %17 = "trn.matmul"(%14, %15) : (tensor<256x128xbf16>, tensor<128x384xbf16>) -> tensor<256x384xf32>
     %18 = "trn.tensor_tensor"(%16, %17) {op = "add"} : (tensor<256x384xbf16>, tensor<256x384xf32>) -> tensor<256x384xf32>
     %19 = "trn.convert"(%18) : (tensor<256x384xf32>) -> tensor<256x384xbf16>
-    "trn.yield"(%19) : (tensor<256x384xbf16>) -> ()
-  }) {gemm_block = 1 : i64, gemm_resident = "f", kind = "matmul", orientation = "mn"} : () -> tensor<256x384xbf16>
+    "trn.yield"(%19) {operandSegmentSizes = array<i32: 1, 0, 0>} : (tensor<256x384xbf16>) -> ()
+  }) {gemm_block = 1 : i64, gemm_resident = "f", kind = "matmul", orientation = "mn", resultSegmentSizes = array<i32: 1, 0, 0>} : () -> tensor<256x384xbf16>
   %1 = "trn.kernel"() ({
     %14 = "trn.reshape"(%0) : (tensor<256x384xbf16>) -> tensor<2x128x3x2x64xbf16>
     %15 = "trn.transpose"(%14) {permutation = array<i64: 2, 0, 3, 1, 4>} : (tensor<2x128x3x2x64xbf16>) -> tensor<3x2x2x128x64xbf16>
@@ -826,8 +826,8 @@ func.func @inference_attention_only(%arg0: tensor<2x128x128xbf16>, %arg1: tensor
     %40 = "trn.convert"(%39) : (tensor<4x128x64xf32>) -> tensor<4x128x64xbf16>
     %41 = "trn.reshape"(%40) : (tensor<4x128x64xbf16>) -> tensor<2x2x128x64xbf16>
     %42 = "trn.transpose"(%41) {permutation = array<i64: 0, 2, 1, 3>} : (tensor<2x2x128x64xbf16>) -> tensor<2x128x2x64xbf16>
-    "trn.yield"(%42) : (tensor<2x128x2x64xbf16>) -> ()
-  }) {kind = "attention"} : () -> tensor<2x128x2x64xbf16>
+    "trn.yield"(%42) {operandSegmentSizes = array<i32: 1, 0, 0>} : (tensor<2x128x2x64xbf16>) -> ()
+  }) {kind = "attention", resultSegmentSizes = array<i32: 1, 0, 0>} : () -> tensor<2x128x2x64xbf16>
   return %1 : tensor<2x128x2x64xbf16>
 }
 
@@ -843,7 +843,7 @@ func.func @inference_attention_only(%arg0: tensor<2x128x128xbf16>, %arg1: tensor
 // CHECK-NEXT: "trn.reshape"(%[[N]]) : (tensor<2x128x128xbf16>) -> tensor<256x128xbf16>
 // CHECK: trn.attention_input
 // CHECK: trn.attention_output
-// CHECK: }) {kind = "attention"} : () -> tensor<256x128xbf16>
+// CHECK: }) {kind = "attention", resultSegmentSizes = array<i32: 1, 0, 0>} : () -> tensor<256x128xbf16>
 // CHECK-NEXT: return %[[K]] : tensor<256x128xbf16>
 // ISA-LABEL: func.func @inference_norm_attention_and_projection
 // ISA-NOT: "nisa.alloc"() {memory = "hbm"}
@@ -871,8 +871,8 @@ func.func @inference_norm_attention_and_projection(%arg0: tensor<2x128x128xbf16>
     %32 = "trn.tensor_tensor"(%31, %14) {op = "mul"} : (tensor<2x128x128xf32>, tensor<2x128x128xbf16>) -> tensor<2x128x128xf32>
     %33 = "trn.tensor_tensor"(%32, %15) {op = "add"} : (tensor<2x128x128xf32>, tensor<2x128x128xbf16>) -> tensor<2x128x128xf32>
     %34 = "trn.convert"(%33) : (tensor<2x128x128xf32>) -> tensor<2x128x128xbf16>
-    "trn.yield"(%34) : (tensor<2x128x128xbf16>) -> ()
-  }) {free_tile = 256 : i64, kind = "rows"} : () -> tensor<2x128x128xbf16>
+    "trn.yield"(%34) {operandSegmentSizes = array<i32: 1, 0, 0>} : (tensor<2x128x128xbf16>) -> ()
+  }) {free_tile = 256 : i64, kind = "rows", resultSegmentSizes = array<i32: 1, 0, 0>} : () -> tensor<2x128x128xbf16>
   %0 = "trn.kernel"() ({
     %14 = "trn.reshape"(%n) : (tensor<2x128x128xbf16>) -> tensor<256x128xbf16>
     %15 = "trn.transpose"(%arg1) {permutation = array<i64: 1, 0>} : (tensor<384x128xbf16>) -> tensor<128x384xbf16>
@@ -880,8 +880,8 @@ func.func @inference_norm_attention_and_projection(%arg0: tensor<2x128x128xbf16>
     %17 = "trn.matmul"(%14, %15) : (tensor<256x128xbf16>, tensor<128x384xbf16>) -> tensor<256x384xf32>
     %18 = "trn.tensor_tensor"(%16, %17) {op = "add"} : (tensor<256x384xbf16>, tensor<256x384xf32>) -> tensor<256x384xf32>
     %19 = "trn.convert"(%18) : (tensor<256x384xf32>) -> tensor<256x384xbf16>
-    "trn.yield"(%19) : (tensor<256x384xbf16>) -> ()
-  }) {gemm_block = 1 : i64, gemm_resident = "f", kind = "matmul", orientation = "mn"} : () -> tensor<256x384xbf16>
+    "trn.yield"(%19) {operandSegmentSizes = array<i32: 1, 0, 0>} : (tensor<256x384xbf16>) -> ()
+  }) {gemm_block = 1 : i64, gemm_resident = "f", kind = "matmul", orientation = "mn", resultSegmentSizes = array<i32: 1, 0, 0>} : () -> tensor<256x384xbf16>
   %1 = "trn.kernel"() ({
     %14 = "trn.reshape"(%0) : (tensor<256x384xbf16>) -> tensor<2x128x3x2x64xbf16>
     %15 = "trn.transpose"(%14) {permutation = array<i64: 2, 0, 3, 1, 4>} : (tensor<2x128x3x2x64xbf16>) -> tensor<3x2x2x128x64xbf16>
@@ -912,8 +912,8 @@ func.func @inference_norm_attention_and_projection(%arg0: tensor<2x128x128xbf16>
     %40 = "trn.convert"(%39) : (tensor<4x128x64xf32>) -> tensor<4x128x64xbf16>
     %41 = "trn.reshape"(%40) : (tensor<4x128x64xbf16>) -> tensor<2x2x128x64xbf16>
     %42 = "trn.transpose"(%41) {permutation = array<i64: 0, 2, 1, 3>} : (tensor<2x2x128x64xbf16>) -> tensor<2x128x2x64xbf16>
-    "trn.yield"(%42) : (tensor<2x128x2x64xbf16>) -> ()
-  }) {kind = "attention"} : () -> tensor<2x128x2x64xbf16>
+    "trn.yield"(%42) {operandSegmentSizes = array<i32: 1, 0, 0>} : (tensor<2x128x2x64xbf16>) -> ()
+  }) {kind = "attention", resultSegmentSizes = array<i32: 1, 0, 0>} : () -> tensor<2x128x2x64xbf16>
   %2 = "trn.kernel"() ({
     %14 = "trn.reshape"(%1) : (tensor<2x128x2x64xbf16>) -> tensor<256x128xbf16>
     %15 = "trn.transpose"(%arg3) {permutation = array<i64: 1, 0>} : (tensor<128x128xbf16>) -> tensor<128x128xbf16>
@@ -923,7 +923,7 @@ func.func @inference_norm_attention_and_projection(%arg0: tensor<2x128x128xbf16>
     %19 = "trn.tensor_tensor"(%16, %18) {op = "add"} : (tensor<256x128xbf16>, tensor<256x128xf32>) -> tensor<256x128xf32>
     %20 = "trn.tensor_tensor"(%17, %19) {op = "add"} : (tensor<256x128xbf16>, tensor<256x128xf32>) -> tensor<256x128xf32>
     %21 = "trn.convert"(%20) : (tensor<256x128xf32>) -> tensor<256x128xbf16>
-    "trn.yield"(%21) : (tensor<256x128xbf16>) -> ()
-  }) {gemm_block = 1 : i64, gemm_resident = "f", kind = "matmul", orientation = "mn"} : () -> tensor<256x128xbf16>
+    "trn.yield"(%21) {operandSegmentSizes = array<i32: 1, 0, 0>} : (tensor<256x128xbf16>) -> ()
+  }) {gemm_block = 1 : i64, gemm_resident = "f", kind = "matmul", orientation = "mn", resultSegmentSizes = array<i32: 1, 0, 0>} : () -> tensor<256x128xbf16>
   return %2 : tensor<256x128xbf16>
 }

@@ -12,7 +12,7 @@
 // CHECK: %[[G:.*]] = "trn.activation"
 // CHECK-NEXT: %[[T:.*]] = "trn.transpose"(%[[G]]) {permutation = array<i64: 1, 0>} : (tensor<256x128xf32>) -> tensor<128x256xf32>
 // CHECK-NEXT: "trn.yield"(%[[T]])
-// CHECK-NEXT: }) {kind = "matmul", orientation = "nm"} : () -> tensor<128x256xf32>
+// CHECK-NEXT: }) {kind = "matmul", orientation = "nm", resultSegmentSizes = array<i32: 1, 0, 0>} : () -> tensor<128x256xf32>
 // CHECK: "trn.kernel"() ({
 // CHECK-NEXT: %[[L:.*]] = "trn.transpose"(%[[H]]) {permutation = array<i64: 1, 0>} : (tensor<128x256xf32>) -> tensor<256x128xf32>
 // CHECK: "trn.matmul"(%[[L]], %arg3)
@@ -31,12 +31,12 @@ func.func @two_linears(%w: tensor<128x64xf32>, %b: tensor<128xf32>, %x: tensor<2
     %y = "trn.matmul"(%x, %wt) : (tensor<256x64xf32>, tensor<64x128xf32>) -> tensor<256x128xf32>
     %z = "trn.tensor_tensor"(%bb, %y) {op = "add"} : (tensor<256x128xf32>, tensor<256x128xf32>) -> tensor<256x128xf32>
     %g = "trn.activation"(%z) {func = "gelu", scale = 1.0 : f32, bias = 0.0 : f32} : (tensor<256x128xf32>) -> tensor<256x128xf32>
-    "trn.yield"(%g) : (tensor<256x128xf32>) -> ()
-  }) {kind = "matmul"} : () -> tensor<256x128xf32>
+    "trn.yield"(%g) {operandSegmentSizes = array<i32: 1, 0, 0>} : (tensor<256x128xf32>) -> ()
+  }) {kind = "matmul", resultSegmentSizes = array<i32: 1, 0, 0>} : () -> tensor<256x128xf32>
   %o = "trn.kernel"() ({
     %y = "trn.matmul"(%h, %w2) : (tensor<256x128xf32>, tensor<128x32xf32>) -> tensor<256x32xf32>
-    "trn.yield"(%y) : (tensor<256x32xf32>) -> ()
-  }) {kind = "matmul"} : () -> tensor<256x32xf32>
+    "trn.yield"(%y) {operandSegmentSizes = array<i32: 1, 0, 0>} : (tensor<256x32xf32>) -> ()
+  }) {kind = "matmul", resultSegmentSizes = array<i32: 1, 0, 0>} : () -> tensor<256x32xf32>
   return %o : tensor<256x32xf32>
 }
 
@@ -49,12 +49,12 @@ func.func @two_linears(%w: tensor<128x64xf32>, %b: tensor<128xf32>, %x: tensor<2
 func.func @also_returned(%x: tensor<256x64xf32>, %w: tensor<64x128xf32>, %w2: tensor<128x32xf32>) -> (tensor<256x128xf32>, tensor<256x32xf32>) {
   %h = "trn.kernel"() ({
     %y = "trn.matmul"(%x, %w) : (tensor<256x64xf32>, tensor<64x128xf32>) -> tensor<256x128xf32>
-    "trn.yield"(%y) : (tensor<256x128xf32>) -> ()
-  }) {kind = "matmul"} : () -> tensor<256x128xf32>
+    "trn.yield"(%y) {operandSegmentSizes = array<i32: 1, 0, 0>} : (tensor<256x128xf32>) -> ()
+  }) {kind = "matmul", resultSegmentSizes = array<i32: 1, 0, 0>} : () -> tensor<256x128xf32>
   %o = "trn.kernel"() ({
     %y = "trn.matmul"(%h, %w2) : (tensor<256x128xf32>, tensor<128x32xf32>) -> tensor<256x32xf32>
-    "trn.yield"(%y) : (tensor<256x32xf32>) -> ()
-  }) {kind = "matmul"} : () -> tensor<256x32xf32>
+    "trn.yield"(%y) {operandSegmentSizes = array<i32: 1, 0, 0>} : (tensor<256x32xf32>) -> ()
+  }) {kind = "matmul", resultSegmentSizes = array<i32: 1, 0, 0>} : () -> tensor<256x32xf32>
   return %h, %o : tensor<256x128xf32>, tensor<256x32xf32>
 }
 
@@ -69,12 +69,12 @@ func.func @row_scaled(%x: tensor<256x64xf32>, %w: tensor<64x128xf32>, %s: tensor
     %y = "trn.matmul"(%x, %w) : (tensor<256x64xf32>, tensor<64x128xf32>) -> tensor<256x128xf32>
     %sb = "trn.broadcast"(%s) {dimensions = array<i64: 1>} : (tensor<256xf32>) -> tensor<256x128xf32>
     %z = "trn.tensor_tensor"(%y, %sb) {op = "mul"} : (tensor<256x128xf32>, tensor<256x128xf32>) -> tensor<256x128xf32>
-    "trn.yield"(%z) : (tensor<256x128xf32>) -> ()
-  }) {kind = "matmul"} : () -> tensor<256x128xf32>
+    "trn.yield"(%z) {operandSegmentSizes = array<i32: 1, 0, 0>} : (tensor<256x128xf32>) -> ()
+  }) {kind = "matmul", resultSegmentSizes = array<i32: 1, 0, 0>} : () -> tensor<256x128xf32>
   %o = "trn.kernel"() ({
     %y = "trn.matmul"(%h, %w2) : (tensor<256x128xf32>, tensor<128x32xf32>) -> tensor<256x32xf32>
-    "trn.yield"(%y) : (tensor<256x32xf32>) -> ()
-  }) {kind = "matmul"} : () -> tensor<256x32xf32>
+    "trn.yield"(%y) {operandSegmentSizes = array<i32: 1, 0, 0>} : (tensor<256x32xf32>) -> ()
+  }) {kind = "matmul", resultSegmentSizes = array<i32: 1, 0, 0>} : () -> tensor<256x32xf32>
   return %o : tensor<256x32xf32>
 }
 
@@ -90,7 +90,7 @@ func.func @row_scaled(%x: tensor<256x64xf32>, %w: tensor<64x128xf32>, %s: tensor
 // CHECK-NEXT: %[[S:.*]] = "trn.reshape"(%[[O]]) : (tensor<2x128x64xbf16>) -> tensor<1x2x128x64xbf16>
 // CHECK-NEXT: %[[T:.*]] = "trn.transpose"(%[[S]]) {permutation = array<i64: 0, 2, 1, 3>} : (tensor<1x2x128x64xbf16>) -> tensor<1x128x2x64xbf16>
 // CHECK-NEXT: "trn.yield"(%[[T]])
-// CHECK-NEXT: }) {kind = "attention"} : () -> tensor<1x128x2x64xbf16>
+// CHECK-NEXT: }) {kind = "attention", resultSegmentSizes = array<i32: 1, 0, 0>} : () -> tensor<1x128x2x64xbf16>
 // CHECK-NEXT: "trn.kernel"() ({
 // CHECK-NEXT: "trn.reshape"(%{{.*}}) : (tensor<1x128x2x64xbf16>) -> tensor<128x128xbf16>
 // ISA-LABEL: func.func @attention_token_major
@@ -101,7 +101,7 @@ func.func @row_scaled(%x: tensor<256x64xf32>, %w: tensor<64x128xf32>, %s: tensor
 // ISA-NOT: array<i64: {{[0-9]+}}, 64, 2, 1, 64>
 // ISA: return
 // NOTM-LABEL: func.func @attention_token_major
-// NOTM: }) {kind = "attention"} : () -> tensor<2x128x64xbf16>
+// NOTM: }) {kind = "attention", resultSegmentSizes = array<i32: 1, 0, 0>} : () -> tensor<2x128x64xbf16>
 // NOTM-NEXT: "trn.kernel"() ({
 // NOTM-NEXT: "trn.reshape"(%{{.*}}) : (tensor<2x128x64xbf16>) -> tensor<1x2x128x64xbf16>
 // NOTM-NEXT: "trn.transpose"
@@ -113,8 +113,8 @@ func.func @attention_token_major(%arg0: tensor<1x128x128xbf16>, %arg1: tensor<38
     %6 = "trn.matmul"(%3, %4) : (tensor<128x128xbf16>, tensor<128x384xbf16>) -> tensor<128x384xf32>
     %7 = "trn.tensor_tensor"(%5, %6) {op = "add"} : (tensor<128x384xbf16>, tensor<128x384xf32>) -> tensor<128x384xf32>
     %8 = "trn.convert"(%7) : (tensor<128x384xf32>) -> tensor<128x384xbf16>
-    "trn.yield"(%8) : (tensor<128x384xbf16>) -> ()
-  }) {kind = "matmul"} : () -> tensor<128x384xbf16>
+    "trn.yield"(%8) {operandSegmentSizes = array<i32: 1, 0, 0>} : (tensor<128x384xbf16>) -> ()
+  }) {kind = "matmul", resultSegmentSizes = array<i32: 1, 0, 0>} : () -> tensor<128x384xbf16>
   %1 = "trn.kernel"() ({
     %3 = "trn.reshape"(%0) : (tensor<128x384xbf16>) -> tensor<1x128x3x2x64xbf16>
     %4 = "trn.transpose"(%3) {permutation = array<i64: 2, 0, 3, 1, 4>} : (tensor<1x128x3x2x64xbf16>) -> tensor<3x1x2x128x64xbf16>
@@ -143,8 +143,8 @@ func.func @attention_token_major(%arg0: tensor<1x128x128xbf16>, %arg1: tensor<38
     %27 = "trn.reshape"(%26) : (tensor<1x1x2x128x64xbf16>) -> tensor<2x128x64xbf16>
     %28 = "trn.matmul"(%23, %27) : (tensor<2x128x128xbf16>, tensor<2x128x64xbf16>) -> tensor<2x128x64xf32>
     %29 = "trn.convert"(%28) : (tensor<2x128x64xf32>) -> tensor<2x128x64xbf16>
-    "trn.yield"(%29) : (tensor<2x128x64xbf16>) -> ()
-  }) {kind = "attention"} : () -> tensor<2x128x64xbf16>
+    "trn.yield"(%29) {operandSegmentSizes = array<i32: 1, 0, 0>} : (tensor<2x128x64xbf16>) -> ()
+  }) {kind = "attention", resultSegmentSizes = array<i32: 1, 0, 0>} : () -> tensor<2x128x64xbf16>
   %2 = "trn.kernel"() ({
     %3 = "trn.reshape"(%1) : (tensor<2x128x64xbf16>) -> tensor<1x2x128x64xbf16>
     %4 = "trn.transpose"(%3) {permutation = array<i64: 0, 2, 1, 3>} : (tensor<1x2x128x64xbf16>) -> tensor<1x128x2x64xbf16>
@@ -154,8 +154,8 @@ func.func @attention_token_major(%arg0: tensor<1x128x128xbf16>, %arg1: tensor<38
     %8 = "trn.matmul"(%5, %6) : (tensor<128x128xbf16>, tensor<128x128xbf16>) -> tensor<128x128xf32>
     %9 = "trn.tensor_tensor"(%7, %8) {op = "add"} : (tensor<128x128xbf16>, tensor<128x128xf32>) -> tensor<128x128xf32>
     %10 = "trn.convert"(%9) : (tensor<128x128xf32>) -> tensor<128x128xbf16>
-    "trn.yield"(%10) : (tensor<128x128xbf16>) -> ()
-  }) {kind = "matmul"} : () -> tensor<128x128xbf16>
+    "trn.yield"(%10) {operandSegmentSizes = array<i32: 1, 0, 0>} : (tensor<128x128xbf16>) -> ()
+  }) {kind = "matmul", resultSegmentSizes = array<i32: 1, 0, 0>} : () -> tensor<128x128xbf16>
   return %2 : tensor<128x128xbf16>
 }
 
@@ -169,8 +169,8 @@ func.func @attention_token_major(%arg0: tensor<1x128x128xbf16>, %arg1: tensor<38
 // CHECK-LABEL: func.func @attention_token_major_saving_probabilities
 // CHECK: %[[S:.*]] = "trn.reshape"(%{{.*}}) : (tensor<2x128x64xbf16>) -> tensor<1x2x128x64xbf16>
 // CHECK-NEXT: %[[T:.*]] = "trn.transpose"(%[[S]]) {permutation = array<i64: 0, 2, 1, 3>}
-// CHECK-NEXT: "trn.yield"(%[[T]], %{{.*}}) : (tensor<1x128x2x64xbf16>, tensor<1x2x128x128xbf16>) -> ()
-// CHECK-NEXT: }) {kind = "attention"} : () -> (tensor<1x128x2x64xbf16>, tensor<1x2x128x128xbf16>)
+// CHECK-NEXT: "trn.yield"(%[[T]], %{{.*}}) {operandSegmentSizes = array<i32: 1, 1, 0>} : (tensor<1x128x2x64xbf16>, tensor<1x2x128x128xbf16>) -> ()
+// CHECK-NEXT: }) {kind = "attention", resultSegmentSizes = array<i32: 1, 1, 0>} : () -> (tensor<1x128x2x64xbf16>, tensor<1x2x128x128xbf16>)
 func.func @attention_token_major_saving_probabilities(%arg0: tensor<1x128x128xbf16>, %arg1: tensor<384x128xbf16>, %arg2: tensor<384xbf16>, %arg3: tensor<128x128xbf16>, %arg4: tensor<128xbf16>) -> (tensor<128x128xbf16>, tensor<1x2x128x128xbf16>) {
   %0 = "trn.kernel"() ({
     %3 = "trn.reshape"(%arg0) : (tensor<1x128x128xbf16>) -> tensor<128x128xbf16>
@@ -179,8 +179,8 @@ func.func @attention_token_major_saving_probabilities(%arg0: tensor<1x128x128xbf
     %6 = "trn.matmul"(%3, %4) : (tensor<128x128xbf16>, tensor<128x384xbf16>) -> tensor<128x384xf32>
     %7 = "trn.tensor_tensor"(%5, %6) {op = "add"} : (tensor<128x384xbf16>, tensor<128x384xf32>) -> tensor<128x384xf32>
     %8 = "trn.convert"(%7) : (tensor<128x384xf32>) -> tensor<128x384xbf16>
-    "trn.yield"(%8) : (tensor<128x384xbf16>) -> ()
-  }) {kind = "matmul"} : () -> tensor<128x384xbf16>
+    "trn.yield"(%8) {operandSegmentSizes = array<i32: 1, 0, 0>} : (tensor<128x384xbf16>) -> ()
+  }) {kind = "matmul", resultSegmentSizes = array<i32: 1, 0, 0>} : () -> tensor<128x384xbf16>
   %1:2 = "trn.kernel"() ({
     %3 = "trn.reshape"(%0) : (tensor<128x384xbf16>) -> tensor<1x128x3x2x64xbf16>
     %4 = "trn.transpose"(%3) {permutation = array<i64: 2, 0, 3, 1, 4>} : (tensor<1x128x3x2x64xbf16>) -> tensor<3x1x2x128x64xbf16>
@@ -209,8 +209,8 @@ func.func @attention_token_major_saving_probabilities(%arg0: tensor<1x128x128xbf
     %27 = "trn.reshape"(%26) : (tensor<1x1x2x128x64xbf16>) -> tensor<2x128x64xbf16>
     %28 = "trn.matmul"(%23, %27) : (tensor<2x128x128xbf16>, tensor<2x128x64xbf16>) -> tensor<2x128x64xf32>
     %29 = "trn.convert"(%28) : (tensor<2x128x64xf32>) -> tensor<2x128x64xbf16>
-    "trn.yield"(%29, %22) : (tensor<2x128x64xbf16>, tensor<1x2x128x128xbf16>) -> ()
-  }) {kind = "attention"} : () -> (tensor<2x128x64xbf16>, tensor<1x2x128x128xbf16>)
+    "trn.yield"(%29, %22) {operandSegmentSizes = array<i32: 1, 1, 0>} : (tensor<2x128x64xbf16>, tensor<1x2x128x128xbf16>) -> ()
+  }) {kind = "attention", resultSegmentSizes = array<i32: 1, 1, 0>} : () -> (tensor<2x128x64xbf16>, tensor<1x2x128x128xbf16>)
   %2 = "trn.kernel"() ({
     %3 = "trn.reshape"(%1#0) : (tensor<2x128x64xbf16>) -> tensor<1x2x128x64xbf16>
     %4 = "trn.transpose"(%3) {permutation = array<i64: 0, 2, 1, 3>} : (tensor<1x2x128x64xbf16>) -> tensor<1x128x2x64xbf16>
@@ -220,8 +220,8 @@ func.func @attention_token_major_saving_probabilities(%arg0: tensor<1x128x128xbf
     %8 = "trn.matmul"(%5, %6) : (tensor<128x128xbf16>, tensor<128x128xbf16>) -> tensor<128x128xf32>
     %9 = "trn.tensor_tensor"(%7, %8) {op = "add"} : (tensor<128x128xbf16>, tensor<128x128xf32>) -> tensor<128x128xf32>
     %10 = "trn.convert"(%9) : (tensor<128x128xf32>) -> tensor<128x128xbf16>
-    "trn.yield"(%10) : (tensor<128x128xbf16>) -> ()
-  }) {kind = "matmul"} : () -> tensor<128x128xbf16>
+    "trn.yield"(%10) {operandSegmentSizes = array<i32: 1, 0, 0>} : (tensor<128x128xbf16>) -> ()
+  }) {kind = "matmul", resultSegmentSizes = array<i32: 1, 0, 0>} : () -> tensor<128x128xbf16>
   return %2, %1#1 : tensor<128x128xbf16>, tensor<1x2x128x128xbf16>
 }
 
@@ -240,7 +240,7 @@ func.func @attention_token_major_saving_probabilities(%arg0: tensor<1x128x128xbf
 // CHECK-NEXT: %[[S:.*]] = "trn.reshape"(%[[C]]) : (tensor<2x128x64xbf16>) -> tensor<1x2x128x64xbf16>
 // CHECK-NEXT: %[[T:.*]] = "trn.transpose"(%[[S]]) {permutation = array<i64: 0, 2, 1, 3>}
 // CHECK-NEXT: "trn.yield"(%[[T]])
-// CHECK-NEXT: }) {kind = "matmul", orientation = "mn"} : () -> tensor<1x128x2x64xbf16>
+// CHECK-NEXT: }) {kind = "matmul", orientation = "mn", resultSegmentSizes = array<i32: 1, 0, 0>} : () -> tensor<1x128x2x64xbf16>
 // CHECK: %[[E:.*]] = "trn.empty"() : () -> tensor<1x128x3x2x64xbf16>
 // CHECK: %[[I0:.*]] = "trn.insert_slice"(%[[E]], %{{.*}}) {offsets = array<i64: 0, 0, 0, 0, 0>
 // CHECK: "trn.transpose"(%arg2) {permutation = array<i64: 0, 2, 1, 3>}
@@ -262,8 +262,8 @@ func.func @concat_reader_order(%p: tensor<2x128x128xbf16>, %v: tensor<2x128x64xb
   %0 = "trn.kernel"() ({
     %m = "trn.matmul"(%p, %v) : (tensor<2x128x128xbf16>, tensor<2x128x64xbf16>) -> tensor<2x128x64xf32>
     %c = "trn.convert"(%m) : (tensor<2x128x64xf32>) -> tensor<2x128x64xbf16>
-    "trn.yield"(%c) : (tensor<2x128x64xbf16>) -> ()
-  }) {kind = "matmul", orientation = "mn"} : () -> tensor<2x128x64xbf16>
+    "trn.yield"(%c) {operandSegmentSizes = array<i32: 1, 0, 0>} : (tensor<2x128x64xbf16>) -> ()
+  }) {kind = "matmul", orientation = "mn", resultSegmentSizes = array<i32: 1, 0, 0>} : () -> tensor<2x128x64xbf16>
   %1 = "trn.reshape"(%0) : (tensor<2x128x64xbf16>) -> tensor<1x2x128x64xbf16>
   %2 = "trn.transpose"(%kt) {permutation = array<i64: 0, 1, 3, 2>} : (tensor<1x2x64x128xbf16>) -> tensor<1x2x128x64xbf16>
   %e = "trn.empty"() : () -> tensor<3x2x128x64xbf16>
@@ -277,7 +277,7 @@ func.func @concat_reader_order(%p: tensor<2x128x128xbf16>, %v: tensor<2x128x64xb
     %g = "trn.transpose"(%rows) {permutation = array<i64: 1, 0>} : (tensor<128x384xbf16>) -> tensor<384x128xbf16>
     %m = "trn.matmul"(%g, %x) : (tensor<384x128xbf16>, tensor<128x128xbf16>) -> tensor<384x128xf32>
     %c = "trn.convert"(%m) : (tensor<384x128xf32>) -> tensor<384x128xbf16>
-    "trn.yield"(%c) : (tensor<384x128xbf16>) -> ()
-  }) {kind = "matmul", orientation = "mn"} : () -> tensor<384x128xbf16>
+    "trn.yield"(%c) {operandSegmentSizes = array<i32: 1, 0, 0>} : (tensor<384x128xbf16>) -> ()
+  }) {kind = "matmul", orientation = "mn", resultSegmentSizes = array<i32: 1, 0, 0>} : () -> tensor<384x128xbf16>
   return %3 : tensor<384x128xbf16>
 }

@@ -6,8 +6,8 @@ func.func @bad(%x: tensor<4x128x64xf32>) -> (tensor<4x128x64xf32>, tensor<128x64
     %sb = "trn.broadcast"(%sum) {dimensions = array<i64: 2>} : (tensor<4x128xf32>) -> tensor<4x128x64xf32>
     %c = "trn.tensor_tensor"(%x, %sb) {op = "sub"} : (tensor<4x128x64xf32>, tensor<4x128x64xf32>) -> tensor<4x128x64xf32>
     %part = "trn.reduce"(%c) {op = "add", dimensions = array<i64: 0>} : (tensor<4x128x64xf32>) -> tensor<128x64xf32>
-    "trn.yield"(%c, %part) : (tensor<4x128x64xf32>, tensor<128x64xf32>) -> ()
-  }) {kind = "rows"} : () -> (tensor<4x128x64xf32>, tensor<128x64xf32>)
+    "trn.yield"(%c, %part) {operandSegmentSizes = array<i32: 1, 1, 0>} : (tensor<4x128x64xf32>, tensor<128x64xf32>) -> ()
+  }) {kind = "rows", resultSegmentSizes = array<i32: 1, 1, 0>} : () -> (tensor<4x128x64xf32>, tensor<128x64xf32>)
   return %k#0, %k#1 : tensor<4x128x64xf32>, tensor<128x64xf32>
 }
 
@@ -20,8 +20,8 @@ func.func @first_result_a_column_sum(%x: tensor<4x128x64xf32>) -> (tensor<64xf32
     %sb = "trn.broadcast"(%sum) {dimensions = array<i64: 2>} : (tensor<4x128xf32>) -> tensor<4x128x64xf32>
     %c = "trn.tensor_tensor"(%x, %sb) {op = "sub"} : (tensor<4x128x64xf32>, tensor<4x128x64xf32>) -> tensor<4x128x64xf32>
     %cols = "trn.reduce"(%c) {op = "add", dimensions = array<i64: 0, 1>} : (tensor<4x128x64xf32>) -> tensor<64xf32>
-    "trn.yield"(%cols, %c) : (tensor<64xf32>, tensor<4x128x64xf32>) -> ()
-  }) {kind = "rows"} : () -> (tensor<64xf32>, tensor<4x128x64xf32>)
+    "trn.yield"(%cols, %c) {operandSegmentSizes = array<i32: 1, 1, 0>} : (tensor<64xf32>, tensor<4x128x64xf32>) -> ()
+  }) {kind = "rows", resultSegmentSizes = array<i32: 1, 1, 0>} : () -> (tensor<64xf32>, tensor<4x128x64xf32>)
   return %k#0, %k#1 : tensor<64xf32>, tensor<4x128x64xf32>
 }
 
@@ -36,8 +36,8 @@ func.func @column_sum_broadcast(%x: tensor<4x128x64xf32>) -> (tensor<4x128x64xf3
     %c = "trn.tensor_tensor"(%x, %sb) {op = "sub"} : (tensor<4x128x64xf32>, tensor<4x128x64xf32>) -> tensor<4x128x64xf32>
     %cols = "trn.reduce"(%c) {op = "add", dimensions = array<i64: 0, 1>} : (tensor<4x128x64xf32>) -> tensor<64xf32>
     %back = "trn.broadcast"(%cols) {dimensions = array<i64: 0, 1>} : (tensor<64xf32>) -> tensor<4x128x64xf32>
-    "trn.yield"(%c, %back) : (tensor<4x128x64xf32>, tensor<4x128x64xf32>) -> ()
-  }) {kind = "rows"} : () -> (tensor<4x128x64xf32>, tensor<4x128x64xf32>)
+    "trn.yield"(%c, %back) {operandSegmentSizes = array<i32: 1, 1, 0>} : (tensor<4x128x64xf32>, tensor<4x128x64xf32>) -> ()
+  }) {kind = "rows", resultSegmentSizes = array<i32: 1, 1, 0>} : () -> (tensor<4x128x64xf32>, tensor<4x128x64xf32>)
   return %k#0, %k#1 : tensor<4x128x64xf32>, tensor<4x128x64xf32>
 }
 
@@ -52,7 +52,7 @@ func.func @column_sum_with_a_row_value(%x: tensor<4x128x64xf32>, %w: tensor<64xf
     %c = "trn.tensor_tensor"(%x, %sb) {op = "sub"} : (tensor<4x128x64xf32>, tensor<4x128x64xf32>) -> tensor<4x128x64xf32>
     %cols = "trn.reduce"(%c) {op = "add", dimensions = array<i64: 0, 1>} : (tensor<4x128x64xf32>) -> tensor<64xf32>
     %scaled = "trn.tensor_tensor"(%cols, %w) {op = "mul"} : (tensor<64xf32>, tensor<64xf32>) -> tensor<64xf32>
-    "trn.yield"(%c, %scaled) : (tensor<4x128x64xf32>, tensor<64xf32>) -> ()
-  }) {kind = "rows"} : () -> (tensor<4x128x64xf32>, tensor<64xf32>)
+    "trn.yield"(%c, %scaled) {operandSegmentSizes = array<i32: 1, 1, 0>} : (tensor<4x128x64xf32>, tensor<64xf32>) -> ()
+  }) {kind = "rows", resultSegmentSizes = array<i32: 1, 1, 0>} : () -> (tensor<4x128x64xf32>, tensor<64xf32>)
   return %k#0, %k#1 : tensor<4x128x64xf32>, tensor<64xf32>
 }

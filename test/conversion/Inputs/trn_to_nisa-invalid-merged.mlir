@@ -44,8 +44,8 @@ func.func @two_marks(%arg0: tensor<2x128x64xbf16>, %arg1: tensor<192x64xbf16>, %
     %41 = "trn.reshape"(%34) : (tensor<1x2x2x128x32xbf16>) -> tensor<16384xbf16>
     %42 = "trn.reshape"(%13) : (tensor<1x2x2x128x32xbf16>) -> tensor<16384xbf16>
     %43 = "trn.reshape"(%17) : (tensor<2x2x32x128xbf16>) -> tensor<16384xbf16>
-    "trn.yield"(%30, %40, %41, %42, %43) : (tensor<2x2x128x128xbf16>, tensor<16384xbf16>, tensor<16384xbf16>, tensor<16384xbf16>, tensor<16384xbf16>) -> ()
-  }) {kind = "attention"} : () -> (tensor<2x2x128x128xbf16>, tensor<16384xbf16>, tensor<16384xbf16>, tensor<16384xbf16>, tensor<16384xbf16>)
+    "trn.yield"(%30, %40, %41, %42, %43) {operandSegmentSizes = array<i32: 1, 4, 0>} : (tensor<2x2x128x128xbf16>, tensor<16384xbf16>, tensor<16384xbf16>, tensor<16384xbf16>, tensor<16384xbf16>) -> ()
+  }) {kind = "attention", resultSegmentSizes = array<i32: 1, 4, 0>} : () -> (tensor<2x2x128x128xbf16>, tensor<16384xbf16>, tensor<16384xbf16>, tensor<16384xbf16>, tensor<16384xbf16>)
   %1 = "trn.reshape"(%0#1) : (tensor<16384xbf16>) -> tensor<2x128x2x32xbf16>
   %2 = "trn.reshape"(%0#2) : (tensor<16384xbf16>) -> tensor<2x2x128x32xbf16>
   %3 = "trn.reshape"(%0#3) : (tensor<16384xbf16>) -> tensor<2x2x128x32xbf16>
@@ -96,8 +96,8 @@ func.func @marked_output_without_projection(%arg0: tensor<2x128x64xbf16>, %arg1:
     %41 = "trn.reshape"(%34) : (tensor<1x2x2x128x32xbf16>) -> tensor<16384xbf16>
     %42 = "trn.reshape"(%13) : (tensor<1x2x2x128x32xbf16>) -> tensor<16384xbf16>
     %43 = "trn.reshape"(%17) : (tensor<2x2x32x128xbf16>) -> tensor<16384xbf16>
-    "trn.yield"(%30, %40, %41, %42, %43) : (tensor<2x2x128x128xbf16>, tensor<16384xbf16>, tensor<16384xbf16>, tensor<16384xbf16>, tensor<16384xbf16>) -> ()
-  }) {kind = "attention"} : () -> (tensor<2x2x128x128xbf16>, tensor<16384xbf16>, tensor<16384xbf16>, tensor<16384xbf16>, tensor<16384xbf16>)
+    "trn.yield"(%30, %40, %41, %42, %43) {operandSegmentSizes = array<i32: 1, 4, 0>} : (tensor<2x2x128x128xbf16>, tensor<16384xbf16>, tensor<16384xbf16>, tensor<16384xbf16>, tensor<16384xbf16>) -> ()
+  }) {kind = "attention", resultSegmentSizes = array<i32: 1, 4, 0>} : () -> (tensor<2x2x128x128xbf16>, tensor<16384xbf16>, tensor<16384xbf16>, tensor<16384xbf16>, tensor<16384xbf16>)
   %1 = "trn.reshape"(%0#1) : (tensor<16384xbf16>) -> tensor<2x128x2x32xbf16>
   %2 = "trn.reshape"(%0#2) : (tensor<16384xbf16>) -> tensor<2x2x128x32xbf16>
   %3 = "trn.reshape"(%0#3) : (tensor<16384xbf16>) -> tensor<2x2x128x32xbf16>
@@ -119,8 +119,8 @@ func.func @mlp_saved_without_its_hidden_result(%arg0: tensor<256x128xbf16>, %arg
     %8 = "trn.transpose"(%arg3) {permutation = array<i64: 1, 0>} : (tensor<128x512xbf16>) -> tensor<512x128xbf16>
     %9 = "trn.matmul"(%7, %8) : (tensor<256x512xbf16>, tensor<512x128xbf16>) -> tensor<256x128xf32>
     %10 = "trn.convert"(%9) : (tensor<256x128xf32>) -> tensor<256x128xbf16>
-    "trn.yield"(%10, %5) : (tensor<256x128xbf16>, tensor<256x512xbf16>) -> ()
-  }) {kind = "mlp_saved"} : () -> (tensor<256x128xbf16>, tensor<256x512xbf16>)
+    "trn.yield"(%10, %5) {operandSegmentSizes = array<i32: 1, 1, 0>} : (tensor<256x128xbf16>, tensor<256x512xbf16>) -> ()
+  }) {kind = "mlp_saved", resultSegmentSizes = array<i32: 1, 1, 0>} : () -> (tensor<256x128xbf16>, tensor<256x512xbf16>)
   return %0#0, %0#1 : tensor<256x128xbf16>, tensor<256x512xbf16>
 }
 
@@ -167,8 +167,8 @@ func.func @two_output_marks(%arg0: tensor<2x128x64xbf16>, %arg1: tensor<192x64xb
     %41 = "trn.reshape"(%34) : (tensor<1x2x2x128x32xbf16>) -> tensor<16384xbf16>
     %42 = "trn.reshape"(%13) : (tensor<1x2x2x128x32xbf16>) -> tensor<16384xbf16>
     %43 = "trn.reshape"(%17) : (tensor<2x2x32x128xbf16>) -> tensor<16384xbf16>
-    "trn.yield"(%30, %40, %41, %42, %43) : (tensor<2x2x128x128xbf16>, tensor<16384xbf16>, tensor<16384xbf16>, tensor<16384xbf16>, tensor<16384xbf16>) -> ()
-  }) {kind = "attention"} : () -> (tensor<2x2x128x128xbf16>, tensor<16384xbf16>, tensor<16384xbf16>, tensor<16384xbf16>, tensor<16384xbf16>)
+    "trn.yield"(%30, %40, %41, %42, %43) {operandSegmentSizes = array<i32: 1, 4, 0>} : (tensor<2x2x128x128xbf16>, tensor<16384xbf16>, tensor<16384xbf16>, tensor<16384xbf16>, tensor<16384xbf16>) -> ()
+  }) {kind = "attention", resultSegmentSizes = array<i32: 1, 4, 0>} : () -> (tensor<2x2x128x128xbf16>, tensor<16384xbf16>, tensor<16384xbf16>, tensor<16384xbf16>, tensor<16384xbf16>)
   %1 = "trn.reshape"(%0#1) : (tensor<16384xbf16>) -> tensor<2x128x2x32xbf16>
   %2 = "trn.reshape"(%0#2) : (tensor<16384xbf16>) -> tensor<2x2x128x32xbf16>
   %3 = "trn.reshape"(%0#3) : (tensor<16384xbf16>) -> tensor<2x2x128x32xbf16>
@@ -182,7 +182,7 @@ func.func @input_rows_in_a_matmul(%a: tensor<128x64xbf16>, %b: tensor<64x64xbf16
   %0 = "trn.kernel"() ({
     %1 = "trn.matmul"(%a, %b) : (tensor<128x64xbf16>, tensor<64x64xbf16>) -> tensor<128x64xf32>
     %2 = "trn.convert"(%1) {trn.input_rows} : (tensor<128x64xf32>) -> tensor<128x64xbf16>
-    "trn.yield"(%2) : (tensor<128x64xbf16>) -> ()
-  }) {kind = "matmul", orientation = "mn"} : () -> tensor<128x64xbf16>
+    "trn.yield"(%2) {operandSegmentSizes = array<i32: 1, 0, 0>} : (tensor<128x64xbf16>) -> ()
+  }) {kind = "matmul", orientation = "mn", resultSegmentSizes = array<i32: 1, 0, 0>} : () -> tensor<128x64xbf16>
   return %0 : tensor<128x64xbf16>
 }

@@ -8,7 +8,7 @@ func.func @bad(%x: tensor<128x128xbf16>, %w1: tensor<128x256xbf16>, %w2: tensor<
     %sb = "trn.broadcast"(%s) {dimensions = array<i64: 1>} : (tensor<128xf32>) -> tensor<128x128xf32>
     %c = "trn.tensor_tensor"(%y, %sb) {op = "sub"} : (tensor<128x128xf32>, tensor<128x128xf32>) -> tensor<128x128xf32>
     %cb = "trn.convert"(%c) : (tensor<128x128xf32>) -> tensor<128x128xbf16>
-    "trn.yield"(%cb) : (tensor<128x128xbf16>) -> ()
-  }) {kind = "mlp_rows"} : () -> tensor<128x128xbf16>
+    "trn.yield"(%cb) {operandSegmentSizes = array<i32: 1, 0, 0>} : (tensor<128x128xbf16>) -> ()
+  }) {kind = "mlp_rows", resultSegmentSizes = array<i32: 1, 0, 0>} : () -> tensor<128x128xbf16>
   return %k : tensor<128x128xbf16>
 }

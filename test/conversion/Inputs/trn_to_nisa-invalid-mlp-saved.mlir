@@ -11,7 +11,7 @@ func.func @bad(%arg0: tensor<256x128xbf16>, %arg1: tensor<512x128xbf16>, %arg2: 
     %8 = "trn.transpose"(%arg3) {permutation = array<i64: 1, 0>} : (tensor<128x512xbf16>) -> tensor<512x128xbf16>
     %9 = "trn.matmul"(%7, %8) : (tensor<256x512xbf16>, tensor<512x128xbf16>) -> tensor<256x128xf32>
     %10 = "trn.convert"(%9) : (tensor<256x128xf32>) -> tensor<256x128xbf16>
-    "trn.yield"(%10, %7, %5) : (tensor<256x128xbf16>, tensor<256x512xbf16>, tensor<256x512xbf16>) -> ()
-  }) {kind = "mlp_saved"} : () -> (tensor<256x128xbf16>, tensor<256x512xbf16>, tensor<256x512xbf16>)
+    "trn.yield"(%10, %7, %5) {operandSegmentSizes = array<i32: 1, 2, 0>} : (tensor<256x128xbf16>, tensor<256x512xbf16>, tensor<256x512xbf16>) -> ()
+  }) {kind = "mlp_saved", resultSegmentSizes = array<i32: 1, 2, 0>} : () -> (tensor<256x128xbf16>, tensor<256x512xbf16>, tensor<256x512xbf16>)
   return %0#0, %0#2, %0#1 : tensor<256x128xbf16>, tensor<256x512xbf16>, tensor<256x512xbf16>
 }

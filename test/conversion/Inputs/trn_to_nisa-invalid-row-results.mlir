@@ -6,7 +6,7 @@ func.func @bad(%x: tensor<128x64xf32>) -> (tensor<128x64xf32>, tensor<128x64xf32
     %sb = "trn.broadcast"(%sum) {dimensions = array<i64: 1>} : (tensor<128xf32>) -> tensor<128x64xf32>
     %c = "trn.tensor_tensor"(%x, %sb) {op = "sub"} : (tensor<128x64xf32>, tensor<128x64xf32>) -> tensor<128x64xf32>
     %y = "trn.tensor_tensor"(%c, %c) {op = "mul"} : (tensor<128x64xf32>, tensor<128x64xf32>) -> tensor<128x64xf32>
-    "trn.yield"(%y, %c) : (tensor<128x64xf32>, tensor<128x64xf32>) -> ()
-  }) {kind = "rows"} : () -> (tensor<128x64xf32>, tensor<128x64xf32>)
+    "trn.yield"(%y, %c) {operandSegmentSizes = array<i32: 1, 1, 0>} : (tensor<128x64xf32>, tensor<128x64xf32>) -> ()
+  }) {kind = "rows", resultSegmentSizes = array<i32: 1, 1, 0>} : () -> (tensor<128x64xf32>, tensor<128x64xf32>)
   return %k#0, %k#1 : tensor<128x64xf32>, tensor<128x64xf32>
 }

@@ -101,8 +101,8 @@ module {
       %91 = "trn.tensor_tensor"(%90, %73) {op = "mul"} : (tensor<1x128x128xf32>, tensor<1x128x128xbf16>) -> tensor<1x128x128xf32>
       %92 = "trn.tensor_tensor"(%91, %74) {op = "add"} : (tensor<1x128x128xf32>, tensor<1x128x128xbf16>) -> tensor<1x128x128xf32>
       %93 = "trn.convert"(%92) : (tensor<1x128x128xf32>) -> tensor<1x128x128xbf16>
-      "trn.yield"(%93) : (tensor<1x128x128xbf16>) -> ()
-    }) {kind = "attention_linear_rows"} : () -> tensor<1x128x128xbf16>
+      "trn.yield"(%93) {operandSegmentSizes = array<i32: 1, 0, 0>} : (tensor<1x128x128xbf16>) -> ()
+    }) {kind = "attention_linear_rows", resultSegmentSizes = array<i32: 1, 0, 0>} : () -> tensor<1x128x128xbf16>
     return %0 : tensor<1x128x128xbf16>
   }
 }

@@ -12,8 +12,8 @@ module {
       %4 = "trn.matmul"(%2, %arg2) : (tensor<128x128xbf16>, tensor<128x384xbf16>) -> tensor<128x384xf32>
       %5 = "trn.tensor_tensor"(%3, %4) {op = "add"} : (tensor<128x384xbf16>, tensor<128x384xf32>) -> tensor<128x384xf32>
       %6 = "trn.convert"(%5) : (tensor<128x384xf32>) -> tensor<128x384xbf16>
-      "trn.yield"(%6) : (tensor<128x384xbf16>) -> ()
-    }) {kind = "matmul"} : () -> tensor<128x384xbf16>
+      "trn.yield"(%6) {operandSegmentSizes = array<i32: 1, 0, 0>} : (tensor<128x384xbf16>) -> ()
+    }) {kind = "matmul", resultSegmentSizes = array<i32: 1, 0, 0>} : () -> tensor<128x384xbf16>
     %1 = "trn.kernel"() ({
       %2 = "trn.reshape"(%0) : (tensor<128x384xbf16>) -> tensor<1x128x3x2x64xbf16>
       %3 = "trn.transpose"(%2) {permutation = array<i64: 2, 0, 3, 1, 4>} : (tensor<1x128x3x2x64xbf16>) -> tensor<3x1x2x128x64xbf16>
@@ -71,8 +71,8 @@ module {
       %55 = "trn.tensor_tensor"(%54, %37) {op = "mul"} : (tensor<1x128x128xf32>, tensor<1x128x128xbf16>) -> tensor<1x128x128xf32>
       %56 = "trn.tensor_tensor"(%55, %38) {op = "add"} : (tensor<1x128x128xf32>, tensor<1x128x128xbf16>) -> tensor<1x128x128xf32>
       %57 = "trn.convert"(%56) : (tensor<1x128x128xf32>) -> tensor<1x128x128xbf16>
-      "trn.yield"(%57) : (tensor<1x128x128xbf16>) -> ()
-    }) {kind = "attention_linear_rows"} : () -> tensor<1x128x128xbf16>
+      "trn.yield"(%57) {operandSegmentSizes = array<i32: 1, 0, 0>} : (tensor<1x128x128xbf16>) -> ()
+    }) {kind = "attention_linear_rows", resultSegmentSizes = array<i32: 1, 0, 0>} : () -> tensor<1x128x128xbf16>
     return %1 : tensor<1x128x128xbf16>
   }
 }

@@ -48,8 +48,8 @@ module {
       %every_other = "trn.view"(%10) {indexing_map = affine_map<(d0, d1) -> (d0 * 2, d1)>} : (tensor<256x192xbf16>) -> tensor<128x128xbf16>
       %42 = "trn.reshape"(%every_other) : (tensor<128x128xbf16>) -> tensor<16384xbf16>
       %43 = "trn.reshape"(%17) : (tensor<2x2x32x128xbf16>) -> tensor<16384xbf16>
-      "trn.yield"(%30, %40, %41, %42, %43) : (tensor<2x2x128x128xbf16>, tensor<16384xbf16>, tensor<16384xbf16>, tensor<16384xbf16>, tensor<16384xbf16>) -> ()
-    }) {kind = "attention"} : () -> (tensor<2x2x128x128xbf16>, tensor<16384xbf16>, tensor<16384xbf16>, tensor<16384xbf16>, tensor<16384xbf16>)
+      "trn.yield"(%30, %40, %41, %42, %43) {operandSegmentSizes = array<i32: 1, 4, 0>} : (tensor<2x2x128x128xbf16>, tensor<16384xbf16>, tensor<16384xbf16>, tensor<16384xbf16>, tensor<16384xbf16>) -> ()
+    }) {kind = "attention", resultSegmentSizes = array<i32: 1, 4, 0>} : () -> (tensor<2x2x128x128xbf16>, tensor<16384xbf16>, tensor<16384xbf16>, tensor<16384xbf16>, tensor<16384xbf16>)
     %1 = "trn.reshape"(%0#1) : (tensor<16384xbf16>) -> tensor<2x128x2x32xbf16>
     %2 = "trn.reshape"(%0#2) : (tensor<16384xbf16>) -> tensor<2x2x128x32xbf16>
     %3 = "trn.reshape"(%0#3) : (tensor<16384xbf16>) -> tensor<2x2x128x32xbf16>
