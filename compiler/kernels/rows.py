@@ -591,14 +591,9 @@ def lower_rows(em: Emitter, body: list[ir.Operation], views: dict,
                     _reduce(em, dst, tiles[op.operands[0]], U.str_attr(op, "op"))
                 elif op.name == "trn.tensor_tensor" and \
                         sum(v in broadcast_of for v in op.operands) == 1:
-                    lhs, rhs = op.operands
-                    reverse = lhs in broadcast_of
-                    row_value, per_row = (rhs, lhs) if reverse else (lhs, rhs)
-                    alu = U.str_attr(op, "op")
-                    if broadcast_of[per_row] in negated_names:      # x - m as x + (-m)
-                        alu = "add"
-                    _per_row_op(em, dst, operand(row_value), alu,
-                                tiles[broadcast_of[per_row]], reverse)
+                    row_value, alu, per_row, reverse = one_step(op)
+                    alu, per_row_tile = step_operand(alu, per_row)
+                    _per_row_op(em, dst, operand(row_value), alu, per_row_tile, reverse)
                 elif added is not None and op.name == "trn.tensor_tensor" and \
                         U.str_attr(op, "op") == "add" and added[0] in op.operands and \
                         any(tiles.get(v) is dst for v in op.operands if v != added[0]):

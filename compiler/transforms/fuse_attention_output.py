@@ -631,12 +631,13 @@ def _flat_layout(results: list[ir.Value], more: list[ir.Value]
                  ) -> tuple[ir.Value, list[ir.Value], ir.Type | None] | None:
     """(first, further, type): the attention kernel's result the merged kernel yields first,
     the values it yields after it, and the one type they take there, [elements] of their
-    element type (one group of a kernel's results: dialects/trn.py). Its output first where the rest flatten alike (a softmax backward's
-    dQ, which then goes straight into the slice of the QKV gradient it is inserted in:
-    convert-trn-to-nisa `_kernels_into_slices`), else its last result (a forward's
-    probabilities, of another size than the rest); None where neither flattens. One
-    value to yield (an inference's output, or the projection's result where only the
-    projection reads that output: `results` empty) is yielded alone (type None)."""
+    element type (one group of a kernel's results: dialects/trn.py). Its output first where
+    the rest flatten alike (a softmax backward's dQ, which then goes straight into the slice
+    of the QKV gradient it is inserted in: convert-trn-to-nisa `_kernels_into_slices`), else
+    its last result (a forward's probabilities, of another size than the rest); None where
+    neither flattens. One value to yield (an inference's output, or the projection's result
+    where only the projection reads that output: `results` empty) is yielded alone (type
+    None)."""
     if not results:
         results, more = more[:1], more[1:]
     if len(results) == 1 and not more:

@@ -27,10 +27,10 @@ kernel or a DMA-bound matmul kernel, the "primary", and an independent PE-bound 
 computes the next batch index's rows beside it, convert-trn-to-nisa overlap-projection) take
 their bytes in disjoint parts of SBUF and PSUM: the partner the top of each (SBUF: its peak
 live bytes in program order twice over, at most half; PSUM: the banks its peak fills, at
-least one, at most half: an attention kernel needs most banks), the primary the rest. Otherwise whichever
-of the two comes second in program order takes the bytes the first one's tiles left, each
-of its tiles waiting for one of the first's, and the two run one after the other. A tile
-that does not fit in its part takes bytes anywhere.
+least one, at most half: an attention kernel needs most banks), the primary the rest.
+Otherwise whichever of the two comes second in program order takes the bytes the first one's
+tiles left, each of its tiles waiting for one of the first's, and the two run one after the
+other. A tile that does not fit in its part takes bytes anywhere.
 
 Peak use is recorded on the function (`nisa.sbuf_bytes`, `nisa.psum_bytes`,
 `nisa.scratch_bytes`, bytes per partition for the on-chip memories).
