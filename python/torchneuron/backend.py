@@ -28,7 +28,7 @@ import threading
 import time
 from typing import Any, Callable
 
-from torchneuron import config
+from torchneuron import config, early_backward
 from torchneuron.gc_pause import older_objects_set_aside
 
 log = logging.getLogger("torchneuron")
@@ -89,8 +89,48 @@ def neuron(gm, example_inputs, options: dict | None = None, mode: str | None = N
                 graph_ids.append(next(_graph_ids))
         return f"graph{graph_ids[0]}_{kind}"
 
+    # A training graph's backward, as the partition made it, and its early compile
+    # (torchneuron.early_backward): started with the forward's compile, taken by the
+    # backward's.
+    early: dict[str, Any] = {}
+
+    def partition(joint_module, joint_inputs, **kwargs):
+        from torch._functorch.partitioners import default_partition
+
+        forward, backward = default_partition(joint_module, joint_inputs, **kwargs)
+        early["backward"] = backward
+        return forward, backward
+
+    def start_backward() -> None:
+        backward = early.pop("backward", None)
+        if backward is None or not early_backward.usable():
+            return
+        name = graph_name("backward")
+        inputs = [node.meta.get("val") for node in backward.graph.find_nodes(op="placeholder")]
+        early["compile"] = early_backward.start(
+            lambda: compile_fx_graph(backward, inputs, name, opts))
+        early["forward_started"] = time.perf_counter()
+
+    def backward_compiled_early() -> dict:
+        child = early.pop("compile", None)
+        if child is None:
+            return {}
+        forward_seconds = early.pop("forward_seconds", time.perf_counter() - child.started)
+        return child.results(early_backward.wait_seconds(forward_seconds))
+
     def compiler(kind: str, inference: bool = False) -> Callable:
         def compile_graph(graph_module, inputs):
+            if kind == "forward" and not inference:
+                start_backward()
+            if kind == "backward":
+                with early_backward.precompiled(backward_compiled_early()):
+                    return _compile_graph(graph_module, inputs)
+            compiled = _compile_graph(graph_module, inputs)
+            if "forward_started" in early:
+                early["forward_seconds"] = time.perf_counter() - early.pop("forward_started")
+            return compiled
+
+        def _compile_graph(graph_module, inputs):
             name = graph_name(kind)
             transposed = []
             if inference and opts.compile.pretransposed_weights:
@@ -116,6 +156,7 @@ def neuron(gm, example_inputs, options: dict | None = None, mode: str | None = N
         # A graph nothing needs a gradient of (torch.no_grad, frozen weights)
         inference_compiler=compiler("forward", inference=True),
         decompositions=decompositions.table(),
+        partition_fn=partition,
     )
     try:
         with older_objects_set_aside():
@@ -162,9 +203,11 @@ class CompiledGraph:
         self.graph_module = graph_module
         self.dump_dir = dump_dir
         self.stage_seconds = stage_seconds
-        self.compile_seconds = sum(stage_seconds.values())   # spent in this process
+        # (spent in this process, or in the child that compiled it early: early_backward)
+        self.compile_seconds = sum(stage_seconds.values())
         self.cache_status = "off"        # 'hit' | 'miss' | 'off' (the persistent cache)
         self.original_compile_seconds = None   # for a hit: what compiling it took
+        self.compiled_early = False      # by a backward's early compile (early_backward)
         self.last_profile = None
         self._replay_written = False
 
@@ -334,7 +377,32 @@ def _compile_partition(sub, name: str, options, dump: bool) -> "CompiledGraph":
             f.write(sub.print_readable(print_output=False))
     start = time.perf_counter()
     store = cache_mod.CompileCache()
-    key = _graph_cache_key(sub, options) if store.enabled else None
+    recorder = early_backward.recording()
+    # The key also names the partition between a backward's early compile (the child that
+    # records it) and the compile AOTAutograd asks for (which takes it).
+    early_key = _graph_cache_key(sub, options) \
+        if recorder is not None or early_backward.active() else None
+    key = (early_key or _graph_cache_key(sub, options)) if store.enabled else None
+    early = early_backward.take(early_key)
+    if early is not None:
+        compiled_graph = _load_early(early, sub, name, dump_dir)
+        if compiled_graph is not None:
+            if dump:
+                with _lock:
+                    _compiled.append(compiled_graph)
+            return compiled_graph
+    first_record = len(recorder[1]) if recorder is not None else 0
+
+    def done(compiled_graph: "CompiledGraph", neff: bytes) -> "CompiledGraph":
+        if recorder is not None and early_key is not None:
+            recorder[0][early_key] = early_backward.Compiled(
+                neff, compiled_graph.stage_seconds, compiled_graph.cache_status,
+                compiled_graph.original_compile_seconds, recorder[1][first_record:])
+        if dump:
+            with _lock:
+                _compiled.append(compiled_graph)
+        return compiled_graph
+
     # With TORCHNEURON_DUMP_DIR set the partition is compiled even when cached, so that every
     # stage's file is written; the result still refreshes the cache.
     if key is not None and not dump_dir:
@@ -347,10 +415,7 @@ def _compile_partition(sub, name: str, options, dump: bool) -> "CompiledGraph":
         if entry is not None:
             compiled_graph = _load_cached(entry, key, sub, name, start)
             if compiled_graph is not None:
-                if dump:
-                    with _lock:
-                        _compiled.append(compiled_graph)
-                return compiled_graph
+                return done(compiled_graph, entry.neff)
     try:
         compiled_graph, neff = _compile_uncached(sub, name, options, dump_dir, start)
     except PartitionFailure as failure:
@@ -363,9 +428,28 @@ def _compile_partition(sub, name: str, options, dump: bool) -> "CompiledGraph":
         store.store(key, neff, {"name": name, "stage_seconds": compiled_graph.stage_seconds,
                                 "compile_seconds": compiled_graph.compile_seconds,
                                 "compiler": cache_mod.compiler_identity()})
-    if dump:
-        with _lock:
-            _compiled.append(compiled_graph)
+    return done(compiled_graph, neff)
+
+
+def _load_early(early, sub, name: str, dump_dir: str | None) -> "CompiledGraph | None":
+    """A CompiledGraph from the partition a backward's early compile made (None when the
+    runtime rejects its NEFF: then it is compiled here)."""
+    from torchneuron import runtime
+    from torchneuron.format import NeffFormatError
+
+    try:
+        program = runtime.load(early.neff)
+    except NeffFormatError as exc:
+        log.warning("torchneuron: %s: the early compile's NEFF was rejected by the runtime "
+                    "(%s); compiling it again", name, exc)
+        return None
+    log.debug("%s: compiled early, beside the forward (%.2f s)", name,
+              sum(early.stage_seconds.values()))
+    compiled_graph = CompiledGraph(name, program, runtime.Device(program.target), sub, dump_dir,
+                                   early.stage_seconds)
+    compiled_graph.cache_status = early.cache_status
+    compiled_graph.original_compile_seconds = early.original_compile_seconds
+    compiled_graph.compiled_early = True
     return compiled_graph
 
 

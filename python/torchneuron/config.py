@@ -112,5 +112,12 @@ SIM_BF16_GEMM: Knob[bool] = Knob(
     "values are the same sums of exact products either way, in each library's order.",
 )
 
+EARLY_BACKWARD: Knob[bool] = Knob(
+    "TORCHNEURON_EARLY_BACKWARD", _bool, True,
+    "Compile a training graph's backward in a forked child while its forward compiles (where "
+    "fork exists and two cores are usable; see torchneuron/early_backward.py); 0 compiles it "
+    "when AOTAutograd asks for it, in the process. The NEFFs are the same either way.",
+)
+
 ALL_KNOBS = (DUMP_DIR, TARGET, VERIFY_EACH, CACHE_DIR, TUNING_DB, SIM_REPLAY, SIM_THREADS,
-             SIM_BF16_GEMM)
+             SIM_BF16_GEMM, EARLY_BACKWARD)

@@ -46,6 +46,9 @@ expected.backward()
 diff = max([abs(loss.item() - expected.item())] +
            [(g - p.grad).abs().max().item() for g, p in zip(grads, model.parameters())])
 reports = [r.to_dict() for r in backend.graph_reports()]
+# (and those the backward's early compile put through the compiler in its child)
+compiled += [g.name for g in backend.compiled_graphs()
+             if g.compiled_early and g.cache_status != "hit"]
 print(json.dumps({"diff": diff, "reports": reports, "log": messages, "compiled": compiled}))
 """
 
