@@ -70,32 +70,53 @@ class Epilogue:
                     (given.partitions, given.free) == (pn, fn):
                 return given
             return em.alloc("sbuf", pn, fn, etype)
-        folded_bias: dict[ir.Value, tuple[Tile, Tile]] = {}
+        # An activation's input -> (its source tile, scale: an immediate or a per-partition
+        # tile, bias: a per-partition tile), where the steps computing it fold into it.
+        folded: dict[ir.Value, tuple[Tile, float | Tile, Tile]] = {}
+        done: set[ir.Operation] = set()     # computed together with the step before them
         for i, op in enumerate(self.chain):
+            if op in done:
+                continue
             result = op.results[0]
             if result in self.aliases:
                 tiles[result] = self._operand_tile(self.aliases[result], locate, tiles)
                 continue
             etype = self.storage.get(result, U.element_type(result))
             if op.name == "trn.tensor_tensor":
-                per_partition = self._per_partition_operand(op, tiles, locate)
-                if per_partition is not None:
-                    chain_side, other, other_is_lhs = per_partition
-                    vec = self._vector(other, locate, partitions)
-                    alu = U.str_attr(op, "op")
+                step = self._step(op, tiles, locate, partitions)
+                if step is not None:
+                    src, alu, vec, reverse = step
                     nxt = self.chain[i + 1] if i + 1 < len(self.chain) else None
                     if alu == "add" and _takes_bias(nxt, result):
-                        folded_bias[result] = (tiles[chain_side], vec)
+                        folded[result] = (src, U.float_attr(nxt, "scale"), vec)
+                        continue
+                    second = self._second_step(nxt, result, etype, into, tiles, locate,
+                                               partitions)
+                    if second is not None:
+                        done.add(nxt)
+                        second_result = nxt.results[0]
+                        alu1, vec1, reverse1 = second
+                        after = self.chain[i + 2] if i + 2 < len(self.chain) else None
+                        if alu == "mul" and alu1 == "add" and _takes_bias(after, second_result):
+                            # x * s + b, then the activation: one ACT instruction.
+                            folded[second_result] = (src, vec, vec1)
+                            continue
+                        # Two steps in one pass: (x op0 v0) op1 v1, the intermediate in fp32
+                        # as the two instructions would have left it.
+                        dst = destination(second_result, self.storage.get(
+                            second_result, U.element_type(second_result)))
+                        em.tensor_scalar(dst, src, alu, vec, reverse0=reverse, op1=alu1,
+                                         operand1=vec1, reverse1=reverse1)
+                        tiles[second_result] = dst
                         continue
                     dst = destination(result, etype)
-                    em.tensor_scalar(dst, tiles[chain_side], alu, vec,
-                                     reverse0=other_is_lhs and alu not in COMMUTATIVE)
+                    em.tensor_scalar(dst, src, alu, vec, reverse0=reverse)
                     tiles[result] = dst
                     continue
             dst = destination(result, etype)
-            if op.name == "trn.activation" and op.operands[0] in folded_bias:
-                src, vec = folded_bias[op.operands[0]]
-                em.activation(dst, src, U.str_attr(op, "func"), U.float_attr(op, "scale"), vec)
+            if op.name == "trn.activation" and op.operands[0] in folded:
+                src, scale, vec = folded[op.operands[0]]
+                em.activation(dst, src, U.str_attr(op, "func"), scale, vec)
                 tiles[result] = dst
                 continue
             operands = [self._operand_tile(v, locate, tiles) for v in op.operands]
@@ -106,6 +127,40 @@ class Epilogue:
             emit_elementwise(em, op, operands, dst, self.consts, share=True)
             tiles[result] = dst
         return tiles
+
+    def _step(self, op: ir.Operation, tiles: dict, locate: Locate,
+              partitions: tuple[int, int]) -> tuple[Tile, str, Tile, bool] | None:
+        """(source tile, ALU op, per-partition operand, reversed) of a binary op one of whose
+        operands is computed on chip and the other constant along the tile's free axes."""
+        per_partition = self._per_partition_operand(op, tiles, locate)
+        if per_partition is None:
+            return None
+        chain_side, other, other_is_lhs = per_partition
+        alu = U.str_attr(op, "op")
+        return (tiles[chain_side], alu, self._vector(other, locate, partitions),
+                other_is_lhs and alu not in COMMUTATIVE)
+
+    def _second_step(self, op: ir.Operation | None, first: ir.Value, first_type: ir.Type,
+                     into: dict, tiles: dict, locate: Locate, partitions: tuple[int, int]
+                     ) -> tuple[str, Tile, bool] | None:
+        """(ALU op, per-partition operand, reversed) of `op` where it is a step of the same
+        kind reading `first` (a step's fp32 result that nothing else reads, written nowhere),
+        so that the two make one instruction."""
+        if op is None or op.name != "trn.tensor_tensor" or first in into or \
+                first in self.aliases or first_type != ir.F32Type.get() or \
+                len(list(first.uses)) != 1:
+            return None
+        lhs, rhs = op.operands
+        if first not in (lhs, rhs) or lhs == rhs:
+            return None
+        other = rhs if lhs == first else lhs
+        view = self.views.get(other)
+        if other in tiles or view is None or view.buffer is None or \
+                not all(st == 0 for st in locate(view).strides[1:]):
+            return None
+        alu = U.str_attr(op, "op")
+        return (alu, self._vector(other, locate, partitions),
+                other == lhs and alu not in COMMUTATIVE)
 
     def _vector(self, value: ir.Value, locate: Locate, partitions: tuple[int, int]) -> Tile:
         """A per-partition operand [pn, 1], loaded once per partition block."""

@@ -247,6 +247,63 @@ func.func @conv(%x: tensor<2x3x10x10xf32>, %w: tensor<4x3x3x3xf32>, %b: tensor<4
 
 // -----
 
+// Tests that an epilogue's per-channel steps (a batch norm in inference: (x - mean) * rstd *
+// gamma + beta) pair up: two steps in a row, the first's fp32 result read by the second alone,
+// are one DVE tensor_scalar with two ALU ops; a multiply and an add ahead of an activation are
+// its per-partition scale and bias (one ACT instruction reading the pair's result).
+// CHECK-LABEL: func.func @conv_batchnorm
+// CHECK: "nisa.tensor_scalar"({{.*}}engine = "dve", {{.*}}op0 = "sub", op1 = "mul", operandSegmentSizes = array<i32: 1, 1, 1, 1>, reverse0 = false, reverse1 = false}
+// CHECK-NOT: "nisa.tensor_scalar"
+// CHECK: "nisa.activation"({{.*}}func = "relu", operandSegmentSizes = array<i32: 1, 1, 1, 1, 0>, scale = 1.000000e+00 : f32}
+// CHECK-NOT: "nisa.tensor_scalar"
+// CHECK: return
+func.func @conv_batchnorm(%x: tensor<1x4x6x6xf32>, %w: tensor<4x4x3x3xf32>, %m: tensor<4xf32>, %r: tensor<4xf32>, %g: tensor<4xf32>, %b: tensor<4xf32>) -> tensor<1x4x4x4xf32> {
+  %k = "trn.kernel"() ({
+    %c = "trn.conv"(%x, %w) {strides = array<i64: 1, 1>, dilations = array<i64: 1, 1>, groups = 1 : i64} : (tensor<1x4x6x6xf32>, tensor<4x4x3x3xf32>) -> tensor<1x4x4x4xf32>
+    %mb = "trn.broadcast"(%m) {dimensions = array<i64: 0, 2, 3>} : (tensor<4xf32>) -> tensor<1x4x4x4xf32>
+    %rb = "trn.broadcast"(%r) {dimensions = array<i64: 0, 2, 3>} : (tensor<4xf32>) -> tensor<1x4x4x4xf32>
+    %gb = "trn.broadcast"(%g) {dimensions = array<i64: 0, 2, 3>} : (tensor<4xf32>) -> tensor<1x4x4x4xf32>
+    %bb = "trn.broadcast"(%b) {dimensions = array<i64: 0, 2, 3>} : (tensor<4xf32>) -> tensor<1x4x4x4xf32>
+    %s1 = "trn.tensor_tensor"(%c, %mb) {op = "sub"} : (tensor<1x4x4x4xf32>, tensor<1x4x4x4xf32>) -> tensor<1x4x4x4xf32>
+    %s2 = "trn.tensor_tensor"(%s1, %rb) {op = "mul"} : (tensor<1x4x4x4xf32>, tensor<1x4x4x4xf32>) -> tensor<1x4x4x4xf32>
+    %s3 = "trn.tensor_tensor"(%gb, %s2) {op = "mul"} : (tensor<1x4x4x4xf32>, tensor<1x4x4x4xf32>) -> tensor<1x4x4x4xf32>
+    %s4 = "trn.tensor_tensor"(%s3, %bb) {op = "add"} : (tensor<1x4x4x4xf32>, tensor<1x4x4x4xf32>) -> tensor<1x4x4x4xf32>
+    %o = "trn.activation"(%s4) {func = "relu", scale = 1.0 : f32, bias = 0.0 : f32} : (tensor<1x4x4x4xf32>) -> tensor<1x4x4x4xf32>
+    "trn.yield"(%o) {operandSegmentSizes = array<i32: 1, 0, 0>} : (tensor<1x4x4x4xf32>) -> ()
+  }) {kind = "conv", resultSegmentSizes = array<i32: 1, 0, 0>} : () -> tensor<1x4x4x4xf32>
+  return %k : tensor<1x4x4x4xf32>
+}
+
+// -----
+
+// Tests that the pairs stop where a step's result is read by something other than the next
+// step: (x - mean) / ... kept apart from a residual's add, whose operand is no per-channel
+// vector; and that a reversed step (mean - x) keeps its order.
+// CHECK-LABEL: func.func @conv_batchnorm_residual
+// CHECK: "nisa.tensor_scalar"({{.*}}op0 = "sub", op1 = "mul", operandSegmentSizes = array<i32: 1, 1, 1, 1>, reverse0 = true, reverse1 = false}
+// CHECK: "nisa.tensor_scalar"({{.*}}op0 = "mul", op1 = "add", operandSegmentSizes = array<i32: 1, 1, 1, 1>, reverse0 = false, reverse1 = false}
+// CHECK: "nisa.tensor_tensor"({{.*}}op = "add"
+// CHECK: "nisa.activation"({{.*}}func = "relu", operandSegmentSizes = array<i32: 1, 1, 0, 0, 0>
+func.func @conv_batchnorm_residual(%x: tensor<1x4x6x6xf32>, %w: tensor<4x4x3x3xf32>, %m: tensor<4xf32>, %r: tensor<4xf32>, %g: tensor<4xf32>, %b: tensor<4xf32>, %res: tensor<1x4x4x4xf32>) -> tensor<1x4x4x4xf32> {
+  %k = "trn.kernel"() ({
+    %c = "trn.conv"(%x, %w) {strides = array<i64: 1, 1>, dilations = array<i64: 1, 1>, groups = 1 : i64} : (tensor<1x4x6x6xf32>, tensor<4x4x3x3xf32>) -> tensor<1x4x4x4xf32>
+    %mb = "trn.broadcast"(%m) {dimensions = array<i64: 0, 2, 3>} : (tensor<4xf32>) -> tensor<1x4x4x4xf32>
+    %rb = "trn.broadcast"(%r) {dimensions = array<i64: 0, 2, 3>} : (tensor<4xf32>) -> tensor<1x4x4x4xf32>
+    %gb = "trn.broadcast"(%g) {dimensions = array<i64: 0, 2, 3>} : (tensor<4xf32>) -> tensor<1x4x4x4xf32>
+    %bb = "trn.broadcast"(%b) {dimensions = array<i64: 0, 2, 3>} : (tensor<4xf32>) -> tensor<1x4x4x4xf32>
+    %s1 = "trn.tensor_tensor"(%mb, %c) {op = "sub"} : (tensor<1x4x4x4xf32>, tensor<1x4x4x4xf32>) -> tensor<1x4x4x4xf32>
+    %s2 = "trn.tensor_tensor"(%s1, %rb) {op = "mul"} : (tensor<1x4x4x4xf32>, tensor<1x4x4x4xf32>) -> tensor<1x4x4x4xf32>
+    %s3 = "trn.tensor_tensor"(%s2, %gb) {op = "mul"} : (tensor<1x4x4x4xf32>, tensor<1x4x4x4xf32>) -> tensor<1x4x4x4xf32>
+    %s4 = "trn.tensor_tensor"(%s3, %bb) {op = "add"} : (tensor<1x4x4x4xf32>, tensor<1x4x4x4xf32>) -> tensor<1x4x4x4xf32>
+    %s5 = "trn.tensor_tensor"(%res, %s4) {op = "add"} : (tensor<1x4x4x4xf32>, tensor<1x4x4x4xf32>) -> tensor<1x4x4x4xf32>
+    %o = "trn.activation"(%s5) {func = "relu", scale = 1.0 : f32, bias = 0.0 : f32} : (tensor<1x4x4x4xf32>) -> tensor<1x4x4x4xf32>
+    "trn.yield"(%o) {operandSegmentSizes = array<i32: 1, 0, 0>} : (tensor<1x4x4x4xf32>) -> ()
+  }) {kind = "conv", resultSegmentSizes = array<i32: 1, 0, 0>} : () -> tensor<1x4x4x4xf32>
+  return %k : tensor<1x4x4x4xf32>
+}
+
+// -----
+
 // Tests that max pooling reads each window of the loaded plane through an access pattern and
 // combines them on DVE.
 // CHECK-LABEL: func.func @maxpool
