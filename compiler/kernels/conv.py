@@ -7,7 +7,14 @@ flattened along the free axis); every kernel position then reads it through an a
 - Convolution on PE: for each kernel position, psum[f, o] += W_k[c, f]^T @ X[c, window_k(o)],
   accumulating all positions and input-channel tiles in one PSUM bank (output channels on
   partitions, a block of output positions on the free axis). The weights are loaded as
-  contiguous rows [f, c * kernel] and transposed on PE per kernel position.
+  contiguous rows [f, c * kernel] and transposed on PE per kernel position. Where a tile of
+  input channels fills at most half of PE's rows (a ResNet stage's 64 channels, an RGB
+  image's 3), neighbouring positions along the kernel's last dim share a matmul: the plane is
+  loaded once per position of such a group, each copy on its own block of partitions and
+  shifted by that position's offset, so that one window pattern reads every position's
+  window, and the group's weights are transposed together into one stationary operand
+  [positions x channels, f]. PE's time follows the matmuls' moving columns, so a 3x3 kernel
+  over 64 channels takes 6 matmuls per output block instead of 9 (over 3 channels, 3).
 - Depthwise convolution (one channel per group) on DVE: per kernel position, the window times
   the channel's weight (a per-partition scalar), accumulated.
 - Pooling on DVE: the max (or sum) of the windows.
@@ -53,27 +60,62 @@ class Padding:
 
 
 def _load_plane(em: Emitter, view: HbmView, element_type: ir.Type,
-                padding: Padding | None = None, sample: int = 0, c0: int = 0) -> Tile:
+                padding: Padding | None = None, sample: int = 0, c0: int = 0,
+                copies: int = 1, shift: int = 0) -> Tile:
     """Channels [C, spatial...] of one sample into SBUF as [C, prod(spatial)] (with
     `padding`, `view` is the padded plane and channels c0.. of `sample` come from the
-    padding's source)."""
+    padding's source). With `copies`, the tile holds that many blocks of C partitions, block
+    j the plane shifted by j * `shift` elements (its element i is the plane's i + j * shift;
+    its last j * shift elements are not written, and no window reads them: see
+    `packed_taps`)."""
+    channels = view.shape[0]
     free = math.prod(view.shape[1:])
     if free * U.element_bytes(element_type) > em.target.sbuf_partition_bytes // \
             _PLANE_BUDGET_FRACTION:
         raise CompileError(f"an input plane of {free} elements per channel does not fit in "
                            "SBUF (spatial tiling of convolutions is not implemented)")
-    tile = em.alloc("sbuf", view.shape[0], free, element_type)
+    tile = em.alloc("sbuf", copies * channels, free, element_type)
+    plane = tile.rows(channels)
     if padding is None:
-        em.load(tile, view, 0, list(range(1, view.rank)))
-        return tile
-    em.memset(tile, padding.value)
-    source = padding.source.select(0, sample).slice(0, c0, view.shape[0])
-    plane_strides = row_major_strides(tuple(view.shape[1:]))
-    inner = tile.pattern(sum(o * st for o, st in zip(padding.offsets[2:], plane_strides)),
-                         [(st, n) for st, n in zip(plane_strides, source.shape[1:])])
-    em.dma(tile.buffer, inner.ap(), source.buffer,
-           source.access_pattern(0, list(range(1, source.rank))))
+        em.load(plane, view, 0, list(range(1, view.rank)))
+    else:
+        em.memset(plane, padding.value)
+        source = padding.source.select(0, sample).slice(0, c0, channels)
+        plane_strides = row_major_strides(tuple(view.shape[1:]))
+        spatial = tuple(source.shape[1:])
+        inner = plane.pattern(sum(o * st for o, st in zip(padding.offsets[2:], plane_strides)),
+                              [(st, n) for st, n in zip(plane_strides, spatial)])
+        if tuple(source.strides[1:]) == row_major_strides(spatial) and len(spatial) > 1:
+            # Loaded as it lies (one run per channel), then placed inside the padding on chip:
+            # DMA'd straight into the interior, each of its rows would be a run of its own,
+            # and a DMA pays per run (TARGET.md: short runs are overhead-bound).
+            staged = em.alloc("sbuf", channels, math.prod(spatial), element_type)
+            em.load(staged, source, 0, list(range(1, source.rank)))
+            em.copy(inner, staged.pattern(0, [(st, n) for st, n in
+                                              zip(row_major_strides(spatial), spatial)]))
+        else:
+            em.dma(tile.buffer, inner.ap(), source.buffer,
+                   source.access_pattern(0, list(range(1, source.rank))))
+    # The shifted copies from the first, on chip: one contiguous run per partition, where
+    # the plane's load from HBM (a padded plane's interior, row by row) is many short ones.
+    for j in range(1, copies):
+        length = free - j * shift
+        em.dma(tile.buffer, tile.partition_slice(j * channels, channels).columns(0, length).ap(),
+               tile.buffer, plane.columns(j * shift, length).ap())
     return tile
+
+
+def packed_taps(em: Emitter, channels: int, kernel: list[int]) -> int:
+    """How many neighbouring kernel positions along the last kernel dim one matmul takes for
+    a tile of `channels` input channels: as many as fit PE's rows. (Copy j of the plane is
+    the plane shifted by j positions; the last j shifts of it are never written, and never
+    read: a window of the group's position j reads copy j where the window of the group's
+    first position would read the plane, and that window ends j shifts before the plane's
+    end, as position j's own window in the plane does.)"""
+    if not kernel:
+        return 1
+    taps = min(em.target.pe_rows // channels, kernel[-1])
+    return taps if taps >= 2 else 1
 
 
 def _store(em: Emitter, tile: Tile, view: HbmView) -> None:
@@ -110,29 +152,41 @@ def lower_conv(em: Emitter, conv: ir.Operation, chain: list[ir.Operation], views
     positions = list(itertools.product(*(range(k) for k in kernel)))
     kernel_size = math.prod(kernel)
     f32 = ir.F32Type.get()
+    shift = dilations[-1] if kernel else 0
     for g in range(groups):
+        # Per input-channel tile: its channel count and how many positions a matmul takes;
+        # the groups of positions (first position's index, count), each along the last
+        # kernel dim.
+        c_tiles = {}
+        for c0 in range(0, c_group, tk):
+            cn = min(tk, c_group - c0)
+            taps = packed_taps(em, cn, kernel)
+            last = kernel[-1] if kernel else 1
+            c_tiles[c0] = (cn, taps, [(kk, min(taps, last - kk % last))
+                                      for kk in range(kernel_size) if kk % last % taps == 0])
         stationary: dict[tuple[int, int, int], Tile] = {}
         for f0 in range(0, f_group, tm):
             fn = min(tm, f_group - f0)
-            # Weight rows [fn, c_group * kernel], transposed per (c tile, position) on PE.
+            # Weight rows [fn, c_group * kernel], transposed per (c tile, group of positions)
+            # on PE: row j * cn + c of a group's stationary operand is channel c's weight at
+            # the group's position j.
             w_rows_view = w.slice(0, g * f_group + f0, fn)
             w_rows = em.alloc("sbuf", fn, c_group * kernel_size, w.element_type)
             em.load(w_rows, w_rows_view, 0, list(range(1, w.rank)))
-            for c0 in range(0, c_group, tk):
-                cn = min(tk, c_group - c0)
-                for kk in range(kernel_size):
-                    psum = em.alloc("psum", cn, fn, f32)
+            for c0, (cn, _, taps_of) in c_tiles.items():
+                for kk, count in taps_of:
+                    psum = em.alloc("psum", count * cn, fn, f32)
                     em.transpose(psum, w_rows.pattern(c0 * kernel_size + kk,
-                                                      [(kernel_size, cn)]))
-                    tile = em.alloc("sbuf", cn, fn, etype)
+                                                      [(1, count), (kernel_size, cn)]))
+                    tile = em.alloc("sbuf", count * cn, fn, etype)
                     em.copy(tile, psum)
                     stationary[(f0, c0, kk)] = tile
         for b in range(n_batch):
             planes = {}
-            for c0 in range(0, c_group, tk):
-                cn = min(tk, c_group - c0)
+            for c0, (cn, taps, _) in c_tiles.items():
                 plane_view = x.select(0, b).slice(0, g * c_group + c0, cn)
-                planes[c0] = _load_plane(em, plane_view, etype, padding, b, g * c_group + c0)
+                planes[c0] = _load_plane(em, plane_view, etype, padding, b, g * c_group + c0,
+                                         copies=taps, shift=shift)
             for f0 in range(0, f_group, tm):
                 fn = min(tm, f_group - f0)
                 for o0 in range(0, out_sizes[0], rows):
@@ -140,12 +194,14 @@ def lower_conv(em: Emitter, conv: ir.Operation, chain: list[ir.Operation], views
                     acc = em.alloc("psum", fn, on * inner, f32)
                     first = True
                     for c0, plane in planes.items():
-                        for kk, pos in enumerate(positions):
+                        cn, _, taps_of = c_tiles[c0]
+                        for kk, count in taps_of:
                             offset, dims = _window(in_strides, [on] + out_sizes[1:],
-                                                   [o0] + [0] * (len(out_sizes) - 1), pos,
-                                                   strides, dilations)
+                                                   [o0] + [0] * (len(out_sizes) - 1),
+                                                   positions[kk], strides, dilations)
                             em.matmul(acc, stationary[(f0, c0, kk)],
-                                      plane.pattern(offset, dims), accumulate=not first)
+                                      plane.rows(count * cn).pattern(offset, dims),
+                                      accumulate=not first)
                             first = False
                     channel0 = g * f_group + f0
 

@@ -223,16 +223,27 @@ func.func @flip(%x: tensor<4x16xf32>) -> tensor<4x16xf32> {
 
 // -----
 
-// Tests the convolution lowering: the input plane is loaded once ([C, H*W]); weights come
-// as contiguous rows and are transposed on PE per kernel position; each of the 9 positions is
-// a matmul reading the plane through a window access pattern (stride 2 along both spatial
-// dims), all accumulating in one PSUM tile; the bias add and ReLU fold into one activation.
+// Tests the convolution lowering: the input plane is loaded once ([C, H*W]) and, since its 3
+// channels leave PE's rows free, copied on chip (SBUF to SBUF, one run per partition) into two
+// more partition blocks shifted by one and two elements; the weights come as contiguous rows
+// and each kernel row's three positions are transposed together on PE into one stationary
+// operand [3 positions x 3 channels, 4]; each kernel row is then one matmul contracting over
+// 9 partitions, reading the blocks through one window access pattern (stride 2 along both
+// spatial dims), all accumulating in one PSUM tile; the bias add and ReLU fold into one
+// activation.
 // CHECK-LABEL: func.func @conv
 // CHECK: "nisa.dma"(%{{.*}}, %arg1) {aps = [array<i64: 0, 27, 4, 1, 27>, array<i64: 0, 27, 4, 9, 3, 3, 3, 1, 3>]
-// CHECK-COUNT-9: "nisa.transpose"
-// CHECK: "nisa.dma"(%{{.*}}, %arg0) {aps = [array<i64: 0, 100, 3, 1, 100>, array<i64: 0, 100, 3, 10, 10, 1, 10>]
-// CHECK: "nisa.matmul"({{.*}}) {accumulate = false, aps = [array<i64: 0, 16, 4, 1, 16>, array<i64: 0, 4, 3, 1, 4>, array<i64: 0, 100, 3, 20, 4, 2, 4>]
-// CHECK: "nisa.matmul"({{.*}}) {accumulate = true, aps = [array<i64: 0, 16, 4, 1, 16>, array<i64: 0, 4, 3, 1, 4>, array<i64: 1, 100, 3, 20, 4, 2, 4>]
+// CHECK: "nisa.transpose"({{.*}}) {aps = [array<i64: 0, 4, 9, 1, 4>, array<i64: 0, 27, 4, 1, 3, 9, 3>]
+// CHECK: "nisa.transpose"({{.*}}) {aps = [array<i64: 0, 4, 9, 1, 4>, array<i64: 3, 27, 4, 1, 3, 9, 3>]
+// CHECK: "nisa.transpose"({{.*}}) {aps = [array<i64: 0, 4, 9, 1, 4>, array<i64: 6, 27, 4, 1, 3, 9, 3>]
+// CHECK-NOT: "nisa.transpose"
+// CHECK: "nisa.dma"(%[[PLANE:.*]], %arg0) {aps = [array<i64: 0, 100, 3, 1, 100>, array<i64: 0, 100, 3, 10, 10, 1, 10>]
+// CHECK: "nisa.dma"(%[[PLANE]], %[[PLANE]]) {aps = [array<i64: 300, 100, 3, 1, 99>, array<i64: 1, 100, 3, 1, 99>]
+// CHECK: "nisa.dma"(%[[PLANE]], %[[PLANE]]) {aps = [array<i64: 600, 100, 3, 1, 98>, array<i64: 2, 100, 3, 1, 98>]
+// CHECK: "nisa.matmul"({{.*}}) {accumulate = false, aps = [array<i64: 0, 16, 4, 1, 16>, array<i64: 0, 4, 9, 1, 4>, array<i64: 0, 100, 9, 20, 4, 2, 4>]
+// CHECK: "nisa.matmul"({{.*}}) {accumulate = true, aps = [array<i64: 0, 16, 4, 1, 16>, array<i64: 0, 4, 9, 1, 4>, array<i64: 10, 100, 9, 20, 4, 2, 4>]
+// CHECK: "nisa.matmul"({{.*}}) {accumulate = true, aps = [array<i64: 0, 16, 4, 1, 16>, array<i64: 0, 4, 9, 1, 4>, array<i64: 20, 100, 9, 20, 4, 2, 4>]
+// CHECK-NOT: "nisa.matmul"
 // CHECK: "nisa.activation"({{.*}}func = "relu", operandSegmentSizes = array<i32: 1, 1, 1, 0, 0>
 func.func @conv(%x: tensor<2x3x10x10xf32>, %w: tensor<4x3x3x3xf32>, %b: tensor<4xf32>) -> tensor<2x4x4x4xf32> {
   %k = "trn.kernel"() ({
@@ -366,12 +377,14 @@ func.func @scaled_twice(%x: tensor<128x512xf32>) -> tensor<128x512xf32> {
 // -----
 
 // Tests that a padded input (insert_slice into a fill) read only by a pooling is padded on
-// chip: each plane [3, 10 x 10] is set to -inf and the 8 x 8 input DMA'd into its interior
-// (offset 11 = row 1, column 1; rows 10 apart), with no HBM buffer for the padded copy.
+// chip: each plane [3, 10 x 10] is set to -inf, the 8 x 8 input DMA'd as it lies (one run
+// per channel) and copied into the plane's interior (offset 11 = row 1, column 1; rows 10
+// apart), with no HBM buffer for the padded copy.
 // CHECK-LABEL: func.func @padded_maxpool
 // CHECK-NOT: memory = "hbm"
-// CHECK: "nisa.memset"({{.*}}value = 0xFF800000 : f32}
-// CHECK-NEXT: "nisa.dma"(%{{.*}}, %arg0) {aps = [array<i64: 11, 100, 3, 10, 8, 1, 8>, array<i64: 0, 64, 3, 8, 8, 1, 8>]
+// CHECK: "nisa.memset"(%[[PLANE:.*]]) {{.*}}value = 0xFF800000 : f32}
+// CHECK: "nisa.dma"(%[[STAGED:.*]], %arg0) {aps = [array<i64: 0, 64, 3, 1, 64>, array<i64: 0, 64, 3, 8, 8, 1, 8>]
+// CHECK-NEXT: "nisa.tensor_copy"(%[[PLANE]], %[[STAGED]]) {aps = [array<i64: 11, 100, 3, 10, 8, 1, 8>, array<i64: 0, 64, 3, 8, 8, 1, 8>]
 // CHECK-NOT: memory = "hbm"
 // CHECK: return
 func.func @padded_maxpool(%x: tensor<2x3x8x8xf32>) -> tensor<2x3x5x5xf32> {
