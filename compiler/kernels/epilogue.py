@@ -102,11 +102,17 @@ class Epilogue:
                             folded[second_result] = (src, vec, vec1)
                             continue
                         # Two steps in one pass: (x op0 v0) op1 v1, the intermediate in fp32
-                        # as the two instructions would have left it.
+                        # as the two instructions would have left it. x * s + b is also ACT's
+                        # identity with a per-partition scale and bias (exact in fp32): there
+                        # where ACT would finish it first.
                         dst = destination(second_result, self.storage.get(
                             second_result, U.element_type(second_result)))
-                        em.tensor_scalar(dst, src, alu, vec, reverse0=reverse, op1=alu1,
-                                         operand1=vec1, reverse1=reverse1)
+                        if alu == "mul" and alu1 == "add" and not reverse and not reverse1 \
+                                and em.sooner_engine({"dve": dst.free, "act": dst.free}) == "act":
+                            em.activation(dst, src, "identity", vec, vec1)
+                        else:
+                            em.tensor_scalar(dst, src, alu, vec, reverse0=reverse, op1=alu1,
+                                             operand1=vec1, reverse1=reverse1)
                         tiles[second_result] = dst
                         continue
                     dst = destination(result, etype)
