@@ -378,7 +378,7 @@ def lower_attention(em: Emitter, body: list[ir.Operation], views: dict,
                         emit_elementwise(em, op, [acc], acc, epilogue1.consts, share=True)
                 return acc if scale is None else (acc, None)
             if chain1:
-                part = epilogue1.run(acc, (q0, qn), lambda v, b=b, f0=f0, fn=fn:
+                part = epilogue1.run(acc, lambda v, b=b, f0=f0, fn=fn:
                                      pick(v, b).slice(0, q0, qn).slice(1, f0, fn))[scores]
                 if fn == width and part.memory == "sbuf" and \
                         part.element_type == scores_type:
@@ -431,8 +431,7 @@ def lower_attention(em: Emitter, body: list[ir.Operation], views: dict,
         else:
             if divisor is not None:
                 em.tensor_scalar(acc, acc, "div", divisor)
-            results = epilogue2.run(acc, (q0, qn),
-                                    lambda v, b=b: pick(v, b).slice(0, q0, qn))
+            results = epilogue2.run(acc, lambda v, b=b: pick(v, b).slice(0, q0, qn))
         if slot is None:
             store_tile(em, pick(out_view, b).slice(0, q0, qn), results[yielded])
             return
@@ -620,7 +619,7 @@ def _row_contraction(em: Emitter, matmul: ir.Operation, chain: list[ir.Operation
         acc = accumulators[b]
         em.matmul(acc, staged[b].tile(q0, qn, 0, d), probs_tile, accumulate=q0 > 0)
         if q0 + qn == sq:
-            results = epilogue.run(acc, (0, d), lambda v, b=b: pick(v, b))
+            results = epilogue.run(acc, lambda v, b=b: pick(v, b))
             store_tile(em, pick(out_view, b), results[value])
             del accumulators[b]
 

@@ -208,7 +208,7 @@ def lower_conv(em: Emitter, conv: ir.Operation, chain: list[ir.Operation], views
                     def locate(view: HbmView, b=b, channel0=channel0, fn=fn, o0=o0, on=on):
                         return view.select(0, b).slice(0, channel0, fn).slice(1, o0, on)
 
-                    results = epilogue.run(acc, (b, channel0, o0), locate)
+                    results = epilogue.run(acc, locate)
                     _store(em, results[yielded], locate(out))
 
 
@@ -243,7 +243,7 @@ def _depthwise(em: Emitter, x: HbmView, w: HbmView, output: tuple[ir.Value, HbmV
             def locate(view: HbmView, b=b, c0=c0, cn=cn):
                 return view.select(0, b).slice(0, c0, cn)
 
-            results = epilogue.run(acc, (b, c0), locate)
+            results = epilogue.run(acc, locate)
             _store(em, results[yielded], locate(out))
 
 
@@ -277,5 +277,5 @@ def lower_pool(em: Emitter, pool: ir.Operation, chain: list[ir.Operation], views
             def locate(view: HbmView, b=b, c0=c0, cn=cn):
                 return view.select(0, b).slice(0, c0, cn)
 
-            results = epilogue.run(acc, (b, c0), locate)
+            results = epilogue.run(acc, locate)
             _store(em, results[yielded], locate(out))

@@ -46,12 +46,11 @@ class Epilogue:
         # loaded), or None to load it.
         self.given_part: Callable[[HbmView], Tile | None] | None = None
 
-    def run(self, acc: Tile, partitions: tuple[int, int], locate: Locate,
-            into: dict | None = None) -> dict:
-        """Apply the chain to `acc` ([pn, fn], for the rows `partitions` = (p0, pn) of the
-        partition dim); returns the tile of every value computed. `into`: tiles that the op
-        computing a value writes, where the value's storage type is theirs (a caller
-        assembling whole rows from several accumulators' columns)."""
+    def run(self, acc: Tile, locate: Locate, into: dict | None = None) -> dict:
+        """Apply the chain to `acc` ([pn, fn], the part of the result `locate` maps views to);
+        returns the tile of every value computed. `into`: tiles that the op computing a value
+        writes, where the value's storage type is theirs (a caller assembling whole rows from
+        several accumulators' columns)."""
         em = self.em
         pn, fn = acc.partitions, acc.free
         tiles: dict[ir.Value, Tile] = {self.product: acc}
@@ -83,15 +82,14 @@ class Epilogue:
                 continue
             etype = self.storage.get(result, U.element_type(result))
             if op.name == "trn.tensor_tensor":
-                step = self._step(op, tiles, locate, partitions)
+                step = self._step(op, tiles, locate)
                 if step is not None:
                     src, alu, vec, reverse = step
                     nxt = self.chain[i + 1] if i + 1 < len(self.chain) else None
                     if alu == "add" and _takes_bias(nxt, result):
                         folded[result] = (src, U.float_attr(nxt, "scale"), vec)
                         continue
-                    second = self._second_step(nxt, result, etype, into, tiles, locate,
-                                               partitions)
+                    second = self._second_step(nxt, result, etype, into, tiles, locate)
                     if second is not None:
                         done.add(nxt)
                         second_result = nxt.results[0]
@@ -134,8 +132,8 @@ class Epilogue:
             tiles[result] = dst
         return tiles
 
-    def _step(self, op: ir.Operation, tiles: dict, locate: Locate,
-              partitions: tuple[int, int]) -> tuple[Tile, str, Tile, bool] | None:
+    def _step(self, op: ir.Operation, tiles: dict, locate: Locate
+              ) -> tuple[Tile, str, Tile, bool] | None:
         """(source tile, ALU op, per-partition operand, reversed) of a binary op one of whose
         operands is computed on chip and the other constant along the tile's free axes."""
         per_partition = self._per_partition_operand(op, tiles, locate)
@@ -143,12 +141,11 @@ class Epilogue:
             return None
         chain_side, other, other_is_lhs = per_partition
         alu = U.str_attr(op, "op")
-        return (tiles[chain_side], alu, self._vector(other, locate, partitions),
+        return (tiles[chain_side], alu, self._vector(other, locate),
                 other_is_lhs and alu not in COMMUTATIVE)
 
     def _second_step(self, op: ir.Operation | None, first: ir.Value, first_type: ir.Type,
-                     into: dict, tiles: dict, locate: Locate, partitions: tuple[int, int]
-                     ) -> tuple[str, Tile, bool] | None:
+                     into: dict, tiles: dict, locate: Locate) -> tuple[str, Tile, bool] | None:
         """(ALU op, per-partition operand, reversed) of `op` where it is a step of the same
         kind reading `first` (a step's fp32 result that nothing else reads, written nowhere),
         so that the two make one instruction."""
@@ -165,18 +162,19 @@ class Epilogue:
                 not all(st == 0 for st in locate(view).strides[1:]):
             return None
         alu = U.str_attr(op, "op")
-        return (alu, self._vector(other, locate, partitions),
+        return (alu, self._vector(other, locate),
                 other == lhs and alu not in COMMUTATIVE)
 
-    def _vector(self, value: ir.Value, locate: Locate, partitions: tuple[int, int]) -> Tile:
-        """A per-partition operand [pn, 1], loaded once per partition block."""
-        key = (value, partitions)
+    def _vector(self, value: ir.Value, locate: Locate) -> Tile:
+        """A per-partition operand [pn, 1], loaded once per part of HBM it reads (a
+        convolution's per-channel vector: once per channel block, not per output tile)."""
+        view = locate(self.views[value])
+        column = view
+        for dim in range(1, view.rank):
+            column = column.slice(dim, 0, 1)
+        key = (value, column.offset, column.shape, column.strides)
         tile = self.vectors.get(key)
         if tile is None:
-            view = locate(self.views[value])
-            column = view
-            for dim in range(1, view.rank):
-                column = column.slice(dim, 0, 1)
             pn = view.shape[0]
             tile = self.em.alloc("sbuf", pn, 1, ir.F32Type.get())
             if view.element_type == tile.element_type:
@@ -235,7 +233,7 @@ def store_accumulators(em: Emitter, epilogue: Epilogue, accs: dict, value: ir.Va
     result whose tiles start there) and store its `value` to the same part of `out`."""
     for (r0, c0), acc in accs.items():
         rn, cn = acc.partitions, acc.free
-        results = epilogue.run(acc, (r0, rn), lambda view, r0=r0, rn=rn, c0=c0, cn=cn:
+        results = epilogue.run(acc, lambda view, r0=r0, rn=rn, c0=c0, cn=cn:
                                view.slice(0, r0, rn).slice(1, c0, cn))
         store_tile(em, out.slice(0, r0, rn).slice(1, c0, cn), results[value])
 

@@ -540,7 +540,7 @@ def _lower_2d(em: Emitter, matmul, chain, a: HbmView, b: HbmView, views, outputs
             else:
                 sums.add(f0, fn, lambda k0, kn: x_f.tile(k0, kn, f0, fn))
         results = epilogue.run(
-            acc, (p0, pn), lambda view, p0=p0, pn=pn, f0=f0, fn=fn:
+            acc, lambda view, p0=p0, pn=pn, f0=f0, fn=fn:
             orient(view).slice(0, p0, pn).slice(1, f0, fn))
         for value, out in outputs:
             if head is not None and head.store(value, p0, pn, f0, fn, results[value]):

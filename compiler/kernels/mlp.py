@@ -159,8 +159,7 @@ class _Mlp:
                     em.matmul(acc, a_res.tile(k0, kn, j0, jn), x_t.tile(k0, kn, t0, tn),
                               accumulate=k0 > 0)
                 a_res.panels.clear()          # A's tiles stay; the rows they came from go
-                tiles = self.epilogue1.run(acc, (j0, jn),
-                                           lambda view, j0=j0, jn=jn, t0=t0, tn=tn:
+                tiles = self.epilogue1.run(acc, lambda view, j0=j0, jn=jn, t0=t0, tn=tn:
                                            view.transpose([1, 0]).slice(0, j0, jn)
                                            .slice(1, t0, tn))
                 h_t = em.in_sbuf(tiles[self.hidden_value], self.etype2)  # [hidden j, tokens]
@@ -300,8 +299,7 @@ class RowTiles:
                                                     self.value_type)
             columns = row_tile.columns(n0, nn)
             results = mlp.epilogue2.run(
-                acc, (r0, rn),
-                lambda view, r0=r0, rn=rn, n0=n0, nn=nn:
+                acc, lambda view, r0=r0, rn=rn, n0=n0, nn=nn:
                     view.slice(0, r0, rn).slice(1, n0, nn),
                 into={self.value: columns})
             if results[self.value] is not columns:

@@ -121,7 +121,7 @@ def lower_weight_gradient(em: Emitter, compute: list[ir.Operation], views: dict,
             for k0, kn in k_tiles:
                 em.matmul(acc, a_t.tile(k0, kn, t0, tn), b_block.tile(k0, kn, 0, jn),
                           accumulate=k0 > 0)
-            tiles = epilogue1.run(acc, (t0, tn), lambda view, t0=t0, tn=tn, j0=j0, jn=jn:
+            tiles = epilogue1.run(acc, lambda view, t0=t0, tn=tn, j0=j0, jn=jn:
                                   view.slice(0, t0, tn).slice(1, j0, jn))
             t_tile = em.in_sbuf(tiles[product], etype2)           # [tokens t, block]
             for r0, rn in rows:

@@ -52,3 +52,30 @@ def test_basic_block_inference_matches_eager(channels):
         expected = block(x)
     torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
     assert len(graphs) == 1        # the whole block in one program
+
+
+# Convolutions whose input-channel tiles leave PE's rows free share matmuls between
+# neighbouring kernel positions (each reading a shifted copy of the plane): strides,
+# dilations, padding on one side only, groups, 1-D and 3-D kernels, and a kernel as wide as
+# the input, against eager.
+@pytest.mark.parametrize("case", [
+    dict(shape=(2, 3, 23, 23), weight=(16, 3, 7, 7), stride=2, padding=3),      # an RGB stem
+    dict(shape=(1, 8, 12, 12), weight=(8, 8, 3, 3), dilation=2, padding=2),
+    dict(shape=(1, 16, 9, 9), weight=(16, 8, 3, 3), groups=2, padding=1),
+    dict(shape=(2, 4, 7, 7), weight=(6, 4, 3, 2), padding=(0, 1)),
+    dict(shape=(1, 4, 5, 5), weight=(4, 4, 5, 5)),
+    dict(shape=(2, 40, 6, 6), weight=(8, 40, 1, 1)),
+    dict(shape=(2, 5, 17), weight=(7, 5, 4), stride=3, padding=2),
+    dict(shape=(1, 4, 5, 6, 7), weight=(3, 4, 2, 3, 3), padding=1),
+], ids=["stem_7x7_s2", "dilated", "grouped", "uneven_padding", "kernel_as_wide", "1x1",
+        "conv1d", "conv3d"])
+def test_convolutions_sharing_matmuls_between_positions_match_eager(case):
+    case = dict(case)
+    x = torch.randn(*case.pop("shape"), generator=torch.Generator().manual_seed(2))
+    w = torch.randn(*case.pop("weight"), generator=torch.Generator().manual_seed(3))
+    conv = {3: torch.nn.functional.conv1d, 4: torch.nn.functional.conv2d,
+            5: torch.nn.functional.conv3d}[x.dim()]
+    fn = lambda a, b: conv(a, b, **case)     # noqa: E731
+    torch._dynamo.reset()
+    got = torch.compile(fn, backend="neuron", options={"fallback": False})(x, w)
+    torch.testing.assert_close(got, fn(x, w), rtol=1e-5, atol=1e-4)
