@@ -1,6 +1,9 @@
 """Convolution kernels end to end: a ResNet basic block in inference (convolution, batch
 norm as per-channel epilogue steps, ReLU, residual) against eager PyTorch."""
 
+import os
+import sys
+
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -8,24 +11,22 @@ torch = pytest.importorskip("torch")
 from torchneuron import backend  # noqa: E402
 
 
-class BasicBlock(torch.nn.Module):
-    def __init__(self, channels: int):
-        super().__init__()
-        self.conv1 = torch.nn.Conv2d(channels, channels, 3, padding=1, bias=False)
-        self.bn1 = torch.nn.BatchNorm2d(channels)
-        self.conv2 = torch.nn.Conv2d(channels, channels, 3, padding=1, bias=False)
-        self.bn2 = torch.nn.BatchNorm2d(channels)
-
-    def forward(self, x):
-        y = torch.relu(self.bn1(self.conv1(x)))
-        return torch.relu(x + self.bn2(self.conv2(y)))
+def _basic_block_class():
+    """The performance suite's ResNet basic block (bench/perf.py), so that the block tested
+    is the block measured."""
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "bench"))
+    try:
+        import perf
+    finally:
+        sys.path.pop(0)
+    return perf.ConvBlock
 
 
-def _block(channels: int, seed: int) -> BasicBlock:
+def _block(channels: int, seed: int) -> torch.nn.Module:
     """Eval mode with running statistics and affine parameters away from their defaults, so
     that every per-channel step of the batch norm changes the values."""
     torch.manual_seed(seed)
-    block = BasicBlock(channels).eval()
+    block = _basic_block_class()(channels).eval()
     with torch.no_grad():
         for bn in (block.bn1, block.bn2):
             bn.running_mean.uniform_(-0.5, 0.5)
