@@ -21,8 +21,12 @@ readable, or one that has not answered `wait_seconds` after it is asked for (the
 killed). The programs are the same NEFFs either way; only where the work runs changes.
 
 Like the importer's and the verifier's children, the child exists only where `os.fork` does
-and two cores are usable. `TORCHNEURON_EARLY_BACKWARD=0` compiles every backward when it is
-asked for, in this process.
+and two cores are usable. It runs at a lower priority (BACKGROUND_NICENESS), so that where it
+and this process want the same core, the forward's compile goes first. A training graph that
+is only ever run forward (an evaluation without torch.no_grad) still shares the machine with
+a backward compile it never uses: its forward compiled in 0.96-1.23 s against 0.84-1.07 s
+without the child (the MLP benchmark's forward, three runs each). `TORCHNEURON_EARLY_BACKWARD=0`
+compiles every backward when it is asked for, in this process.
 """
 
 from __future__ import annotations
@@ -51,6 +55,8 @@ log = logging.getLogger("torchneuron")
 # times that, and beyond a minimum that covers a slow machine, is not a compile any more.
 MIN_WAIT_S = 120.0
 WAIT_PER_FORWARD_SECOND = 4.0
+# How much the child yields to this process where both want one core (os.nice).
+BACKGROUND_NICENESS = 10
 
 
 @dataclasses.dataclass
@@ -169,6 +175,11 @@ def _child(compile_backward: Callable[[], None], write_end: int) -> None:
     import torch
 
     faulthandler.disable()          # a crash here is the parent's to notice (no results)
+    # Background work: where the forward's compile (or anything else of the user's) wants
+    # the same core, it goes first. A graph only ever run forward (an evaluation without
+    # torch.no_grad) pays for the backward's compile only in the contention that is left.
+    with contextlib.suppress(OSError):
+        os.nice(BACKGROUND_NICENESS)
     # PyTorch's thread pool, started in the parent, is not in this process: its ops must run
     # on this thread (the compile folds constants and hashes tensors with them).
     torch.set_num_threads(1)
