@@ -105,6 +105,40 @@ def _load_plane(em: Emitter, view: HbmView, element_type: ir.Type,
     return tile
 
 
+def _position_groups(kernel: list[int], taps: int) -> list[tuple[int, int, int]]:
+    """The kernel positions a matmul takes together: (first position's flat index, count,
+    index step between them). Runs of `taps` neighbours along the last dim (step 1); with
+    two per matmul and an odd 2-D kernel width, the positions left alone at the end of each
+    kernel row pair up with the next row's (step: the width), a 3x3 kernel's 9 positions
+    making 5 matmuls instead of 6."""
+    last = kernel[-1] if kernel else 1
+    kernel_size = math.prod(kernel)
+    groups = [(kk, min(taps, last - kk % last), 1)
+              for kk in range(kernel_size) if kk % last % taps == 0]
+    if taps != 2 or len(kernel) != 2 or last % 2 == 0:
+        return groups
+    pairs = [group for group in groups if group[1] == 2]
+    singles = [group[0] for group in groups if group[1] == 1]
+    for i in range(0, len(singles) - 1, 2):
+        pairs.append((singles[i], 2, last))
+    if len(singles) % 2:
+        pairs.append((singles[-1], 1, 1))
+    return sorted(pairs)
+
+
+def _shifted_pair(em: Emitter, plane: Tile, shift: int) -> Tile:
+    """A tile of two partition blocks: `plane`, then `plane` shifted by `shift` elements
+    (its last `shift` elements not written; see `packed_taps`). The first block sits on the
+    plane's own partitions, so an engine copies it; the second moves across partitions, by
+    DMA (SBUF to SBUF)."""
+    channels, free = plane.partitions, plane.free
+    tile = em.alloc("sbuf", 2 * channels, free, plane.element_type)
+    em.copy(tile.rows(channels), plane)
+    em.dma(tile.buffer, tile.partition_slice(channels, channels).columns(0, free - shift).ap(),
+           plane.buffer, plane.columns(shift, free - shift).ap())
+    return tile
+
+
 def packed_taps(em: Emitter, channels: int, kernel: list[int]) -> int:
     """How many neighbouring kernel positions along the last kernel dim one matmul takes for
     a tile of `channels` input channels: as many as fit PE's rows. (Copy j of the plane is
@@ -153,6 +187,8 @@ def lower_conv(em: Emitter, conv: ir.Operation, chain: list[ir.Operation], views
     kernel_size = math.prod(kernel)
     f32 = ir.F32Type.get()
     shift = dilations[-1] if kernel else 0
+    # (between vertically neighbouring positions of a 2-D kernel: one kernel row apart)
+    row_shift = in_strides[-2] * dilations[-2] if len(kernel) == 2 else 0
     for g in range(groups):
         # Per input-channel tile: its channel count and how many positions a matmul takes;
         # the groups of positions (first position's index, count), each along the last
@@ -161,9 +197,7 @@ def lower_conv(em: Emitter, conv: ir.Operation, chain: list[ir.Operation], views
         for c0 in range(0, c_group, tk):
             cn = min(tk, c_group - c0)
             taps = packed_taps(em, cn, kernel)
-            last = kernel[-1] if kernel else 1
-            c_tiles[c0] = (cn, taps, [(kk, min(taps, last - kk % last))
-                                      for kk in range(kernel_size) if kk % last % taps == 0])
+            c_tiles[c0] = (cn, taps, _position_groups(kernel, taps))
         stationary: dict[tuple[int, int, int], Tile] = {}
         for f0 in range(0, f_group, tm):
             fn = min(tm, f_group - f0)
@@ -174,19 +208,21 @@ def lower_conv(em: Emitter, conv: ir.Operation, chain: list[ir.Operation], views
             w_rows = em.alloc("sbuf", fn, c_group * kernel_size, w.element_type)
             em.load(w_rows, w_rows_view, 0, list(range(1, w.rank)))
             for c0, (cn, _, taps_of) in c_tiles.items():
-                for kk, count in taps_of:
+                for kk, count, step in taps_of:
                     psum = em.alloc("psum", count * cn, fn, f32)
                     em.transpose(psum, w_rows.pattern(c0 * kernel_size + kk,
-                                                      [(1, count), (kernel_size, cn)]))
+                                                      [(step, count), (kernel_size, cn)]))
                     tile = em.alloc("sbuf", count * cn, fn, etype)
                     em.copy(tile, psum)
                     stationary[(f0, c0, kk)] = tile
         for b in range(n_batch):
-            planes = {}
-            for c0, (cn, taps, _) in c_tiles.items():
+            planes, columns = {}, {}
+            for c0, (cn, taps, taps_of) in c_tiles.items():
                 plane_view = x.select(0, b).slice(0, g * c_group + c0, cn)
                 planes[c0] = _load_plane(em, plane_view, etype, padding, b, g * c_group + c0,
                                          copies=taps, shift=shift)
+                if any(step != 1 for _, count, step in taps_of if count > 1):
+                    columns[c0] = _shifted_pair(em, planes[c0].rows(cn), row_shift)
             for f0 in range(0, f_group, tm):
                 fn = min(tm, f_group - f0)
                 for o0 in range(0, out_sizes[0], rows):
@@ -195,12 +231,13 @@ def lower_conv(em: Emitter, conv: ir.Operation, chain: list[ir.Operation], views
                     first = True
                     for c0, plane in planes.items():
                         cn, _, taps_of = c_tiles[c0]
-                        for kk, count in taps_of:
+                        for kk, count, step in taps_of:
                             offset, dims = _window(in_strides, [on] + out_sizes[1:],
                                                    [o0] + [0] * (len(out_sizes) - 1),
                                                    positions[kk], strides, dilations)
+                            source = plane if step == 1 or count == 1 else columns[c0]
                             em.matmul(acc, stationary[(f0, c0, kk)],
-                                      plane.rows(count * cn).pattern(offset, dims),
+                                      source.rows(count * cn).pattern(offset, dims),
                                       accumulate=not first)
                             first = False
                     channel0 = g * f_group + f0

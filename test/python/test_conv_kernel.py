@@ -56,7 +56,8 @@ def test_basic_block_inference_matches_eager(channels):
 
 
 # Convolutions whose input-channel tiles leave PE's rows free share matmuls between
-# neighbouring kernel positions (each reading a shifted copy of the plane): strides,
+# neighbouring kernel positions (each reading a shifted copy of the plane; with two per
+# matmul, the positions left at the end of the kernel's rows pair up across rows): strides,
 # dilations, padding on one side only, groups, 1-D and 3-D kernels, and a kernel as wide as
 # the input, against eager.
 @pytest.mark.parametrize("case", [
@@ -68,8 +69,10 @@ def test_basic_block_inference_matches_eager(channels):
     dict(shape=(2, 40, 6, 6), weight=(8, 40, 1, 1)),
     dict(shape=(2, 5, 17), weight=(7, 5, 4), stride=3, padding=2),
     dict(shape=(1, 4, 5, 6, 7), weight=(3, 4, 2, 3, 3), padding=1),
+    dict(shape=(1, 64, 11, 11), weight=(32, 64, 3, 3), stride=2, dilation=(2, 1), padding=2),
+    dict(shape=(1, 48, 9, 10), weight=(16, 48, 5, 5), padding=(2, 1)),
 ], ids=["stem_7x7_s2", "dilated", "grouped", "uneven_padding", "kernel_as_wide", "1x1",
-        "conv1d", "conv3d"])
+        "conv1d", "conv3d", "rows_paired_strided_dilated", "rows_paired_5x5"])
 def test_convolutions_sharing_matmuls_between_positions_match_eager(case):
     case = dict(case)
     x = torch.randn(*case.pop("shape"), generator=torch.Generator().manual_seed(2))
