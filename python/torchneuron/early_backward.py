@@ -88,6 +88,10 @@ class EarlyCompile:
         self.started = time.perf_counter()
         self._chunks: list[bytes] = []
         self._done = threading.Event()
+        # (Held while the child is reaped: a kill after that would hit whatever process
+        # got its pid next.)
+        self._reaping = threading.Lock()
+        self._reaped = False
         # Read as the child writes, so that a child whose backward is never asked for (a
         # training graph only ever run forward) is not left blocked on a full pipe.
         self._reader = threading.Thread(target=self._read, args=(read_end,), daemon=True,
@@ -103,15 +107,18 @@ class EarlyCompile:
         except OSError:
             self._chunks = []
         finally:
-            with contextlib.suppress(ChildProcessError, OSError):
-                os.waitpid(self.pid, 0)
+            with self._reaping:
+                with contextlib.suppress(ChildProcessError, OSError):
+                    os.waitpid(self.pid, 0)
+                self._reaped = True
             self._done.set()
             _running.discard(self)
 
     def kill(self) -> None:
-        if not self._done.is_set():
-            with contextlib.suppress(ProcessLookupError, OSError):
-                os.kill(self.pid, signal.SIGKILL)
+        with self._reaping:
+            if not self._reaped:
+                with contextlib.suppress(ProcessLookupError, OSError):
+                    os.kill(self.pid, signal.SIGKILL)
 
     def results(self, wait_seconds: float) -> dict[str, Compiled]:
         """Per cache key, the partitions the child compiled; {} when it died, sent nothing
