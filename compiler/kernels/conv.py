@@ -79,10 +79,11 @@ def _load_plane(em: Emitter, view: HbmView, element_type: ir.Type,
     if padding is None:
         em.load(plane, view, 0, list(range(1, view.rank)))
     else:
-        em.memset(plane, padding.value)
         source = padding.source.select(0, sample).slice(0, c0, channels)
         plane_strides = row_major_strides(tuple(view.shape[1:]))
         spatial = tuple(source.shape[1:])
+        _fill_border(em, plane, tuple(view.shape[1:]), tuple(padding.offsets[2:]), spatial,
+                     padding.value)
         inner = plane.pattern(sum(o * st for o, st in zip(padding.offsets[2:], plane_strides)),
                               [(st, n) for st, n in zip(plane_strides, spatial)])
         if tuple(source.strides[1:]) == row_major_strides(spatial) and len(spatial) > 1:
@@ -137,6 +138,29 @@ def _shifted_pair(em: Emitter, plane: Tile, shift: int) -> Tile:
     em.dma(tile.buffer, tile.partition_slice(channels, channels).columns(0, free - shift).ap(),
            plane.buffer, plane.columns(shift, free - shift).ap())
     return tile
+
+
+def _fill_border(em: Emitter, plane: Tile, shape: tuple[int, ...],
+                 offsets: tuple[int, ...], interior: tuple[int, ...], value: float) -> None:
+    """Set the padding of `plane` (a padded plane of `shape` whose part of size `interior`
+    at `offsets` is written afterwards) to `value`. A 2-D plane's padding is three runs in
+    its flat layout -- up to the interior's first element, the gaps between its rows (each
+    row's right padding and the next one's left padding), after its last element -- so
+    only those are set (a 58 x 58 plane around 56 x 56: 228 elements instead of 3364);
+    other planes are set whole."""
+    if len(shape) != 2:
+        em.memset(plane, value)
+        return
+    (rows, width), (top, left), (height, inner_width) = shape, offsets, interior
+    first = top * width + left                       # the interior's first element
+    last = (top + height - 1) * width + left + inner_width     # just after its last
+    gap = width - inner_width                       # between two rows of the interior
+    if first > 0:
+        em.memset(plane.pattern(0, [(1, first)]), value)
+    if height > 1 and gap > 0:
+        em.memset(plane.pattern(first + inner_width, [(width, height - 1), (1, gap)]), value)
+    if last < rows * width:
+        em.memset(plane.pattern(last, [(1, rows * width - last)]), value)
 
 
 def packed_taps(em: Emitter, channels: int, kernel: list[int]) -> int:
