@@ -84,12 +84,13 @@ class Epilogue:
             if op.name == "trn.tensor_tensor":
                 step = self._step(op, tiles, locate)
                 if step is not None:
-                    src, alu, vec, reverse = step
+                    chain_side, alu, vec, reverse = step
+                    src = tiles[chain_side]
                     nxt = self.chain[i + 1] if i + 1 < len(self.chain) else None
                     if alu == "add" and _takes_bias(nxt, result):
                         folded[result] = (src, U.float_attr(nxt, "scale"), vec)
                         continue
-                    second = self._second_step(nxt, result, etype, into, tiles, locate)
+                    second = self._second_step(nxt, result, etype, into, locate)
                     if second is not None:
                         done.add(nxt)
                         second_result = nxt.results[0]
@@ -132,38 +133,30 @@ class Epilogue:
             tiles[result] = dst
         return tiles
 
-    def _step(self, op: ir.Operation, tiles: dict, locate: Locate
-              ) -> tuple[Tile, str, Tile, bool] | None:
-        """(source tile, ALU op, per-partition operand, reversed) of a binary op one of whose
-        operands is computed on chip and the other constant along the tile's free axes."""
-        per_partition = self._per_partition_operand(op, tiles, locate)
+    def _step(self, op: ir.Operation, computed, locate: Locate
+              ) -> tuple[ir.Value, str, Tile, bool] | None:
+        """(operand computed on chip, ALU op, per-partition operand, reversed) of a binary op
+        one of whose operands is among `computed` and the other constant along the tile's
+        free axes."""
+        per_partition = self._per_partition_operand(op, computed, locate)
         if per_partition is None:
             return None
         chain_side, other, other_is_lhs = per_partition
         alu = U.str_attr(op, "op")
-        return (tiles[chain_side], alu, self._vector(other, locate),
+        return (chain_side, alu, self._vector(other, locate),
                 other_is_lhs and alu not in COMMUTATIVE)
 
     def _second_step(self, op: ir.Operation | None, first: ir.Value, first_type: ir.Type,
-                     into: dict, tiles: dict, locate: Locate) -> tuple[str, Tile, bool] | None:
-        """(ALU op, per-partition operand, reversed) of `op` where it is a step of the same
-        kind reading `first` (a step's fp32 result that nothing else reads, written nowhere),
-        so that the two make one instruction."""
+                     into: dict, locate: Locate) -> tuple[str, Tile, bool] | None:
+        """(ALU op, per-partition operand, reversed) of `op` where it is a step reading
+        `first` (a step's fp32 result that nothing else reads, written nowhere), so that the
+        two make one instruction."""
         if op is None or op.name != "trn.tensor_tensor" or first in into or \
                 first in self.aliases or first_type != ir.F32Type.get() or \
                 len(list(first.uses)) != 1:
             return None
-        lhs, rhs = op.operands
-        if first not in (lhs, rhs) or lhs == rhs:
-            return None
-        other = rhs if lhs == first else lhs
-        view = self.views.get(other)
-        if other in tiles or view is None or view.buffer is None or \
-                not all(st == 0 for st in locate(view).strides[1:]):
-            return None
-        alu = U.str_attr(op, "op")
-        return (alu, self._vector(other, locate),
-                other == lhs and alu not in COMMUTATIVE)
+        step = self._step(op, (first,), locate)
+        return None if step is None else step[1:]
 
     def _vector(self, value: ir.Value, locate: Locate) -> Tile:
         """A per-partition operand [pn, 1], loaded once per part of HBM it reads (a
@@ -185,13 +178,14 @@ class Epilogue:
             self.vectors[key] = tile
         return tile
 
-    def _per_partition_operand(self, op: ir.Operation, tiles: dict, locate: Locate):
+    def _per_partition_operand(self, op: ir.Operation, computed, locate: Locate):
         """(chain operand, other operand, other-is-lhs) when one operand of a binary op is
-        computed on chip and the other is a view constant along the tile's free axes."""
+        among `computed` (values computed on chip) and the other is a view constant along
+        the tile's free axes."""
         lhs, rhs = op.operands
         for chain_side, other, other_is_lhs in ((lhs, rhs, False), (rhs, lhs, True)):
             view = self.views.get(other)
-            if chain_side in tiles and view is not None and view.buffer is not None \
+            if chain_side in computed and view is not None and view.buffer is not None \
                     and all(st == 0 for st in locate(view).strides[1:]):
                 return chain_side, other, other_is_lhs
         return None
