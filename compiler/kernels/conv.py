@@ -100,10 +100,18 @@ def _load_plane(em: Emitter, view: HbmView, element_type: ir.Type,
     # The shifted copies from the first, on chip: one contiguous run per partition, where
     # the plane's load from HBM (a padded plane's interior, row by row) is many short ones.
     for j in range(1, copies):
-        length = free - j * shift
-        em.dma(tile.buffer, tile.partition_slice(j * channels, channels).columns(0, length).ap(),
-               tile.buffer, plane.columns(j * shift, length).ap())
+        _copy_shifted(em, tile, j, plane, j * shift)
     return tile
+
+
+def _copy_shifted(em: Emitter, tile: Tile, block: int, plane: Tile, shift: int) -> None:
+    """Partition block `block` of `tile` := `plane` shifted by `shift` elements (its element
+    i is the plane's i + shift; its last `shift` are not written), by SBUF-to-SBUF DMA: the
+    block is on other partitions than the plane, which no engine can write across."""
+    length = plane.free - shift
+    em.dma(tile.buffer,
+           tile.partition_slice(block * plane.partitions, plane.partitions).columns(0, length)
+           .ap(), plane.buffer, plane.columns(shift, length).ap())
 
 
 def _position_groups(kernel: list[int], taps: int) -> list[tuple[int, int, int]]:
@@ -132,11 +140,9 @@ def _shifted_pair(em: Emitter, plane: Tile, shift: int) -> Tile:
     (its last `shift` elements not written; see `packed_taps`). The first block sits on the
     plane's own partitions, so an engine copies it; the second moves across partitions, by
     DMA (SBUF to SBUF)."""
-    channels, free = plane.partitions, plane.free
-    tile = em.alloc("sbuf", 2 * channels, free, plane.element_type)
-    em.copy(tile.rows(channels), plane)
-    em.dma(tile.buffer, tile.partition_slice(channels, channels).columns(0, free - shift).ap(),
-           plane.buffer, plane.columns(shift, free - shift).ap())
+    tile = em.alloc("sbuf", 2 * plane.partitions, plane.free, plane.element_type)
+    em.copy(tile.rows(plane.partitions), plane)
+    _copy_shifted(em, tile, 1, plane, shift)
     return tile
 
 
