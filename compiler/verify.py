@@ -36,7 +36,8 @@ from torchneuron.compiler.errors import CompileError, stage_error
 CHILD_TIMEOUT_S = 60.0
 
 
-def _usable_cores() -> int:
+def usable_cores() -> int:
+    """The cores this process may run on, which children compiling beside it share."""
     try:
         return len(os.sched_getaffinity(0))
     except (AttributeError, OSError):
@@ -52,7 +53,7 @@ def verify_concurrently(module: ir.Module, stage: str) -> Callable[[], None]:
     verdict and raises the CompileError `stage_error` makes of the first diagnostic. Raises
     ir.MLIRError right away where the program is verified in place."""
     pid, read_end = _fork_verifier(module, stage) \
-        if hasattr(os, "fork") and _usable_cores() >= 2 and _functions(module) == 1 \
+        if hasattr(os, "fork") and usable_cores() >= 2 and _functions(module) == 1 \
         else (None, None)
     if pid is None:
         module.operation.verify()

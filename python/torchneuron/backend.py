@@ -431,17 +431,27 @@ def _compile_partition(sub, name: str, options, dump: bool) -> "CompiledGraph":
     return done(compiled_graph, neff)
 
 
-def _load_early(early, sub, name: str, dump_dir: str | None) -> "CompiledGraph | None":
-    """A CompiledGraph from the partition a backward's early compile made (None when the
-    runtime rejects its NEFF: then it is compiled here)."""
+def _loaded(neff: bytes, name: str, what: str):
+    """The runtime's Program of a NEFF compiled before (`what` it is, for the warning), or
+    None where the runtime rejects it: then the partition is compiled again."""
     from torchneuron import runtime
     from torchneuron.format import NeffFormatError
 
     try:
-        program = runtime.load(early.neff)
+        return runtime.load(neff)
     except NeffFormatError as exc:
-        log.warning("torchneuron: %s: the early compile's NEFF was rejected by the runtime "
-                    "(%s); compiling it again", name, exc)
+        log.warning("torchneuron: %s: %s rejected by the runtime (%s); compiling it again",
+                    name, what, exc)
+        return None
+
+
+def _load_early(early, sub, name: str, dump_dir: str | None) -> "CompiledGraph | None":
+    """A CompiledGraph from the partition a backward's early compile made (None when the
+    runtime rejects its NEFF: then it is compiled here)."""
+    from torchneuron import runtime
+
+    program = _loaded(early.neff, name, "the early compile's NEFF")
+    if program is None:
         return None
     log.debug("%s: compiled early, beside the forward (%.2f s)", name,
               sum(early.stage_seconds.values()))
@@ -457,13 +467,9 @@ def _load_cached(entry, key: str, sub, name: str, start: float) -> "CompiledGrap
     """A CompiledGraph from a cache entry (None when the runtime rejects the NEFF: then it is
     recompiled)."""
     from torchneuron import runtime
-    from torchneuron.format import NeffFormatError
 
-    try:
-        program = runtime.load(entry.neff)
-    except NeffFormatError as exc:
-        log.warning("torchneuron: %s: compile cache entry %s rejected by the runtime (%s); "
-                    "recompiling", name, key[:16], exc)
+    program = _loaded(entry.neff, name, f"compile cache entry {key[:16]}")
+    if program is None:
         return None
     seconds = time.perf_counter() - start
     original = entry.metadata.get("compile_seconds")

@@ -71,13 +71,9 @@ class Compiled:
 
 def usable() -> bool:
     """Whether backwards are compiled early here: the knob, fork, and two usable cores."""
-    if not config.EARLY_BACKWARD.get() or not hasattr(os, "fork"):
-        return False
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        cores = os.cpu_count() or 1
-    return cores >= 2
+    from torchneuron.compiler.verify import usable_cores
+
+    return config.EARLY_BACKWARD.get() and hasattr(os, "fork") and usable_cores() >= 2
 
 
 class EarlyCompile:

@@ -59,7 +59,7 @@ def test_valid_program_passes():
     assert _verdict_of(_VALID) is None
 
 
-@pytest.mark.skipif(verify._usable_cores() < 2 or not hasattr(verify.os, "fork"),
+@pytest.mark.skipif(verify.usable_cores() < 2 or not hasattr(verify.os, "fork"),
                     reason="verified in place on this machine")
 def test_child_reports_the_first_diagnostic_with_its_location(monkeypatch):
     forks = []
@@ -72,7 +72,7 @@ def test_child_reports_the_first_diagnostic_with_its_location(monkeypatch):
 
 
 def test_in_place_on_one_core_gives_the_same_diagnostic(monkeypatch):
-    monkeypatch.setattr(verify, "_usable_cores", lambda: 1)
+    monkeypatch.setattr(verify, "usable_cores", lambda: 1)
     monkeypatch.setattr(verify.os, "fork", lambda: pytest.fail("forked on one core"))
     assert _verdict_of(_INVALID) == (_MESSAGE, _LOCATION)
     assert _verdict_of(_VALID) is None
@@ -84,7 +84,7 @@ def test_several_functions_are_verified_in_place(monkeypatch):
     assert _verdict_of(two) == (_MESSAGE, _LOCATION)
 
 
-@pytest.mark.skipif(verify._usable_cores() < 2 or not hasattr(verify.os, "fork"),
+@pytest.mark.skipif(verify.usable_cores() < 2 or not hasattr(verify.os, "fork"),
                     reason="verified in place on this machine")
 def test_child_that_dies_before_reporting_is_replaced_by_verifying_in_place(monkeypatch):
     """The child's report cannot be made (pickling fails there): it exits with nothing
@@ -96,7 +96,7 @@ def test_child_that_dies_before_reporting_is_replaced_by_verifying_in_place(monk
     assert _verdict_of(_VALID) is None
 
 
-@pytest.mark.skipif(verify._usable_cores() < 2 or not hasattr(verify.os, "fork"),
+@pytest.mark.skipif(verify.usable_cores() < 2 or not hasattr(verify.os, "fork"),
                     reason="verified in place on this machine")
 def test_child_that_hangs_is_killed_and_replaced_by_verifying_in_place(monkeypatch):
     """A child that never answers (its report waits forever) is killed once the time is
@@ -115,7 +115,7 @@ def test_fork_failure_verifies_in_place(monkeypatch):
     program itself instead of failing the compile."""
     def no_fork():
         raise OSError(12, "Cannot allocate memory")
-    monkeypatch.setattr(verify, "_usable_cores", lambda: 2)
+    monkeypatch.setattr(verify, "usable_cores", lambda: 2)
     monkeypatch.setattr(verify.os, "fork", no_fork)
     assert _verdict_of(_INVALID) == (_MESSAGE, _LOCATION)
     assert _verdict_of(_VALID) is None
