@@ -71,6 +71,10 @@ class CompileOptions:
     # trn-fuse mlp-saved: the same where the hidden activation is also saved (a training
     # step's forward): stored as computed, handed to the second Linear on chip
     fuse_mlp_saved: bool = True
+    # trn-fuse mlp-saved-gradient: where an mlp_saved kernel's hidden value is read only by its
+    # weight gradient besides (a backward's dH^T @ X), that gradient is computed in the kernel
+    # from the hidden rows kept on chip: the hidden value is neither stored nor loaded
+    fuse_mlp_saved_gradient: bool = True
     # trn-fuse mlp-rows: an mlp kernel read only by a row-wise kernel over its output rows
     # (the residual add and layer norm after a post-norm FFN) hands it its output on chip
     fuse_mlp_rows: bool = True
@@ -186,6 +190,7 @@ def stages(options: CompileOptions) -> list[Stage]:
             f"weight-gradients={str(options.fuse_weight_gradients).lower()} "
             f"mlp={str(options.fuse_mlp).lower()} "
             f"mlp-saved={str(options.fuse_mlp_saved).lower()} "
+            f"mlp-saved-gradient={str(options.fuse_mlp_saved_gradient).lower()} "
             f"mlp-rows={str(options.fuse_mlp_rows).lower()} "
             f"linear-rows={str(options.fuse_linear_rows).lower()} "
             f"row-results={str(options.fuse_row_results).lower()} "

@@ -49,6 +49,7 @@ GRAPH_OPTIONS = {
     "layout_assignment": bool,
     "fuse_mlp": bool,
     "fuse_mlp_saved": bool,
+    "fuse_mlp_saved_gradient": bool,
     "fuse_weight_gradients": bool,
     "fuse_mlp_rows": bool,
     "fuse_linear_rows": bool,

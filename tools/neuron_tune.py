@@ -335,7 +335,7 @@ GRAPH_VARIANTS = ({}, {"fuse_matmul_epilogue": False}, {"fuse_elementwise": Fals
                   {"fuse_linear_rows": False}, {"fuse_attention_output": False},
                   {"fuse_attention_qkv": False}, {"fuse_attention_ffn": False},
                   {"fuse_attention_qkv_saved": False}, {"fuse_input_rows": False},
-                  {"fuse_mlp_saved": False})
+                  {"fuse_mlp_saved": False}, {"fuse_mlp_saved_gradient": False})
 
 
 def _tune_graph(text: str, target: str, progress: Progress) -> tuple[KernelResult, str]:

@@ -27,7 +27,7 @@ from torchneuron.compiler.kernels.emitter import Emitter, Tile
 from torchneuron.compiler.kernels.gather import lower_gather
 from torchneuron.compiler.kernels.matmul import column_sum_ops, lower_matmul
 from torchneuron.compiler.kernels.mlp import (
-    RowTiles, _Mlp, lower_mlp, lower_mlp_rows, lower_mlp_saved,
+    ComputedRows, RowTiles, _Mlp, lower_mlp, lower_mlp_rows, lower_mlp_saved,
 )
 from torchneuron.compiler.kernels.scan import lower_scan
 from torchneuron.compiler.kernels.reduce import lower_reduce
@@ -38,7 +38,9 @@ from torchneuron.compiler.kernels.views import (
     HbmView, apply_view_op, row_major_strides, source_view, storage_less_view,
 )
 from torchneuron.compiler.passes import Pass, register
-from torchneuron.compiler.transforms.fuse import INPUT_ROWS, PRODUCER_RESULT, outline
+from torchneuron.compiler.transforms.fuse import (
+    INPUT_ROWS, PRODUCER_RESULT, SAVED_GRADIENT, outline,
+)
 from torchneuron.compiler.transforms.fuse_attention_output import (
     ATTENTION_INPUT, ATTENTION_OUTPUT, KIND as ATTENTION_LINEAR_ROWS, ROWS_HANDED_ON,
     view_chain,
@@ -644,13 +646,51 @@ class _FunctionLowering:
             raise CompileError(f"an mlp_saved kernel needs one op marked {PRODUCER_RESULT}, "
                                "not its last", kernel.location)
         split = marked[0] + 1
+        # The weight gradient of the hidden value (trn-fuse mlp-saved-gradient) comes last.
+        gradient = [i for i, op in enumerate(body) if SAVED_GRADIENT in op.attributes]
+        if len(gradient) > 1 or (gradient and not split < gradient[0] < len(body) - 1):
+            raise CompileError(f"an mlp_saved kernel has at most one op marked "
+                               f"{SAVED_GRADIENT}, after its second Linear's", kernel.location)
+        end = gradient[0] if gradient else len(body) - 1
+        results = list(zip(body[-1].operands, outs))
         views = dict(self.views)
         first, _ = self._views_and_compute(body[:split], views, "mlp_saved")
         hidden = body[marked[0]].results[0]
         views[hidden] = storage_less_view(hidden)
-        second, _ = self._views_and_compute(body[split:-1], views, "mlp_saved")
+        second, _ = self._views_and_compute(body[split:end], views, "mlp_saved")
         lower_mlp_saved(self.em, first, second, views, hidden,
-                        list(zip(body[-1].operands, outs)), body[marked[0]].location)
+                        results[:1] if gradient else results, body[marked[0]].location,
+                        (lambda rows: self._lower_saved_gradient(
+                            body[end:-1], views, rows, results[1:], kernel.location))
+                        if gradient else None)
+
+    def _lower_saved_gradient(self, body: list[ir.Operation], views: dict, rows: RowTiles,
+                              outputs: list, location: ir.Location) -> None:
+        """An mlp_saved kernel's weight-gradient part (`body`, trn.yield left out): the hidden
+        value's transpose times X, and maybe the hidden value summed over its rows, its
+        A^T the hidden value's row tiles the kernel computed (`rows`); `outputs`: (value,
+        destination view) of the gradient and the sums."""
+        compute, _ = self._views_and_compute(body, views, "mlp_saved")
+        matmuls = [op for op in compute if op.name == "trn.matmul"]
+        reduces = [op for op in compute if op.name == "trn.reduce"]
+        if len(matmuls) != 1:
+            raise CompileError("an mlp_saved kernel's weight-gradient part holds one matmul",
+                               location)
+        transpose = U.defining_op(matmuls[0].operands[0])
+        if transpose is None or transpose.name != "trn.transpose" or \
+                transpose.operands[0] != rows.value:
+            raise CompileError("an mlp_saved kernel's weight gradient reads the transpose of "
+                               "its hidden value", matmuls[0].location)
+        sums = column_sum_ops(outputs[1][0], set(compute)) if len(outputs) == 2 else []
+        if len(outputs) > 2 or sums is None or reduces != sums[:1] or \
+                (sums and sums[0].operands[0] != rows.value):
+            raise CompileError("an mlp_saved kernel's weight-gradient part yields the "
+                               "gradient and at most the hidden value's sums over its rows",
+                               location)
+        lower_matmul(self.em, matmuls[0],
+                     [op for op in compute if op != matmuls[0] and op not in sums], views,
+                     outputs[:1], "mn", outputs[1][1] if sums else None,
+                     given_a_rows=lambda view: ComputedRows(rows, view))
 
     def _lower_linear_rows_part(self, kernel: ir.Operation, body: list[ir.Operation],
                                 handed_on: list[int], given_rows: dict, given_views: dict,

@@ -298,19 +298,27 @@ def matmul_element_type(lhs: ir.Type, rhs: ir.Type) -> ir.Type:
 
 def lower_matmul(em: Emitter, matmul: ir.Operation, chain: list[ir.Operation], views: dict,
                  outputs: list[tuple[ir.Value, HbmView]], orientation: str,
-                 column_sums: HbmView | None = None) -> None:
+                 column_sums: HbmView | None = None, given_a_rows=None) -> None:
     """`column_sums`: a 1-D [M] view to store the sums of A's columns over K in as well (for
-    C = A @ B with A [M, K], 2-D): a Linear's bias gradient beside its weight gradient."""
+    C = A @ B with A [M, K], 2-D): a Linear's bias gradient beside its weight gradient.
+    `given_a_rows(view)`: for a 2-D product whose A^T [K, M] an earlier part of the kernel
+    computed on chip as row tiles (A^T's rows, K-tile by K-tile, all of M), the
+    `_Staged.given_rows` of that view: A^T is not loaded, and stays resident whole."""
     lhs, rhs = (views.get(v) for v in matmul.operands)
     if lhs is None or rhs is None:
         raise CompileError("matmul operands must come from HBM", matmul.location)
-    if column_sums is not None and lhs.rank != 2:
-        raise CompileError("column sums of a batched matmul's operand", matmul.location)
+    if (column_sums is not None or given_a_rows is not None) and lhs.rank != 2:
+        raise CompileError("column sums of a batched matmul's operand" if given_a_rows is None
+                           else "a batched matmul's operand given as rows", matmul.location)
     # Operand movement chosen by trn-tile or the autotuner (attributes of the kernel).
     kernel = matmul.parent
     resident = U.str_attr(kernel, "gemm_resident") if "gemm_resident" in kernel.attributes \
         else None
     block = U.int_attr(kernel, "gemm_block") if "gemm_block" in kernel.attributes else None
+    if given_a_rows is not None:
+        _lower_2d(em, matmul, chain, lhs, rhs, views, outputs, orientation, None, None,
+                  column_sums, given_a_rows=given_a_rows)
+        return
     batch = lhs.shape[:-2]
     batches = math.prod(batch)
     heads = _HeadsSideBySide.make(em, lhs, rhs, outputs, orientation) \
@@ -463,9 +471,10 @@ class _HeadColumns:
 def _lower_2d(em: Emitter, matmul, chain, a: HbmView, b: HbmView, views, outputs,
               orientation: str, resident: str | None = None, block: int | None = None,
               column_sums: HbmView | None = None, batches: int = 1,
-              head: "_HeadsSideBySide._Head | None" = None) -> None:
+              head: "_HeadsSideBySide._Head | None" = None, given_a_rows=None) -> None:
     """One matrix product of a matmul kernel (of `batches` such products, each lowered by a
-    call of its own; `head`: one head's, its B and outputs shared with the other heads')."""
+    call of its own; `head`: one head's, its B and outputs shared with the other heads';
+    `given_a_rows`: see `lower_matmul`)."""
     target = em.target
     etype = matmul_element_type(a.element_type, b.element_type)
     a_t = a.transpose([1, 0])                                  # [K, M]
@@ -483,17 +492,24 @@ def _lower_2d(em: Emitter, matmul, chain, a: HbmView, b: HbmView, views, outputs
 
     if orientation == "nm":
         x_p, x_f = staged(b), staged(a_t)
+        x_a = x_f
 
         def orient(view: HbmView) -> HbmView:
             return view.transpose([1, 0])
     elif orientation == "mn":
         x_p = staged(a_t)
         x_f = (head.operand(b, etype) if head is not None else None) or staged(b)
+        x_a = x_p
 
         def orient(view: HbmView) -> HbmView:
             return view
     else:
         raise CompileError(f"unknown matmul orientation '{orientation}'", matmul.location)
+    if given_a_rows is not None:
+        if x_a.transposed:
+            raise CompileError("a matmul operand given as rows is read along them",
+                               matmul.location)
+        x_a.given_rows = given_a_rows(a_t)
 
     k = a.shape[1]
     parts, free = x_p.view.shape[1], x_f.view.shape[1]
@@ -503,11 +519,15 @@ def _lower_2d(em: Emitter, matmul, chain, a: HbmView, b: HbmView, views, outputs
     f_tiles = [(f0, min(tf, free - f0)) for f0 in range(0, free, tf)]
     k_tiles = [(k0, min(tk, k - k0)) for k0 in range(0, k, tk)]
     out_bytes = sum(U.element_bytes(out.element_type) for _, out in outputs)
+    if given_a_rows is not None:
+        # A^T is on chip whole: resident in one block, the other operand streamed once.
+        resident = "p" if x_a is x_p else "f"
+        block = len(p_tiles if x_a is x_p else f_tiles)
     plan = plan_gemm(target, len(k_tiles), p_tiles, f_tiles, U.element_bytes(etype),
                      x_p.transposed, x_f.transposed, out_bytes, resident, block)
     epilogue = Epilogue(em, chain, views, matmul.results[0], {v for v, _ in outputs})
     group = _row_group(target, orientation, a, b, x_p, k, free, chain, outputs, batches) \
-        if column_sums is None and head is None else 1
+        if column_sums is None and head is None and given_a_rows is None else 1
     if group > 1:
         _lower_grouped(em, a, x_f, k_tiles, free, outputs, etype, group)
         return

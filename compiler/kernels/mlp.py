@@ -406,7 +406,8 @@ def lower_mlp(em: Emitter, compute: list[ir.Operation], views: dict,
 
 def lower_mlp_saved(em: Emitter, first: list[ir.Operation], second: list[ir.Operation],
                     views: dict, hidden: ir.Value, outputs: list[tuple[ir.Value, HbmView]],
-                    first_location: ir.Location | None = None) -> None:
+                    first_location: ir.Location | None = None,
+                    hidden_read: Callable[[RowTiles], None] | None = None) -> None:
     """An mlp_saved kernel (trn-fuse mlp-saved): a Linear `first` (ops but views, sources and
     trn.yield; those are in `views`) computing `hidden` [tokens, hidden features] and
     values on the way, whose rows a second Linear `second` reads as its input X (`views`
@@ -418,27 +419,39 @@ def lower_mlp_saved(em: Emitter, first: list[ir.Operation], second: list[ir.Oper
     producer (`RowTiles`, its weight resident); each row tile of `hidden` is stored whole
     and the other saved values tile by tile as they are evacuated. The second Linear (its
     weight resident too) turns `hidden`'s row tiles on PE where it would have loaded them:
-    `hidden` is not read back from HBM."""
+    `hidden` is not read back from HBM.
+
+    With `hidden_read` (trn-fuse mlp-saved-gradient), `hidden` is not stored and every row
+    tile of it stays on chip: all are computed first (the first Linear's resident weight is
+    then free before the second's is loaded), the second Linear turns them, and last
+    `hidden_read(rows)` lowers the part of the kernel that reads them all (the first Linear's
+    weight gradient), so that the second Linear's result, which the kernels after this one
+    wait for, is not held up by it."""
     (value, out), saved = outputs[0], dict(outputs[1:])
-    if hidden not in saved:
+    if hidden not in saved and hidden_read is None:
         raise CompileError("an mlp_saved kernel stores the first Linear's result",
                            first[-1].location)
     rows = RowTiles(_Mlp(em, first, views, hidden, 1,
                          also=tuple(v for v in saved if v != hidden)), hidden, first_location)
     rows.chunk_stores = {v: dest for v, dest in saved.items() if v != hidden}
-    whole = store_rows_of(em, views[hidden], saved[hidden], U.shape(hidden)[1])
-    if whole is None:
-        raise CompileError("an mlp_saved kernel's first Linear yields its result as whole "
-                           "token rows", first[-1].location)
-    rows.on_row_tile.append(whole)
+    if hidden in saved:
+        whole = store_rows_of(em, views[hidden], saved[hidden], U.shape(hidden)[1])
+        if whole is None:
+            raise CompileError("an mlp_saved kernel's first Linear yields its result as whole "
+                               "token rows", first[-1].location)
+        rows.on_row_tile.append(whole)
     mlp = _Mlp(em, second, views, value, 1)
     mlp.x_t.given_rows = ComputedRows(rows, mlp.x_t.view)
     # A residual that is the first Linear's input (a post-norm FFN's, or its backward's
     # gradient of it) is read from the rows the first loaded.
     mlp.epilogue2.given_part = rows.input_part
+    if hidden_read is not None:
+        rows.all_rows()
     for t0, tn in mlp.blocks():
         store_accumulators(em, mlp.epilogue2, mlp.block(t0, tn), value, out)
     rows.all_rows()
+    if hidden_read is not None:
+        hidden_read(rows)
 
 
 def lower_mlp_rows(em: Emitter, compute: list[ir.Operation], views: dict,

@@ -2409,6 +2409,7 @@ func.func @matmul_rows_scaled_result(%do: tensor<1x128x64xbf16>, %vt: tensor<1x6
 // ERRMERGED: trn_to_nisa-invalid-merged.mlir:118:{{[0-9]+}}: error: convert-trn-to-nisa: an mlp_saved kernel stores the first Linear's result
 // ERRMERGED: trn_to_nisa-invalid-merged.mlir:130:10: error: convert-trn-to-nisa: an attention kernel that computes its operands has at most one op marked trn.attention_output, after its attention's ops
 // ERRMERGED: trn_to_nisa-invalid-merged.mlir:182:8: error: convert-trn-to-nisa: only an mlp or attention kernel has an op marked trn.input_rows
+// ERRMERGED: trn_to_nisa-invalid-merged.mlir:193:10: error: convert-trn-to-nisa: an mlp_saved kernel has at most one op marked trn.saved_gradient, after its second Linear's
 // ERRMLPSAVED: trn_to_nisa-invalid-mlp-saved.mlir:3:{{[0-9]+}}: error: convert-trn-to-nisa: an mlp_saved kernel needs one op marked trn.producer_result, not its last
 func.func @mlp_saved(%arg0: tensor<256x128xbf16>, %arg1: tensor<512x128xbf16>, %arg2: tensor<512xbf16>, %arg3: tensor<128x512xbf16>) -> (tensor<256x128xbf16>, tensor<256x512xbf16>, tensor<256x512xbf16>) {
   %0:3 = "trn.kernel"() ({
@@ -2425,4 +2426,33 @@ func.func @mlp_saved(%arg0: tensor<256x128xbf16>, %arg1: tensor<512x128xbf16>, %
     "trn.yield"(%10, %7, %5) {operandSegmentSizes = array<i32: 1, 2, 0>} : (tensor<256x128xbf16>, tensor<256x512xbf16>, tensor<256x512xbf16>) -> ()
   }) {kind = "mlp_saved", resultSegmentSizes = array<i32: 1, 2, 0>} : () -> (tensor<256x128xbf16>, tensor<256x512xbf16>, tensor<256x512xbf16>)
   return %0#0, %0#2, %0#1 : tensor<256x128xbf16>, tensor<256x512xbf16>, tensor<256x512xbf16>
+}
+
+// -----
+
+// Tests that an mlp_saved kernel with the weight gradient of its hidden value H (trn-fuse
+// mlp-saved-gradient) neither stores H nor loads it: the gradient's matmuls take H's row
+// tiles [128 tokens, 512] as they are as their stationary operand, against X's tiles widened
+// by a column of ones for the bias gradient (2 token tiles x 4 hidden tiles), after the
+// second Linear's; H gets no HBM buffer.
+// CHECK-LABEL: func.func @mlp_saved_gradient
+// CHECK-NOT: memref<256x512xbf16, "hbm">
+// CHECK: "nisa.matmul"{{.*}} : (memref<128x128xf32, "psum">, memref<128x128xbf16, "sbuf">, memref<128x128xbf16, "sbuf">)
+// CHECK-COUNT-8: "nisa.matmul"{{.*}} : (memref<128x129xf32, "psum">, memref<128x512xbf16, "sbuf">, memref<128x129xbf16, "sbuf">)
+// CHECK-NOT: memref<256x512xbf16, "hbm">
+// CHECK: return
+func.func @mlp_saved_gradient(%arg0: tensor<256x128xbf16>, %arg1: tensor<128x512xbf16>, %arg2: tensor<512x128xbf16>, %arg3: tensor<256x128xbf16>) -> (tensor<256x128xbf16>, tensor<512x128xbf16>, tensor<512xbf16>) {
+  %0:3 = "trn.kernel"() ({
+    %1 = "trn.matmul"(%arg0, %arg1) : (tensor<256x128xbf16>, tensor<128x512xbf16>) -> tensor<256x512xf32>
+    %2 = "trn.convert"(%1) {trn.producer_result} : (tensor<256x512xf32>) -> tensor<256x512xbf16>
+    %3 = "trn.matmul"(%2, %arg2) : (tensor<256x512xbf16>, tensor<512x128xbf16>) -> tensor<256x128xf32>
+    %4 = "trn.convert"(%3) : (tensor<256x128xf32>) -> tensor<256x128xbf16>
+    %5 = "trn.transpose"(%2) {permutation = array<i64: 1, 0>, trn.saved_gradient} : (tensor<256x512xbf16>) -> tensor<512x256xbf16>
+    %6 = "trn.matmul"(%5, %arg3) : (tensor<512x256xbf16>, tensor<256x128xbf16>) -> tensor<512x128xf32>
+    %7 = "trn.convert"(%6) : (tensor<512x128xf32>) -> tensor<512x128xbf16>
+    %8 = "trn.reduce"(%2) {dimensions = array<i64: 0>, op = "add"} : (tensor<256x512xbf16>) -> tensor<512xf32>
+    %9 = "trn.convert"(%8) : (tensor<512xf32>) -> tensor<512xbf16>
+    "trn.yield"(%4, %7, %9) {operandSegmentSizes = array<i32: 1, 1, 1>} : (tensor<256x128xbf16>, tensor<512x128xbf16>, tensor<512xbf16>) -> ()
+  }) {kind = "mlp_saved", resultSegmentSizes = array<i32: 1, 1, 1>} : () -> (tensor<256x128xbf16>, tensor<512x128xbf16>, tensor<512xbf16>)
+  return %0#0, %0#1, %0#2 : tensor<256x128xbf16>, tensor<512x128xbf16>, tensor<512xbf16>
 }

@@ -1,6 +1,8 @@
 """The mlp kernel (trn-fuse mlp, compiler/kernels/mlp.py): Linear - activation - Linear with
 the hidden activation computed and consumed on chip."""
 
+import copy
+
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -121,33 +123,70 @@ def test_mlp_saved_kernel_stores_the_hidden_activation_and_keeps_it_on_chip(
     assert off_profile.dma_bytes - on_profile.dma_bytes == reloaded
 
 
-def test_training_mlp_forward_stores_what_it_saves_in_one_kernel(tmp_path, monkeypatch):
-    """The same in a compiled training step (Linear - GELU - Linear, bf16): the forward is one
-    mlp_saved kernel, and so is the backward's gradient of the hidden activation (dY @ W2
-    times GELU's derivative, stored for the first weight's gradient) with the input gradient
-    that reads it (dH @ W1), placed where the former stood (the weight gradient between them
-    reads it too); forward and gradients are bitwise those of the separate kernels."""
+def _training_step(model, x, tmp_path, monkeypatch, option: str, fused: bool) -> dict:
+    """One compiled training step of `model` on `x` with `option` set to `fused`: its output,
+    the gradients of x and of the first Linear's weight and bias, the trn stages of forward
+    and backward, and the backward's profile."""
+    dump = tmp_path / f"{option}-{fused}"
+    monkeypatch.setenv("TORCHNEURON_DUMP_DIR", str(dump))
+    torch._dynamo.reset()
+    x.grad = None
+    model.zero_grad()
+    out = torch.compile(model, backend="neuron", options={option: fused})(x)
+    out.float().sum().backward()
+    assert all(r.fully_compiled for r in backend.graph_reports()[-2:])
+    return {"out": out, "grads": (x.grad.clone(), model[0].weight.grad.clone(),
+                                  model[0].bias.grad.clone()),
+            "trn": {part: next(dump.glob(f"*{part}.trn.mlir")).read_text()
+                    for part in ("forward", "backward")},
+            "backward": backend.compiled_graphs()[-1].last_profile}
+
+
+def _bf16_mlp_and_input():
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(256, 1024), torch.nn.GELU(),
                                 torch.nn.Linear(1024, 256)).to(torch.bfloat16)
-    x = torch.randn(384, 256).to(torch.bfloat16).requires_grad_()
-    results = {}
-    for fused in (True, False):
-        dump = tmp_path / str(fused)
-        monkeypatch.setenv("TORCHNEURON_DUMP_DIR", str(dump))
-        torch._dynamo.reset()
-        x.grad = None
-        model.zero_grad()
-        out = torch.compile(model, backend="neuron", options={"fuse_mlp_saved": fused})(x)
-        out.float().sum().backward()
-        assert all(r.fully_compiled for r in backend.graph_reports()[-2:])
-        trn = "".join(next(dump.glob(f"*{part}.trn.mlir")).read_text()
-                      for part in ("forward", "backward"))
-        results[fused] = (out, x.grad.clone(), model[0].weight.grad.clone(), trn)
-    on, off = results[True], results[False]
-    assert on[3].count('kind = "mlp_saved"') == 2 and 'kind = "mlp_saved"' not in off[3]
-    for a, b in zip(on[:3], off[:3]):
+    return model, torch.randn(384, 256).to(torch.bfloat16).requires_grad_()
+
+
+def test_training_mlp_forward_stores_what_it_saves_in_one_kernel(tmp_path, monkeypatch):
+    """The same in a compiled training step (Linear - GELU - Linear, bf16): the forward is one
+    mlp_saved kernel, and so is the backward's gradient of the hidden activation (dY @ W2
+    times GELU's derivative) with the input gradient that reads it (dH @ W1), placed where
+    the former stood (the first weight's gradient, which reads it too, joins it: the next
+    test); forward and gradients are bitwise those of the separate kernels."""
+    model, x = _bf16_mlp_and_input()
+    on, off = (_training_step(model, x, tmp_path, monkeypatch, "fuse_mlp_saved", fused)
+               for fused in (True, False))
+    trn_on, trn_off = "".join(on["trn"].values()), "".join(off["trn"].values())
+    assert trn_on.count('kind = "mlp_saved"') == 2 and 'kind = "mlp_saved"' not in trn_off
+    for a, b in zip((on["out"], *on["grads"]), (off["out"], *off["grads"])):
         assert torch.equal(a.view(torch.int16), b.view(torch.int16))
+
+
+def test_backward_weight_gradient_reads_the_hidden_gradient_on_chip(tmp_path, monkeypatch):
+    """trn-fuse mlp-saved-gradient: in the backward of Linear - GELU - Linear, the gradient of
+    the hidden activation dH is read by the input gradient's Linear and by the first weight's
+    gradient (dH^T @ X, and dH summed over tokens for the bias). The weight gradient joins the
+    mlp_saved kernel and reads dH's rows on chip: dH is neither stored nor loaded back. The
+    gradients are as the separate kernels' but for the order PE sums in, and within bf16's
+    precision of fp32 eager's."""
+    model, x = _bf16_mlp_and_input()
+    reference = copy.deepcopy(model).float()
+    x32 = x.detach().float().requires_grad_()
+    reference(x32).sum().backward()
+    want = (x32.grad, reference[0].weight.grad, reference[0].bias.grad)
+    on, off = (_training_step(model, x, tmp_path, monkeypatch, "fuse_mlp_saved_gradient",
+                              fused) for fused in (True, False))
+    assert "trn.saved_gradient" in on["trn"]["backward"]
+    assert "trn.saved_gradient" not in off["trn"]["backward"]
+    assert on["trn"]["backward"].count('"trn.kernel"') == \
+        off["trn"]["backward"].count('"trn.kernel"') - 1
+    hidden_bytes = 384 * 1024 * 2
+    assert off["backward"].dma_bytes - on["backward"].dma_bytes == 2 * hidden_bytes
+    for got, separate, eager in zip(on["grads"], off["grads"], want):
+        torch.testing.assert_close(got, separate, atol=1e-2, rtol=1e-2)
+        assert ((got.float() - eager).norm() / eager.norm()).item() < 1e-2
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])

@@ -207,9 +207,9 @@ def test_linalg_graph_fusion_choice_is_stored_and_applied(tmp_path):
     db = tmp_path / "db.json"
     results = tune(LINALG, str(db), "trn2", max_candidates=2)
     # The defaults and each of epilogue, elementwise, layout, mlp, weight-gradient, mlp-rows,
-    # linear-rows, attention-output, attention-QKV, attention-FFN, saved-QKV, input-rows and
-    # saved-mlp fusion turned off.
-    assert results[0].kind == "graph" and results[0].tried == 14
+    # linear-rows, attention-output, attention-QKV, attention-FFN, saved-QKV, input-rows,
+    # saved-mlp and saved-mlp weight-gradient fusion turned off.
+    assert results[0].kind == "graph" and results[0].tried == 15
     assert {r.kind for r in results[1:]} == {"matmul"}
     with make_context():
         key = graph_key(ir.Module.parse(LINALG), "trn2")
@@ -222,7 +222,8 @@ def test_linalg_graph_fusion_choice_is_stored_and_applied(tmp_path):
                                                     "fuse_attention_qkv",
                                                     "fuse_attention_ffn",
                                                     "fuse_attention_qkv_saved",
-                                                    "fuse_input_rows", "fuse_mlp_saved"}
+                                                    "fuse_input_rows", "fuse_mlp_saved",
+                                                    "fuse_mlp_saved_gradient"}
     # compile_linalg applies a graph entry before the trn stage (forced to a distinctive one).
     data["entries"][key]["config"]["fuse_matmul_epilogue"] = False
     db.write_text(json.dumps(data))

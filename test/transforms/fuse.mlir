@@ -8,6 +8,7 @@
 // RUN: neuron-opt --split-input-file --trn-fuse="mlp=false" %s | FileCheck %s --check-prefix=NOMLP
 // RUN: neuron-opt --split-input-file --trn-fuse="mlp-rows=false" %s | FileCheck %s --check-prefix=NOMLPROWS
 // RUN: neuron-opt --split-input-file --trn-fuse="mlp-saved=false" %s | FileCheck %s --check-prefix=NOMLPSAVED
+// RUN: neuron-opt --split-input-file --trn-fuse="mlp-saved-gradient=false" %s | FileCheck %s --check-prefix=NOSAVEDGRAD
 // RUN: neuron-opt --split-input-file --trn-fuse="linear-rows=false" %s | FileCheck %s --check-prefix=NOLINROWS
 // RUN: neuron-opt --split-input-file --trn-fuse="epilogue-results=false" %s | FileCheck %s --check-prefix=RES
 // RUN: neuron-opt --split-input-file --trn-fuse="bias-gradients=false" %s | FileCheck %s --check-prefix=BIAS
@@ -580,6 +581,40 @@ func.func @mlp_saved_before_a_reader(%dy: tensor<256x128xbf16>, %w2: tensor<128x
   %y = "trn.matmul"(%hb, %w1) : (tensor<256x512xbf16>, tensor<512x128xbf16>) -> tensor<256x128xf32>
   %yb = "trn.convert"(%y) : (tensor<256x128xf32>) -> tensor<256x128xbf16>
   return %yb, %s : tensor<256x128xbf16>, tensor<512xf32>
+}
+
+// -----
+
+// Tests that where the only other reader of an mlp_saved kernel's hidden value H is its weight
+// gradient (a backward's dW1 = H^T @ X, with its bias gradient, H summed over the tokens),
+// the gradient joins the kernel: its ops come after the second Linear's, the first marked
+// trn.saved_gradient, reading H as the kernel computes it; the kernel yields the second
+// Linear's result, then the gradient and the sums, and H is no result of it.
+// CHECK-LABEL: func.func @mlp_saved_gradient
+// CHECK-NEXT: %[[K:.*]]:3 = "trn.kernel"() ({
+// CHECK: %[[H:.*]] = "trn.convert"({{.*}}) {trn.producer_result}
+// CHECK: %[[Y:.*]] = "trn.matmul"(%[[H]], %arg2)
+// CHECK: %[[HT:.*]] = "trn.transpose"(%[[H]]) {permutation = array<i64: 1, 0>, trn.saved_gradient}
+// CHECK-NEXT: %[[G:.*]] = "trn.matmul"(%[[HT]], %arg3)
+// CHECK: "trn.reduce"(%[[H]])
+// CHECK: }) {kind = "mlp_saved", resultSegmentSizes = array<i32: 1, 1, 1>} : () -> (tensor<256x128xbf16>, tensor<512x128xbf16>, tensor<512xbf16>)
+// CHECK-NEXT: return %[[K]]#0, %[[K]]#1, %[[K]]#2
+// NOSAVEDGRAD-LABEL: func.func @mlp_saved_gradient
+// NOSAVEDGRAD: }) {kind = "mlp_saved", resultSegmentSizes = array<i32: 1, 1, 0>} : () -> (tensor<256x128xbf16>, tensor<256x512xbf16>)
+// NOSAVEDGRAD: }) {kind = "matmul", resultSegmentSizes = array<i32: 1, 1, 0>} : () -> (tensor<512x128xbf16>, tensor<512xbf16>)
+// NOSAVEDGRAD-NOT: saved_gradient
+// NOSAVEDGRAD: return
+func.func @mlp_saved_gradient(%dy: tensor<256x128xbf16>, %w2: tensor<128x512xbf16>, %w1: tensor<512x128xbf16>, %x: tensor<256x128xbf16>) -> (tensor<256x128xbf16>, tensor<512x128xbf16>, tensor<512xbf16>) {
+  %h = "trn.matmul"(%dy, %w2) : (tensor<256x128xbf16>, tensor<128x512xbf16>) -> tensor<256x512xf32>
+  %hb = "trn.convert"(%h) : (tensor<256x512xf32>) -> tensor<256x512xbf16>
+  %y = "trn.matmul"(%hb, %w1) : (tensor<256x512xbf16>, tensor<512x128xbf16>) -> tensor<256x128xf32>
+  %yb = "trn.convert"(%y) : (tensor<256x128xf32>) -> tensor<256x128xbf16>
+  %ht = "trn.transpose"(%hb) {permutation = array<i64: 1, 0>} : (tensor<256x512xbf16>) -> tensor<512x256xbf16>
+  %g = "trn.matmul"(%ht, %x) : (tensor<512x256xbf16>, tensor<256x128xbf16>) -> tensor<512x128xf32>
+  %gb = "trn.convert"(%g) : (tensor<512x128xf32>) -> tensor<512x128xbf16>
+  %s = "trn.reduce"(%hb) {dimensions = array<i64: 0>, op = "add"} : (tensor<256x512xbf16>) -> tensor<512xf32>
+  %sb = "trn.convert"(%s) : (tensor<512xf32>) -> tensor<512xbf16>
+  return %yb, %gb, %sb : tensor<256x128xbf16>, tensor<512x128xbf16>, tensor<512xbf16>
 }
 
 // -----

@@ -186,3 +186,19 @@ func.func @input_rows_in_a_matmul(%a: tensor<128x64xbf16>, %b: tensor<64x64xbf16
   }) {kind = "matmul", orientation = "mn", resultSegmentSizes = array<i32: 1, 0, 0>} : () -> tensor<128x64xbf16>
   return %0 : tensor<128x64xbf16>
 }
+
+// -----
+
+func.func @saved_gradient_before_the_second_linear(%arg0: tensor<256x128xbf16>, %arg1: tensor<128x512xbf16>, %arg2: tensor<512x128xbf16>, %arg3: tensor<256x128xbf16>) -> (tensor<256x128xbf16>, tensor<512x128xbf16>) {
+  %0:2 = "trn.kernel"() ({
+    %1 = "trn.matmul"(%arg0, %arg1) : (tensor<256x128xbf16>, tensor<128x512xbf16>) -> tensor<256x512xf32>
+    %2 = "trn.convert"(%1) {trn.producer_result, trn.saved_gradient} : (tensor<256x512xf32>) -> tensor<256x512xbf16>
+    %3 = "trn.matmul"(%2, %arg2) : (tensor<256x512xbf16>, tensor<512x128xbf16>) -> tensor<256x128xf32>
+    %4 = "trn.convert"(%3) : (tensor<256x128xf32>) -> tensor<256x128xbf16>
+    %5 = "trn.transpose"(%2) {permutation = array<i64: 1, 0>} : (tensor<256x512xbf16>) -> tensor<512x256xbf16>
+    %6 = "trn.matmul"(%5, %arg3) : (tensor<512x256xbf16>, tensor<256x128xbf16>) -> tensor<512x128xf32>
+    %7 = "trn.convert"(%6) : (tensor<512x128xf32>) -> tensor<512x128xbf16>
+    "trn.yield"(%4, %7) {operandSegmentSizes = array<i32: 1, 1, 0>} : (tensor<256x128xbf16>, tensor<512x128xbf16>) -> ()
+  }) {kind = "mlp_saved", resultSegmentSizes = array<i32: 1, 1, 0>} : () -> (tensor<256x128xbf16>, tensor<512x128xbf16>)
+  return %0#0, %0#1 : tensor<256x128xbf16>, tensor<512x128xbf16>
+}
