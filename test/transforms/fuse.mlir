@@ -619,6 +619,27 @@ func.func @mlp_saved_gradient(%dy: tensor<256x128xbf16>, %w2: tensor<128x512xbf1
 
 // -----
 
+// Tests that the weight gradient stays a kernel of its own where all of H's rows would not
+// fit SBUF beside the resident weights (8192 tokens of 1536 hidden units: 192 KiB of rows per
+// partition): H is stored by the mlp_saved kernel and loaded by the gradient's.
+// CHECK-LABEL: func.func @mlp_saved_gradient_rows_too_large
+// CHECK: }) {kind = "mlp_saved", resultSegmentSizes = array<i32: 1, 1, 0>} : () -> (tensor<8192x256xbf16>, tensor<8192x1536xbf16>)
+// CHECK: }) {kind = "matmul", resultSegmentSizes = array<i32: 1, 0, 0>} : () -> tensor<1536x256xbf16>
+// CHECK-NOT: saved_gradient
+// CHECK: return
+func.func @mlp_saved_gradient_rows_too_large(%dy: tensor<8192x256xbf16>, %w2: tensor<256x1536xbf16>, %w1: tensor<1536x256xbf16>, %x: tensor<8192x256xbf16>) -> (tensor<8192x256xbf16>, tensor<1536x256xbf16>) {
+  %h = "trn.matmul"(%dy, %w2) : (tensor<8192x256xbf16>, tensor<256x1536xbf16>) -> tensor<8192x1536xf32>
+  %hb = "trn.convert"(%h) : (tensor<8192x1536xf32>) -> tensor<8192x1536xbf16>
+  %y = "trn.matmul"(%hb, %w1) : (tensor<8192x1536xbf16>, tensor<1536x256xbf16>) -> tensor<8192x256xf32>
+  %yb = "trn.convert"(%y) : (tensor<8192x256xf32>) -> tensor<8192x256xbf16>
+  %ht = "trn.transpose"(%hb) {permutation = array<i64: 1, 0>} : (tensor<8192x1536xbf16>) -> tensor<1536x8192xbf16>
+  %g = "trn.matmul"(%ht, %x) : (tensor<1536x8192xbf16>, tensor<8192x256xbf16>) -> tensor<1536x256xf32>
+  %gb = "trn.convert"(%g) : (tensor<1536x256xf32>) -> tensor<1536x256xbf16>
+  return %yb, %gb : tensor<8192x256xbf16>, tensor<1536x256xbf16>
+}
+
+// -----
+
 // Tests that the mlp kernel also forms over batched tokens ([batch, tokens, features], as
 // Linear - GELU - Linear on a 3-D input traces): the GELU runs on a 3-D view of the first
 // addmm's result, and the second addmm reads a 2-D view of that. Once the GELU moves into the
