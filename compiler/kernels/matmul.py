@@ -17,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import math
+from typing import Callable
 
 from torch_mlir import ir
 
@@ -298,7 +299,8 @@ def matmul_element_type(lhs: ir.Type, rhs: ir.Type) -> ir.Type:
 
 def lower_matmul(em: Emitter, matmul: ir.Operation, chain: list[ir.Operation], views: dict,
                  outputs: list[tuple[ir.Value, HbmView]], orientation: str,
-                 column_sums: HbmView | None = None, given_a_rows=None) -> None:
+                 column_sums: HbmView | None = None,
+                 given_a_rows: Callable[[HbmView], object] | None = None) -> None:
     """`column_sums`: a 1-D [M] view to store the sums of A's columns over K in as well (for
     C = A @ B with A [M, K], 2-D): a Linear's bias gradient beside its weight gradient.
     `given_a_rows(view)`: for a 2-D product whose A^T [K, M] an earlier part of the kernel
@@ -471,7 +473,8 @@ class _HeadColumns:
 def _lower_2d(em: Emitter, matmul, chain, a: HbmView, b: HbmView, views, outputs,
               orientation: str, resident: str | None = None, block: int | None = None,
               column_sums: HbmView | None = None, batches: int = 1,
-              head: "_HeadsSideBySide._Head | None" = None, given_a_rows=None) -> None:
+              head: "_HeadsSideBySide._Head | None" = None,
+              given_a_rows: Callable[[HbmView], object] | None = None) -> None:
     """One matrix product of a matmul kernel (of `batches` such products, each lowered by a
     call of its own; `head`: one head's, its B and outputs shared with the other heads';
     `given_a_rows`: see `lower_matmul`)."""
