@@ -1801,14 +1801,9 @@ def merge_weight_gradient(first: ir.Operation, second: ir.Operation) -> ir.Opera
     with ir.InsertionPoint(second), second.location:
         merged = build_kernel("weight_gradient", [r.type for r in second.results])
     mapping: dict = {}
-    body = kernel_body(second)
     with ir.InsertionPoint(merged.regions[0].blocks[0]):
-        _clone_bodies((first,), mapping)
-        for op in body[:-1]:
-            clone = U.clone_with_operands(op, [mapping.get(v, v) for v in op.operands])
-            for old, new in zip(op.results, clone.results):
-                mapping[old] = new
-        build_yield([mapping[v] for v in body[-1].operands], loc=second.location)
+        _clone_bodies((first, second), mapping)
+        build_yield([mapping[r] for r in second.results], loc=second.location)
     for old, new in zip(second.results, merged.results):
         old.replace_all_uses_with(new)
     second.erase()
@@ -2108,17 +2103,11 @@ def merge_saved_gradient(saved: ir.Operation, gradient: ir.Operation) -> ir.Oper
     types = [saved.results[0].type] + [r.type for r in gradient.results]
     with ir.InsertionPoint(saved), saved.location:
         merged = build_kernel("mlp_saved", types)
+    kernel_body(gradient)[0].attributes[SAVED_GRADIENT] = ir.UnitAttr.get()
     mapping: dict = {}
-    body = kernel_body(gradient)
     with ir.InsertionPoint(merged.regions[0].blocks[0]):
-        _clone_bodies((saved,), mapping)
-        for i, op in enumerate(body[:-1]):
-            clone = U.clone_with_operands(op, [mapping.get(v, v) for v in op.operands])
-            if i == 0:
-                clone.attributes[SAVED_GRADIENT] = ir.UnitAttr.get()
-            for old, new in zip(op.results, clone.results):
-                mapping[old] = new
-        build_yield([mapping[saved.results[0]]] + [mapping[v] for v in body[-1].operands],
+        _clone_bodies((saved, gradient), mapping)
+        build_yield([mapping[r] for r in (saved.results[0], *gradient.results)],
                     loc=saved.location)
     saved.results[0].replace_all_uses_with(merged.results[0])
     for old, new in zip(gradient.results, merged.results[1:]):
