@@ -2410,6 +2410,9 @@ func.func @matmul_rows_scaled_result(%do: tensor<1x128x64xbf16>, %vt: tensor<1x6
 // ERRMERGED: trn_to_nisa-invalid-merged.mlir:130:10: error: convert-trn-to-nisa: an attention kernel that computes its operands has at most one op marked trn.attention_output, after its attention's ops
 // ERRMERGED: trn_to_nisa-invalid-merged.mlir:182:8: error: convert-trn-to-nisa: only an mlp or attention kernel has an op marked trn.input_rows
 // ERRMERGED: trn_to_nisa-invalid-merged.mlir:193:10: error: convert-trn-to-nisa: an mlp_saved kernel has at most one op marked trn.saved_gradient, after its second Linear's
+// ERRMERGED: trn_to_nisa-invalid-merged.mlir:209:10: error: convert-trn-to-nisa: an mlp_saved kernel's weight-gradient part holds one matmul
+// ERRMERGED: trn_to_nisa-invalid-merged.mlir:229:10: error: convert-trn-to-nisa: an mlp_saved kernel's weight gradient reads the transpose of its hidden value
+// ERRMERGED: trn_to_nisa-invalid-merged.mlir:239:10: error: convert-trn-to-nisa: an mlp_saved kernel's weight-gradient part yields the gradient and at most the hidden value's sums over its rows
 // ERRMLPSAVED: trn_to_nisa-invalid-mlp-saved.mlir:3:{{[0-9]+}}: error: convert-trn-to-nisa: an mlp_saved kernel needs one op marked trn.producer_result, not its last
 func.func @mlp_saved(%arg0: tensor<256x128xbf16>, %arg1: tensor<512x128xbf16>, %arg2: tensor<512xbf16>, %arg3: tensor<128x512xbf16>) -> (tensor<256x128xbf16>, tensor<256x512xbf16>, tensor<256x512xbf16>) {
   %0:3 = "trn.kernel"() ({

@@ -202,3 +202,50 @@ func.func @saved_gradient_before_the_second_linear(%arg0: tensor<256x128xbf16>, 
   }) {kind = "mlp_saved", resultSegmentSizes = array<i32: 1, 1, 0>} : () -> (tensor<256x128xbf16>, tensor<512x128xbf16>)
   return %0#0, %0#1 : tensor<256x128xbf16>, tensor<512x128xbf16>
 }
+
+// -----
+
+func.func @saved_gradient_without_a_matmul(%arg0: tensor<256x128xbf16>, %arg1: tensor<128x512xbf16>, %arg2: tensor<512x128xbf16>) -> (tensor<256x128xbf16>, tensor<512xf32>) {
+  %0:2 = "trn.kernel"() ({
+    %1 = "trn.matmul"(%arg0, %arg1) : (tensor<256x128xbf16>, tensor<128x512xbf16>) -> tensor<256x512xf32>
+    %2 = "trn.convert"(%1) {trn.producer_result} : (tensor<256x512xf32>) -> tensor<256x512xbf16>
+    %3 = "trn.matmul"(%2, %arg2) : (tensor<256x512xbf16>, tensor<512x128xbf16>) -> tensor<256x128xf32>
+    %4 = "trn.convert"(%3) : (tensor<256x128xf32>) -> tensor<256x128xbf16>
+    %5 = "trn.reduce"(%2) {dimensions = array<i64: 0>, op = "add", trn.saved_gradient} : (tensor<256x512xbf16>) -> tensor<512xf32>
+    "trn.yield"(%4, %5) {operandSegmentSizes = array<i32: 1, 1, 0>} : (tensor<256x128xbf16>, tensor<512xf32>) -> ()
+  }) {kind = "mlp_saved", resultSegmentSizes = array<i32: 1, 1, 0>} : () -> (tensor<256x128xbf16>, tensor<512xf32>)
+  return %0#0, %0#1 : tensor<256x128xbf16>, tensor<512xf32>
+}
+
+// -----
+
+func.func @saved_gradient_of_another_value(%arg0: tensor<256x128xbf16>, %arg1: tensor<128x512xbf16>, %arg2: tensor<512x128xbf16>, %arg3: tensor<256x128xbf16>, %arg4: tensor<256x512xbf16>) -> (tensor<256x128xbf16>, tensor<512x128xbf16>) {
+  %0:2 = "trn.kernel"() ({
+    %1 = "trn.matmul"(%arg0, %arg1) : (tensor<256x128xbf16>, tensor<128x512xbf16>) -> tensor<256x512xf32>
+    %2 = "trn.convert"(%1) {trn.producer_result} : (tensor<256x512xf32>) -> tensor<256x512xbf16>
+    %3 = "trn.matmul"(%2, %arg2) : (tensor<256x512xbf16>, tensor<512x128xbf16>) -> tensor<256x128xf32>
+    %4 = "trn.convert"(%3) : (tensor<256x128xf32>) -> tensor<256x128xbf16>
+    %5 = "trn.transpose"(%arg4) {permutation = array<i64: 1, 0>, trn.saved_gradient} : (tensor<256x512xbf16>) -> tensor<512x256xbf16>
+    %6 = "trn.matmul"(%5, %arg3) : (tensor<512x256xbf16>, tensor<256x128xbf16>) -> tensor<512x128xf32>
+    %7 = "trn.convert"(%6) : (tensor<512x128xf32>) -> tensor<512x128xbf16>
+    "trn.yield"(%4, %7) {operandSegmentSizes = array<i32: 1, 1, 0>} : (tensor<256x128xbf16>, tensor<512x128xbf16>) -> ()
+  }) {kind = "mlp_saved", resultSegmentSizes = array<i32: 1, 1, 0>} : () -> (tensor<256x128xbf16>, tensor<512x128xbf16>)
+  return %0#0, %0#1 : tensor<256x128xbf16>, tensor<512x128xbf16>
+}
+
+// -----
+
+func.func @saved_gradient_summing_another_value(%arg0: tensor<256x128xbf16>, %arg1: tensor<128x512xbf16>, %arg2: tensor<512x128xbf16>, %arg3: tensor<256x128xbf16>, %arg4: tensor<256x512xbf16>) -> (tensor<256x128xbf16>, tensor<512x128xbf16>, tensor<512xf32>) {
+  %0:3 = "trn.kernel"() ({
+    %1 = "trn.matmul"(%arg0, %arg1) : (tensor<256x128xbf16>, tensor<128x512xbf16>) -> tensor<256x512xf32>
+    %2 = "trn.convert"(%1) {trn.producer_result} : (tensor<256x512xf32>) -> tensor<256x512xbf16>
+    %3 = "trn.matmul"(%2, %arg2) : (tensor<256x512xbf16>, tensor<512x128xbf16>) -> tensor<256x128xf32>
+    %4 = "trn.convert"(%3) : (tensor<256x128xf32>) -> tensor<256x128xbf16>
+    %5 = "trn.transpose"(%2) {permutation = array<i64: 1, 0>, trn.saved_gradient} : (tensor<256x512xbf16>) -> tensor<512x256xbf16>
+    %6 = "trn.matmul"(%5, %arg3) : (tensor<512x256xbf16>, tensor<256x128xbf16>) -> tensor<512x128xf32>
+    %7 = "trn.convert"(%6) : (tensor<512x128xf32>) -> tensor<512x128xbf16>
+    %8 = "trn.reduce"(%arg4) {dimensions = array<i64: 0>, op = "add"} : (tensor<256x512xbf16>) -> tensor<512xf32>
+    "trn.yield"(%4, %7, %8) {operandSegmentSizes = array<i32: 1, 1, 1>} : (tensor<256x128xbf16>, tensor<512x128xbf16>, tensor<512xf32>) -> ()
+  }) {kind = "mlp_saved", resultSegmentSizes = array<i32: 1, 1, 1>} : () -> (tensor<256x128xbf16>, tensor<512x128xbf16>, tensor<512xf32>)
+  return %0#0, %0#1, %0#2 : tensor<256x128xbf16>, tensor<512x128xbf16>, tensor<512xf32>
+}
