@@ -93,6 +93,9 @@ class CompileOptions:
     # trn-layout concat-reader-order: a concatenation its readers split and transpose alike
     # (a QKV gradient read as token rows) built in that order
     concat_reader_order: bool = True
+    # trn-layout transposed-contractions: an attention kernel's row contraction that is read
+    # transposed (a softmax backward's dK^T, taken as dK) computed transposed
+    transposed_contractions: bool = True
     # trn-fuse-attention-output: a token-major attention kernel read only by a linear_rows
     # kernel (the output projection, residual add and norm) merges into it; the attention
     # output's token rows stay on chip as the projection's operand
@@ -199,7 +202,8 @@ def stages(options: CompileOptions) -> list[Stage]:
             f"target={target}}}")
     layout = (f"trn-layout{{attention-token-major="
               f"{str(options.attention_token_major).lower()} concat-reader-order="
-              f"{str(options.concat_reader_order).lower()}}}," if options.layout_assignment
+              f"{str(options.concat_reader_order).lower()} transposed-contractions="
+              f"{str(options.transposed_contractions).lower()}}}," if options.layout_assignment
               else "")
     attention_output = (f"trn-fuse-attention-output{{target={target} qkv="
                         f"{str(options.fuse_attention_qkv).lower()} ffn="

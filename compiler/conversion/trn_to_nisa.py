@@ -305,6 +305,13 @@ class _FunctionLowering:
         # (An output buffer taken by a value whose reshape is returned has the reshape's.)
         return view if view.shape == shape else view.reshape(shape)
 
+    def _result_view(self, result: ir.Value) -> HbmView:
+        """Where an op computes `result`: its own buffer, or the slice an insert_slice puts it
+        in (`_kernels_into_slices`)."""
+        if result in self.into_slice:
+            return self._slice_of(self.into_slice[result]).reshape(tuple(U.shape(result)))
+        return self._buffer(result)
+
     def _slice_of(self, insert: ir.Operation) -> HbmView:
         """The view of the slice `insert` writes, in its result's buffer."""
         return _inserted_slice(self._buffer(insert.results[0]), insert)
@@ -325,10 +332,9 @@ class _FunctionLowering:
             self.views[op.results[0]] = self._view(op, self.views[op.operands[0]])
             return
         result = op.results[0]
-        out = self._buffer(result) if result not in self.into_slice else \
-            self._slice_of(self.into_slice[result]).reshape(tuple(U.shape(result)))
+        out = self._result_view(result)
         if op.name == "trn.kernel":
-            also = [self._buffer(r) for r in list(op.results)[1:]]
+            also = [self._result_view(r) for r in list(op.results)[1:]]
             # A kernel trn-order paired with another: its on-chip tiles say so, for
             # trn-plan-memory's disjoint parts of SBUF and PSUM
             if "co_run" in op.attributes:
@@ -998,7 +1004,7 @@ def _inserted_slice(whole: HbmView, insert: ir.Operation) -> HbmView:
 
 
 def _kernels_into_slices(body: list[ir.Operation]) -> dict[ir.Value, ir.Operation]:
-    """Kernel results (a kernel's first) to compute straight into the slice of the
+    """Kernel results to compute straight into the slice of the
     insert_slice that is their only reader (through reshapes), instead of into a buffer of
     their own that the insert copies from: a concatenation of per-head gradients ([4, 12,
     512, 64] pieces of a [12, 12, 512, 64] tensor) moved every piece twice more. Only for
@@ -1041,7 +1047,7 @@ def _kernels_into_slices(body: list[ir.Operation]) -> dict[ir.Value, ir.Operatio
                 region = _inserted_slice(HbmView.abstract(tuple(U.shape(last.results[0]))),
                                          insert)
                 if producer is not None and producer.name == "trn.kernel" and \
-                        source == producer.results[0] and len(list(source.uses)) == 1 and \
+                        len(list(source.uses)) == 1 and \
                         region.reshape(tuple(U.shape(source))) is not None:
                     chosen[source] = insert
     return chosen

@@ -116,8 +116,11 @@ def lower_attention(em: Emitter, body: list[ir.Operation], views: dict,
     first = matmuls[0]
     second = matmuls[1] if len(matmuls) >= 2 else None
     # A third contracts the rows over their row dim (trn-fuse row_contractions: dK^T =
-    # Q^T @ dS), accumulated over the query blocks.
+    # Q^T @ dS, or dK = dS^T @ Q where trn-layout transposed it), accumulated over the query
+    # blocks.
     third = matmuls[2] if len(matmuls) == 3 else None
+    if third is not None:
+        saved = _written_through_views(saved, set(body))
     position = {op: i for i, op in enumerate(body)}
     end = position[second] if second is not None else len(body)
 
@@ -588,6 +591,30 @@ def _computing(ops: list[ir.Operation], value: ir.Value) -> list[ir.Operation]:
     return chosen[::-1]
 
 
+def _written_through_views(saved: tuple[ir.Value, HbmView], body: set
+                           ) -> tuple[ir.Value, HbmView]:
+    """(value, view) of a kernel's second result with the view ops of `body` that make it
+    (trn-layout's token-major transpose, the reshape splitting its heads) undone on the view:
+    the value they are views of, and where its elements go. A reshape of batch dims that no
+    strided view expresses leaves the view's batch dims as they are (`pick` takes a flat
+    batch index)."""
+    value, view = saved
+    op = U.defining_op(value)
+    while op in body and op.name in ("trn.transpose", "trn.reshape"):
+        source = op.operands[0]
+        if op.name == "trn.transpose":
+            view = view.transpose(U.inverse_permutation(U.array_attr(op, "permutation")))
+        else:
+            shape = U.shape(source)
+            reshaped = view.reshape(tuple(shape))
+            if reshaped is None and (list(view.shape[-2:]) != shape[-2:] or
+                                     math.prod(view.shape) != math.prod(shape)):
+                break
+            view = reshaped or view
+        value, op = source, U.defining_op(source)
+    return value, view
+
+
 def _row_contraction(em: Emitter, matmul: ir.Operation, chain: list[ir.Operation],
                      views: dict, saved: tuple[ir.Value, HbmView], probs: ir.Value, sq: int,
                      pick: Callable, locate: Callable) -> Callable[[Tile, HbmView], None]:
@@ -596,8 +623,19 @@ def _row_contraction(em: Emitter, matmul: ir.Operation, chain: list[ir.Operation
     are the contraction), A^T's rows [rows, D] the stationary one, into a PSUM tile [D, Sk]
     per batch index that the last row tile's step runs `chain` (the epilogue) on and
     stores to `saved`'s view. The row tiles come in order within a batch index, so C sums
-    its row tiles in the order a matmul kernel's K-tiles would."""
+    its row tiles in the order a matmul kernel's K-tiles would.
+
+    Transposed (trn-layout transposed-contractions: C^T = R^T @ B, [.., Sk, Sq] x [.., Sq,
+    D]), each 128-column block of R's tile is the stationary operand and B's rows [rows, D]
+    the moving one, into one PSUM tile per key block, [128, D] each side by side: the same
+    products summed in the same order. Where the view of C^T holds the heads of a batch
+    index side by side in each row (stored token-major), a key block's rows of all heads
+    gather in one SBUF tile, stored as whole rows once the last head's are in."""
     value, out_view = saved
+    if U.defining_op(matmul.operands[0]) is not None and \
+            matmul.operands[1] in views and matmul.operands[0] not in views:
+        return _transposed_row_contraction(em, matmul, chain, views, saved, probs, sq, pick,
+                                           locate)
     a_view = views.get(matmul.operands[0])
     if a_view is None or U.defining_op(matmul.operands[1]) is None:
         raise CompileError("an attention kernel's third matmul reads an operand from HBM "
@@ -611,10 +649,7 @@ def _row_contraction(em: Emitter, matmul: ir.Operation, chain: list[ir.Operation
     def contract(probs_tile: Tile, view: HbmView) -> None:
         b, q0, qn = locate(view)
         if b not in accumulators:
-            for old in staged.values():
-                old.release()
-            staged.clear()
-            staged[b] = _Staged(em, pick(a_view, b).transpose([1, 0]), etype)
+            _stage_alone(staged, b, _Staged(em, pick(a_view, b).transpose([1, 0]), etype))
             accumulators[b] = em.alloc("psum", d, sk, ir.F32Type.get())
         acc = accumulators[b]
         em.matmul(acc, staged[b].tile(q0, qn, 0, d), probs_tile, accumulate=q0 > 0)
@@ -624,6 +659,82 @@ def _row_contraction(em: Emitter, matmul: ir.Operation, chain: list[ir.Operation
             del accumulators[b]
 
     return contract
+
+
+def _transposed_row_contraction(em: Emitter, matmul: ir.Operation, chain: list[ir.Operation],
+                                views: dict, saved: tuple[ir.Value, HbmView], probs: ir.Value,
+                                sq: int, pick: Callable, locate: Callable
+                                ) -> Callable[[Tile, HbmView], None]:
+    """`_row_contraction`'s step for C^T = R^T @ B."""
+    value, out_view = saved
+    b_view = views[matmul.operands[1]]
+    sk, d = U.shape(matmul.results[0])[-2:]
+    tk = em.target.pe_rows
+    blocks = [(k0, min(tk, sk - k0)) for k0 in range(0, sk, tk)]
+    etype = matmul_element_type(U.element_type(probs), b_view.element_type)
+    epilogue = Epilogue(em, chain, views, matmul.results[0], {value})
+    rounding_only = [op.name for op in chain] == ["trn.convert"] and \
+        chain[0].results[0] == value and isinstance(U.element_type(value), ir.FloatType)
+    # Token-major: the heads of a batch index side by side in each of C^T's rows.
+    rows_out = out_view.merge_heads(-1) if out_view.rank >= 3 and \
+        out_view.shape[-3] > 1 else None
+    heads = out_view.shape[-3] if rows_out is not None else 1
+    if rows_out is not None and len(blocks) * heads * d * U.element_bytes(
+            out_view.element_type) > em.target.sbuf_partition_bytes // 4:
+        rows_out, heads = None, 1
+    gathered: dict[tuple[int, int], list] = {}        # (outer, k0) -> [tile, heads in]
+    accumulators: dict[int, Tile] = {}
+    staged: dict[int, _Staged] = {}
+
+    def evacuate(b: int, acc: Tile) -> None:
+        outer, head = divmod(b, heads)
+        for i, (k0, kn) in enumerate(blocks):
+            part = acc.columns(i * d, d).rows(kn)
+            if rows_out is None:
+                results = epilogue.run(part, lambda v, b=b, k0=k0, kn=kn:
+                                       pick(v, b).slice(0, k0, kn))
+                store_tile(em, pick(out_view, b).slice(0, k0, kn), results[value])
+                continue
+            if (outer, k0) not in gathered:
+                gathered[outer, k0] = [em.alloc("sbuf", kn, heads * d,
+                                                out_view.element_type), 0]
+            entry = gathered[outer, k0]
+            slot = entry[0].columns(head * d, d)
+            if rounding_only and slot.element_type == U.element_type(value):
+                em.copy(slot, part)                 # rounds to the result's type
+            else:
+                results = epilogue.run(part, lambda v, b=b, k0=k0, kn=kn:
+                                       pick(v, b).slice(0, k0, kn))
+                em.copy(slot, results[value])
+            entry[1] += 1
+            if entry[1] == heads:
+                store_tile(em, pick(rows_out, outer).slice(0, k0, kn), entry[0])
+                del gathered[outer, k0]
+
+    def contract(probs_tile: Tile, view: HbmView) -> None:
+        b, q0, qn = locate(view)
+        if b not in accumulators:
+            _stage_alone(staged, b, _Staged(em, pick(b_view, b), etype))
+            accumulators[b] = em.alloc("psum", blocks[0][1], len(blocks) * d,
+                                       ir.F32Type.get())
+        acc = accumulators[b]
+        for i, (k0, kn) in enumerate(blocks):
+            em.matmul(acc.columns(i * d, d).rows(kn), probs_tile.columns(k0, kn),
+                      staged[b].tile(q0, qn, 0, d), accumulate=q0 > 0)
+        if q0 + qn == sq:
+            evacuate(b, acc)
+            del accumulators[b]
+
+    return contract
+
+
+def _stage_alone(staged: dict[int, _Staged], b: int, operand: _Staged) -> None:
+    """`operand` becomes batch index `b`'s entry of `staged`, the earlier ones' tiles
+    released (a row contraction's operand of one batch index at a time)."""
+    for old in staged.values():
+        old.release()
+    staged.clear()
+    staged[b] = operand
 
 
 def _widening(op: ir.Operation) -> bool:

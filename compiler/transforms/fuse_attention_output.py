@@ -68,10 +68,11 @@ projection and the output projection both join, and where only the projection re
 attention's output, the kernel yields the projection's result alone, the output staying on
 chip (GPT-2 small over 512 tokens: 4.7 MB of QKV and 1.6 MB of output per layer). (A
 kernel's results after the first come in at most two groups of one type each,
-dialects/trn.py: the kernel yields its probabilities first and the rest -- its output and
-the views, as many elements each in self-attention -- flat in one group, reshaped back
-outside; a backward's kernel, whose further results flatten alike, yields its output
-first, dQ, which then goes straight into its slice of the QKV gradient.)
+dialects/trn.py: a forward's kernel yields its probabilities first and the rest -- its
+output and the views, of three types but as many elements each in self-attention -- flat
+in one group, reshaped back outside; a backward's kernel yields its output first, dQ, which
+then goes straight into its slice of the QKV gradient, then dK (or dK^T) and dO, two types,
+each in its own shape.)
 
 Option `input-rows` (on by default): the norm in front of such a pre-norm layer's attention
 (a row-wise kernel of one result that only the QKV projection reads, through reshapes to
@@ -586,10 +587,10 @@ def merge_qkv_saved(attention: ir.Operation, qkv: ir.Operation, saved: list[tupl
     if projection is not None:
         kernel_body(attention)[-2].attributes[ATTENTION_OUTPUT] = ir.UnitAttr.get()
     returned = list(dict.fromkeys(value for value, _ in saved))
-    first, further, flat = _flat_layout(
+    first, further, further_types = _flat_layout(
         _results_kept(attention, projection),
         returned + ([projection.results[0]] if projection else []))
-    types = [first.type] + [flat] * len(further)
+    types = [first.type] + further_types
     with ir.InsertionPoint(at if at is not None else attention), attention.location:
         merged = build_kernel("attention", types)
     for name in U.attributes_of(attention):
@@ -601,16 +602,20 @@ def merge_qkv_saved(attention: ir.Operation, qkv: ir.Operation, saved: list[tupl
         _clone_bodies((qkv, attention) + ((projection,) if projection is not None else ()),
                       mapping)
         values = []
-        for value in further:
+        for value, yielded_type in zip(further, further_types):
             inner = mapping[inner_of.get(value, value)]
-            values.append(U.create("trn.reshape", [flat], [inner], {},
-                                   loc=attention.location).results[0])
+            if inner.type != yielded_type:
+                inner = U.create("trn.reshape", [yielded_type], [inner], {},
+                                 loc=attention.location).results[0]
+            values.append(inner)
         build_yield([mapping[first]] + values, loc=attention.location)
     first.replace_all_uses_with(merged.results[0])
     with ir.InsertionPoint(at if at is not None else attention):
         for value, result in zip(further, list(merged.results)[1:]):
-            shaped = U.create("trn.reshape", [value.type], [result], {},
-                              loc=attention.location).results[0]
+            shaped = result
+            if value.type != result.type:
+                shaped = U.create("trn.reshape", [value.type], [result], {},
+                                  loc=attention.location).results[0]
             value.replace_all_uses_with(shaped)
     # The views outside, now unread, go with the projection they read.
     body = U.body_ops(U.operation(attention.parent))
@@ -628,27 +633,33 @@ def merge_qkv_saved(attention: ir.Operation, qkv: ir.Operation, saved: list[tupl
 
 
 def _flat_layout(results: list[ir.Value], more: list[ir.Value]
-                 ) -> tuple[ir.Value, list[ir.Value], ir.Type | None] | None:
-    """(first, further, type): the attention kernel's result the merged kernel yields first,
-    the values it yields after it, and the one type they take there, [elements] of their
-    element type (one group of a kernel's results: dialects/trn.py). Its output first where
-    the rest flatten alike (a softmax backward's dQ, which then goes straight into the slice
-    of the QKV gradient it is inserted in: convert-trn-to-nisa `_kernels_into_slices`), else
-    its last result (a forward's probabilities, of another size than the rest); None where
-    neither flattens. One value to yield (an inference's output, or the projection's result
-    where only the projection reads that output: `results` empty) is yielded alone (type
-    None)."""
+                 ) -> tuple[ir.Value, list[ir.Value], list[ir.Type]] | None:
+    """(first, further, types): the attention kernel's result the merged kernel yields first,
+    the values it yields after it, and the types they take there. A kernel's results after
+    the first come in at most two groups of one type each (dialects/trn.py): where the
+    further values have at most two types, each keeps its own (grouped by type, in order);
+    otherwise they flatten alike, [elements] of their element type. Its output first where
+    the rest fit (a softmax backward's dQ, which then goes straight into the slice of the QKV
+    gradient it is inserted in: convert-trn-to-nisa `_kernels_into_slices`; its dK,
+    token-major too, keeps its shape for the same), else its last result (a forward's
+    probabilities, of another size than the rest); None where neither fits. One value to
+    yield (an inference's output, or the projection's result where only the projection
+    reads that output: `results` empty) is yielded alone."""
     if not results:
         results, more = more[:1], more[1:]
     if len(results) == 1 and not more:
-        return results[0], [], None
+        return results[0], [], []
     orders = [(results[-1], results[:-1] + more)]
     if len(results) > 1:
         orders.insert(0, (results[0], results[1:] + more))
     for first, further in orders:
+        kinds = list(dict.fromkeys(str(v.type) for v in further))
+        if len(kinds) <= 2:
+            grouped = sorted(further, key=lambda v: kinds.index(str(v.type)))
+            return first, grouped, [v.type for v in grouped]
         counts = {math.prod(U.shape(v)) for v in further}
         types = {str(U.element_type(v)) for v in further}
         if len(counts) == 1 and len(types) == 1:
-            return first, further, ir.RankedTensorType.get([counts.pop()],
-                                                           U.element_type(further[0]))
+            flat = ir.RankedTensorType.get([counts.pop()], U.element_type(further[0]))
+            return first, further, [flat] * len(further)
     return None

@@ -23,6 +23,15 @@ each query block of all heads as whole token rows (compiler/kernels/attention.py
 readers take the result as it is. Stored head by head, every token row of O is a 128-byte run
 (Dv = 64 in bf16) that the projection reads back one run per partition row.
 
+Transposed row contractions (option `transposed-contractions`): an attention kernel's third
+matmul C = A @ R [.., D, Sk] (trn-fuse attention-contractions: a softmax backward's dK^T =
+Q^T @ dS, R the rows) whose result is read only through reshapes of its batch dims and then
+a transpose of its last two (dK, as the QKV gradient takes it) computes C^T = R^T @ A^T
+instead, and the readers take it as it is. The lowering accumulates C^T in key blocks of 128
+rows with R's row tiles as the stationary operand, the same sums in the same order; the
+transpose that followed (a copy through HBM, 3.1 MB read and written for BERT-base) is gone,
+and C^T can be stored token-major like the output (below).
+
 Concatenations in their reader's order (option `concat-reader-order`): a concatenation of
 equal slices along dim 0, built by insert_slices into a trn.empty, that every reader splits
 (reshape [n * c, ...] -> [n, c, ...]) and transposes the same way is built in that transposed
@@ -43,6 +52,7 @@ from torch_mlir import ir
 
 from torchneuron.compiler import ir_utils as U
 from torchneuron.compiler.passes import Pass, register
+from torchneuron.compiler.kernels.tile_ops import ELEMENTWISE_OPS, VIEW_OPS
 from torchneuron.compiler.transforms.tile import epilogue_operand_along, kernel_body
 from torchneuron.dialects.trn import build_yield
 
@@ -55,9 +65,17 @@ class LayoutPass(Pass):
                "attention outputs token-major where their readers want them so")
     attention_token_major: bool = True
     concat_reader_order: bool = True
+    transposed_contractions: bool = True
 
     def run(self, module: ir.Operation) -> None:
         for func in U.functions(module):
+            if self.transposed_contractions:
+                # (Before the concatenations: the transposes it removes would be chained
+                # with the ones those add.)
+                for op in [op for op in U.body_ops(func) if op.name == "trn.kernel"]:
+                    found = _transposing_readers(op)
+                    if found is not None:
+                        _transpose_contraction(op, *found)
             if self.concat_reader_order:
                 # (Chains are disjoint: rebuilding one erases none of the others' ends.)
                 for last in [op for op in U.body_ops(func) if _ends_chain(op)]:
@@ -68,19 +86,30 @@ class LayoutPass(Pass):
                 if _wants_transposed_result(op):
                     _transpose_result(op)
                 elif self.attention_token_major:
-                    readers = _token_major_readers(op)
-                    if readers:
-                        _store_token_major(op, readers)
+                    for index in _results_token_major_capable(op):
+                        readers = _token_major_readers(op, index)
+                        if readers:
+                            _store_token_major(op, readers, index)
 
 
 # [B, H, S, Dv] -> [B, S, H, Dv]: heads side by side in each token's row.
 TOKEN_MAJOR = [0, 2, 1, 3]
 
 
-def _token_major_readers(kernel: ir.Operation) -> list[tuple] | None:
-    """For an attention kernel whose result O[B*H, S, Dv] (or [B, H, S, Dv]) is read only
-    through reshape to [B, H, S, Dv] then transpose TOKEN_MAJOR: the (reshape, transposes)
-    pairs, all of one type; otherwise None."""
+def _results_token_major_capable(kernel: ir.Operation) -> list[int]:
+    """The results of `kernel` its lowering can store token-major: the first, and an attention
+    kernel's transposed row contraction (its second result, C^T [.., Sk, D])."""
+    indices = [0]
+    contraction = _row_contraction(kernel)
+    if contraction is not None and _transposed_form(contraction[0]):
+        indices.append(1)
+    return indices
+
+
+def _token_major_readers(kernel: ir.Operation, index: int = 0) -> list[tuple] | None:
+    """For an attention kernel whose result `index`, O[B*H, S, Dv] (or [B, H, S, Dv]), is read
+    only through reshape to [B, H, S, Dv] then transpose TOKEN_MAJOR: the (reshape,
+    transposes) pairs, all of one type; otherwise None."""
     kind = U.str_attr(kernel, "kind")
     if kind == "matmul":
         # A batched product (dV = P^T @ dO per head) written through the inverse view as
@@ -92,7 +121,7 @@ def _token_major_readers(kernel: ir.Operation) -> list[tuple] | None:
             return None
     elif kind != "attention":
         return None
-    result = kernel.results[0]
+    result = kernel.results[index]
     readers, shapes = [], set()
     for use in result.uses:
         reshape = U.operation(use.owner)
@@ -113,20 +142,22 @@ def _token_major_readers(kernel: ir.Operation) -> list[tuple] | None:
     return readers
 
 
-def _store_token_major(kernel: ir.Operation, readers: list[tuple]) -> None:
-    result = kernel.results[0]
+def _store_token_major(kernel: ir.Operation, readers: list[tuple], index: int = 0) -> None:
+    result = kernel.results[index]
     etype = U.element_type(result)
     heads_shape = U.shape(readers[0][0].results[0])
     b, h, s, dv = heads_shape
     token_major = U.tensor_type([b, s, h, dv], etype)
     old_yield = kernel_body(kernel)[-1]
+    values = list(old_yield.operands)
     with ir.InsertionPoint(old_yield), old_yield.location:
         split = U.create("trn.reshape", [U.tensor_type(heads_shape, etype)],
-                         [old_yield.operands[0]]).results[0]
-        t = U.create("trn.transpose", [token_major], [split],
-                     {"permutation": U.i64_array(TOKEN_MAJOR)}).results[0]
-        # (A second result, probabilities an attention kernel also stores, stays as it is.)
-        build_yield([t] + list(old_yield.operands)[1:], loc=old_yield.location)
+                         [values[index]]).results[0]
+        # (The other results, probabilities an attention kernel also stores, stay as they
+        # are.)
+        values[index] = U.create("trn.transpose", [token_major], [split],
+                                 {"permutation": U.i64_array(TOKEN_MAJOR)}).results[0]
+        build_yield(values, loc=old_yield.location)
     old_yield.erase()
     result.set_type(token_major)
     for reshape, transposes in readers:
@@ -134,6 +165,128 @@ def _store_token_major(kernel: ir.Operation, readers: list[tuple]) -> None:
             t.results[0].replace_all_uses_with(result)
             t.erase()
         reshape.erase()
+
+
+def _row_contraction(kernel: ir.Operation) -> tuple[ir.Operation, list[ir.Operation]] | None:
+    """An attention kernel's third matmul (trn-fuse attention-contractions) and the unary
+    elementwise ops from it to the kernel's second result, which it computes and nothing
+    else in the kernel reads; else None."""
+    if U.str_attr(kernel, "kind") != "attention" or len(kernel.results) != 2:
+        return None
+    body = kernel_body(kernel)
+    matmuls = [op for op in body if op.name == "trn.matmul"]
+    if len(matmuls) != 3:
+        return None
+    chain, value = [], matmuls[2].results[0]
+    for op in body[body.index(matmuls[2]) + 1:-1]:
+        if op.name in ELEMENTWISE_OPS and list(op.operands) == [value] and \
+                U.shape(op.results[0]) == U.shape(value):
+            chain.append(op)
+            value = op.results[0]
+    if body[-1].operands[1] != value or any(
+            len(list(op.results[0].uses)) != 1 for op in [matmuls[2]] + chain):
+        return None
+    return matmuls[2], chain
+
+
+def _transposed_form(matmul: ir.Operation) -> bool:
+    """Whether the row contraction `matmul` is C^T = R^T @ B: its left operand the transpose
+    of a value computed in the kernel (the rows), its right one read from outside."""
+    kernel = U.operation(matmul.parent)
+    left = U.defining_op(matmul.operands[0])
+    return left is not None and left.name == "trn.transpose" and \
+        not _from_outside(matmul.operands[0], kernel) and \
+        _from_outside(matmul.operands[1], kernel)
+
+
+def _from_outside(value: ir.Value, kernel: ir.Operation) -> bool:
+    """Whether `value` is a value defined outside `kernel` or a chain of view ops over one."""
+    op = U.defining_op(value)
+    while op is not None and U.operation(op.parent) == kernel:
+        if op.name not in VIEW_OPS:
+            return False
+        op = U.defining_op(op.operands[0])
+    return True
+
+
+def _transposing_readers(kernel: ir.Operation) -> tuple | None:
+    """For an attention kernel whose row contraction C = A @ R (its second result, computed
+    from the rows and an operand from outside) is read only through reshapes that keep its
+    last two dims and then a transpose of those two alone: (the matmul, its unary chain, the
+    readers as (reshapes, transpose) pairs); else None."""
+    found = _row_contraction(kernel)
+    if found is None:
+        return None
+    matmul, chain = found
+    a, rows = matmul.operands
+    kernel_ops = set(kernel_body(kernel))
+    if not _from_outside(a, kernel) or U.defining_op(rows) not in kernel_ops:
+        return None
+    result = kernel.results[1]
+    rank = len(U.shape(result))
+    tail = U.shape(result)[-2:]
+    readers = []
+    for use in result.uses:
+        reshapes, value = [], result
+        op = U.operation(use.owner)
+        while op.name == "trn.reshape" and U.shape(op.results[0])[-2:] == tail and \
+                len(list(op.results[0].uses)) == 1:
+            reshapes.append(op)
+            value = op.results[0]
+            op = U.operation(next(iter(value.uses)).owner)
+        if op.name != "trn.transpose" or op.operands[0] != value or \
+                list(U.array_attr(op, "permutation")) != _swap_last_two(len(U.shape(value))):
+            return None
+        readers.append((reshapes, op))
+    if not readers or rank < 2:
+        return None
+    return matmul, chain, readers
+
+
+def _transpose_contraction(kernel: ir.Operation, matmul: ir.Operation,
+                           chain: list[ir.Operation], readers: list[tuple]) -> None:
+    """Compute `kernel`'s row contraction transposed (`_transposing_readers`): C^T = R^T @ A^T
+    and its unary chain on C^T's shape; the readers lose their transposes."""
+    a, rows = matmul.operands
+    perm = _swap_last_two(len(U.shape(matmul.results[0])))
+    swapped = _swapped_tail
+    with ir.InsertionPoint(matmul), matmul.location:
+        rows_t = U.create("trn.transpose", [swapped(rows)], [rows],
+                          {"permutation": U.i64_array(perm)}).results[0]
+        a_op = U.defining_op(a)
+        if a_op is not None and a_op.name == "trn.transpose" and \
+                list(U.array_attr(a_op, "permutation")) == perm:
+            a_t = a_op.operands[0]         # A = B^T: A^T is B
+        else:
+            a_t = U.create("trn.transpose", [swapped(a)], [a],
+                           {"permutation": U.i64_array(perm)}).results[0]
+        value = U.create("trn.matmul", [swapped(matmul.results[0])], [rows_t, a_t],
+                         U.attributes_of(matmul)).results[0]
+        for op in chain:
+            value = U.create(op.name, [swapped(op.results[0])], [value], U.attributes_of(op),
+                             loc=op.location).results[0]
+    old_yield = kernel_body(kernel)[-1]
+    values = list(old_yield.operands)
+    values[1] = value
+    with ir.InsertionPoint(old_yield):
+        build_yield(values, loc=old_yield.location)
+    old_yield.erase()
+    for op in reversed([matmul] + chain):
+        op.erase()
+    if a_op is not None and a_op.name == "trn.transpose" and not list(a_op.results[0].uses):
+        a_op.erase()
+    kernel.results[1].set_type(value.type)
+    for reshapes, transpose in readers:
+        for reshape in reshapes:
+            reshape.results[0].set_type(swapped(reshape.results[0]))
+        transpose.results[0].replace_all_uses_with(transpose.operands[0])
+        transpose.erase()
+
+
+def _swapped_tail(value: ir.Value) -> ir.Type:
+    """`value`'s type with its last two dims swapped."""
+    shape = U.shape(value)
+    return U.tensor_type(shape[:-2] + [shape[-1], shape[-2]], U.element_type(value))
 
 
 def _wants_transposed_result(kernel: ir.Operation) -> bool:

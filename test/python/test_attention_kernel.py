@@ -746,6 +746,27 @@ def test_short_rows_read_transposed_move_four_to_a_partition(tmp_path, monkeypat
     assert "memref<128x256xbf16, \"sbuf\">, memref<2x512x64xbf16, \"hbm\">" in isa
 
 
+def _backward_on_and_off(model, x, option: str, tmp_path, monkeypatch) -> list[tuple]:
+    """A compiled training step of `model` on `x` with boolean `option` on, then off: for
+    each, the gradients (the model's parameters', then x's), the backward's trn stage and
+    its DMA bytes."""
+    results = []
+    for value in (True, False):
+        torch._dynamo.reset()
+        dump = tmp_path / str(value)
+        monkeypatch.setenv("TORCHNEURON_DUMP_DIR", str(dump))
+        compiled = torch.compile(model, backend="neuron", options={option: value})
+        model.zero_grad()
+        x.grad = None
+        compiled(x).float().sum().backward()
+        assert all(r.fully_compiled for r in backend.graph_reports()[-2:])
+        graph = next(g for g in backend.compiled_graphs()[-2:] if "backward" in g.name)
+        trn = next(dump.glob("*backward.trn.mlir")).read_text()
+        results.append(([p.grad.clone() for p in model.parameters()] + [x.grad.clone()],
+                        trn, graph.last_profile.dma_bytes))
+    return results
+
+
 def test_qkv_gradient_is_assembled_in_the_order_its_readers_take_it(tmp_path, monkeypatch):
     """trn-layout concat-reader-order: a training step's dQ, dK and dV are concatenated and
     read as token rows ([B, S, 3, H, D]) by the QKV weight gradient and the input gradient;
@@ -756,22 +777,8 @@ def test_qkv_gradient_is_assembled_in_the_order_its_readers_take_it(tmp_path, mo
     torch.manual_seed(0)
     model = PackedAttention(128, 2, causal=False).to(torch.bfloat16)
     x = torch.randn(2, 256, 128).to(torch.bfloat16).requires_grad_()
-    results = {}
-    for reader_order in (True, False):
-        torch._dynamo.reset()
-        dump = tmp_path / str(reader_order)
-        monkeypatch.setenv("TORCHNEURON_DUMP_DIR", str(dump))
-        compiled = torch.compile(model, backend="neuron",
-                                 options={"concat_reader_order": reader_order})
-        model.zero_grad()
-        x.grad = None
-        compiled(x).float().sum().backward()
-        assert all(r.fully_compiled for r in backend.graph_reports()[-2:])
-        graph = next(g for g in backend.compiled_graphs()[-2:] if "backward" in g.name)
-        trn = next(dump.glob("*backward.trn.mlir")).read_text()
-        results[reader_order] = ([p.grad.clone() for p in model.parameters()] + [x.grad.clone()],
-                                 trn, graph.last_profile.dma_bytes)
-    (on, on_trn, on_dma), (off, off_trn, off_dma) = results[True], results[False]
+    (on, on_trn, on_dma), (off, off_trn, off_dma) = _backward_on_and_off(
+        model, x, "concat_reader_order", tmp_path, monkeypatch)
     assert '"trn.empty"() : () -> tensor<2x256x3x2x64xbf16>' in on_trn
     assert '"trn.empty"() : () -> tensor<6x2x256x64xbf16>' in off_trn
     for a, b in zip(on, off):
@@ -782,6 +789,40 @@ def test_qkv_gradient_is_assembled_in_the_order_its_readers_take_it(tmp_path, mo
     model(x).float().sum().backward()
     for got, want in zip(on, [p.grad for p in model.parameters()] + [x.grad]):
         torch.testing.assert_close(got.float(), want.float(), atol=0.1, rtol=0.05)
+
+
+@pytest.mark.parametrize("dtype,seq", [(torch.bfloat16, 256), (torch.float32, 384)])
+def test_dk_is_computed_transposed_where_the_qkv_gradient_takes_it(dtype, seq, tmp_path,
+                                                                   monkeypatch):
+    """trn-layout transposed-contractions: the softmax backward's dK^T = Q^T @ dS, which the
+    QKV gradient takes transposed, is computed as dK = dS^T @ Q in the attention kernel and
+    written token-major straight into its slice of the QKV gradient, like dQ; without it,
+    dK^T is stored and copied into that slice transposed, its bytes moved twice more. The
+    same bits either way (PE sums the same products in the same order), and eager's
+    gradients."""
+    torch.manual_seed(0)
+    model = PackedAttention(128, 2, causal=False).to(dtype)
+    x = torch.randn(2, seq, 128).to(dtype).requires_grad_()
+    (on, on_trn, on_dma), (off, off_trn, off_dma) = _backward_on_and_off(
+        model, x, "transposed_contractions", tmp_path, monkeypatch)
+    element = torch.finfo(dtype).bits // 8
+    # The attention kernel's two results: dQ and dK, both token-major [B, S, H, D].
+    token_major = f"tensor<2x{seq}x2x64x{'bf16' if dtype == torch.bfloat16 else 'f32'}>"
+    assert f'kind = "attention", resultSegmentSizes = array<i32: 1, 1, 0>}} : () -> ' \
+           f'({token_major}, {token_major})' in on_trn
+    dk_t_product = re.compile(rf'"trn\.matmul".*-> tensor<4x64x{seq}xf32>')   # Q^T @ dS
+    assert dk_t_product.search(off_trn) and not dk_t_product.search(on_trn)
+    for a, b in zip(on, off):
+        assert torch.equal(a, b)
+    dk_bytes = 2 * seq * 128 * element
+    assert off_dma - on_dma >= 2 * dk_bytes
+    model.zero_grad()
+    x.grad = None
+    model(x).float().sum().backward()
+    tolerance = dict(atol=0.1, rtol=0.05) if dtype == torch.bfloat16 else \
+        dict(atol=1e-4, rtol=1e-4)
+    for got, want in zip(on, [p.grad for p in model.parameters()] + [x.grad]):
+        torch.testing.assert_close(got.float(), want.float(), **tolerance)
 
 
 def test_rows_reading_a_transposed_product_keep_their_own_kernel(tmp_path, monkeypatch):

@@ -564,18 +564,16 @@ func.func @training_attention_and_projection(%arg0: tensor<2x128x128xbf16>, %arg
 
 // Tests that in a training step's backward the Linear computing dO (the attention's left
 // operand of dO @ V^T) joins the softmax backward's attention kernel in front, where dV's
-// kernel reads dO too: the kernel yields its output dQ first (its other results flatten
-// alike), then flat dK^T and dO whole, and stands where the Linear stood, ahead of dV's
-// kernel, which reads dO from the reshaped result.
+// kernel reads dO too: the kernel yields its output dQ first, then dK^T and dO whole, each
+// in its own shape (two types after the first: one result group each), and stands where
+// the Linear stood, ahead of dV's kernel, which reads dO as the kernel yields it.
 // CHECK-LABEL: func.func @training_backward_attention_and_do
 // CHECK: }) {free_tile = 256 : i64, kind = "rows", resultSegmentSizes = array<i32: {{[0-9, ]+}}>}
 // CHECK-NEXT: %[[K:.*]]:3 = "trn.kernel"() ({
 // CHECK: "trn.matmul"(%{{.*}}, %{{.*}}) {trn.attention_input} : (tensor<256x128xf32>, tensor<128x128xf32>) -> tensor<256x128xf32>
-// CHECK: }) {kind = "attention", resultSegmentSizes = array<i32: 1, 2, 0>} : () -> (tensor<2x128x2x64xf32>, tensor<32768xf32>, tensor<32768xf32>)
-// CHECK-NEXT: "trn.reshape"(%[[K]]#1) : (tensor<32768xf32>) -> tensor<4x64x128xf32>
-// CHECK-NEXT: %[[DO:.*]] = "trn.reshape"(%[[K]]#2) : (tensor<32768xf32>) -> tensor<256x128xf32>
+// CHECK: }) {kind = "attention", resultSegmentSizes = array<i32: 1, 1, 1>} : () -> (tensor<2x128x2x64xf32>, tensor<4x64x128xf32>, tensor<256x128xf32>)
 // CHECK-NEXT: "trn.kernel"() ({
-// CHECK: "trn.reshape"(%[[DO]]) : (tensor<256x128xf32>) -> tensor<2x128x2x64xf32>
+// CHECK: "trn.reshape"(%[[K]]#2) : (tensor<256x128xf32>) -> tensor<2x128x2x64xf32>
 // CHECK: }) {kind = "matmul", orientation = "mn", resultSegmentSizes = array<i32: 1, 0, 0>} : () -> tensor<2x128x2x64xf32>
 // NOSAVED-LABEL: func.func @training_backward_attention_and_do
 // NOSAVED-NOT: trn.attention_input

@@ -2,6 +2,7 @@
 // RUN: neuron-opt --split-input-file --trn-layout --convert-trn-to-nisa %s | FileCheck %s --check-prefix=ISA
 // RUN: neuron-opt --split-input-file --trn-layout="attention-token-major=false" %s | FileCheck %s --check-prefix=NOTM
 // RUN: neuron-opt --split-input-file --trn-layout="concat-reader-order=false" %s | FileCheck %s --check-prefix=NOCAT
+// RUN: neuron-opt --split-input-file --trn-layout="transposed-contractions=false" %s | FileCheck %s --check-prefix=NOTC
 // RUN: not neuron-opt --trn-layout %S/Inputs/layout-invalid.mlir 2>&1 | FileCheck %s --check-prefix=ERR
 
 // Tests that a matmul result read only as the left operand of another matmul is stored
@@ -280,4 +281,76 @@ func.func @concat_reader_order(%p: tensor<2x128x128xbf16>, %v: tensor<2x128x64xb
     "trn.yield"(%c) {operandSegmentSizes = array<i32: 1, 0, 0>} : (tensor<384x128xbf16>) -> ()
   }) {kind = "matmul", orientation = "mn", resultSegmentSizes = array<i32: 1, 0, 0>} : () -> tensor<384x128xbf16>
   return %3 : tensor<384x128xbf16>
+}
+
+// -----
+
+// Tests that an attention kernel's row contraction read only transposed (a softmax backward's
+// dK^T = Q^T @ dS, inserted into the QKV gradient as dK) is computed transposed: dK = dS^T @ Q,
+// the matmul reading the transposed rows and Q as it is, and the readers take the result
+// without a transpose. dK is then read token-major like dQ, so the kernel yields both in
+// that order, and convert-trn-to-nisa writes each straight into its slice of the
+// concatenation in whole token rows of both heads (128 elements, slot 1 at element 128 of a
+// 384-element row), not through a copy.
+// CHECK-LABEL: func.func @transposed_contraction
+// CHECK: %[[ROWS:.*]] = "trn.reshape"(%[[DS:.*]]) : (tensor<2x2x128x128xf32>) -> tensor<4x128x128xf32>
+// CHECK-NEXT: "trn.transpose"(%arg4)
+// CHECK-NEXT: "trn.matmul"(%[[ROWS]], %{{.*}}) : (tensor<4x128x128xf32>, tensor<4x128x64xf32>) -> tensor<4x128x64xf32>
+// CHECK-NEXT: %[[ROWS2:.*]] = "trn.reshape"(%[[DS]]) : (tensor<2x2x128x128xf32>) -> tensor<4x128x128xf32>
+// CHECK-NEXT: %[[RT:.*]] = "trn.transpose"(%[[ROWS2]]) {permutation = array<i64: 0, 2, 1>}
+// CHECK-NEXT: %[[DK:.*]] = "trn.matmul"(%[[RT]], %arg3) : (tensor<4x128x128xf32>, tensor<4x128x64xf32>) -> tensor<4x128x64xf32>
+// CHECK: %[[DKS:.*]] = "trn.reshape"(%[[DK]]) : (tensor<4x128x64xf32>) -> tensor<2x2x128x64xf32>
+// CHECK-NEXT: %[[DKT:.*]] = "trn.transpose"(%[[DKS]]) {permutation = array<i64: 0, 2, 1, 3>}
+// CHECK-NEXT: "trn.yield"(%{{.*}}, %[[DKT]])
+// CHECK-NEXT: }) {kind = "attention", resultSegmentSizes = array<i32: 1, 1, 0>} : () -> (tensor<2x128x2x64xf32>, tensor<2x128x2x64xf32>)
+// CHECK-NOT: "trn.transpose"(%{{.*}}#1)
+// CHECK: %[[S1:.*]] = "trn.reshape"(%{{.*}}#1) : (tensor<2x128x2x64xf32>) -> tensor<2x128x1x2x64xf32>
+// CHECK-NEXT: "trn.insert_slice"(%{{.*}}, %[[S1]]) {offsets = array<i64: 0, 0, 1, 0, 0>
+// ISA-LABEL: func.func @transposed_contraction
+// ISA: %[[CAT:.*]] = "nisa.alloc"() {memory = "hbm"} : () -> memref<2x128x3x2x64xf32, "hbm">
+// ISA-NOT: "nisa.alloc"() {memory = "hbm"} : () -> memref<4x128x64xf32
+// ISA: "nisa.dma"(%[[CAT]], %{{.*}}) {aps = [array<i64: 0, 384, 64, 1, 128>
+// ISA: "nisa.dma"(%[[CAT]], %{{.*}}) {aps = [array<i64: 128, 384, 64, 1, 128>
+// NOTC-LABEL: func.func @transposed_contraction
+// NOTC: "trn.matmul"(%{{.*}}, %{{.*}}) : (tensor<4x64x128xf32>, tensor<4x128x128xf32>) -> tensor<4x64x128xf32>
+// NOTC: }) {kind = "attention", resultSegmentSizes = array<i32: 1, 1, 0>} : () -> (tensor<2x128x2x64xf32>, tensor<4x64x128xf32>)
+// NOTC: "trn.transpose"(%{{.*}}) {permutation = array<i64: 0, 1, 3, 2>}
+func.func @transposed_contraction(%do: tensor<256x128xf32>, %k: tensor<4x128x64xf32>, %p: tensor<2x2x128x128xf32>, %q: tensor<4x128x64xf32>, %kt: tensor<4x64x128xf32>, %dv: tensor<2x2x128x64xf32>, %x: tensor<256x128xf32>) -> tensor<384x128xf32> {
+  %0:2 = "trn.kernel"() ({
+    %18 = "trn.reshape"(%do) : (tensor<256x128xf32>) -> tensor<2x128x2x64xf32>
+    %19 = "trn.transpose"(%18) {permutation = array<i64: 0, 2, 1, 3>} : (tensor<2x128x2x64xf32>) -> tensor<2x2x128x64xf32>
+    %20 = "trn.reshape"(%19) : (tensor<2x2x128x64xf32>) -> tensor<4x128x64xf32>
+    %21 = "trn.transpose"(%k) {permutation = array<i64: 0, 2, 1>} : (tensor<4x128x64xf32>) -> tensor<4x64x128xf32>
+    %22 = "trn.matmul"(%20, %21) : (tensor<4x128x64xf32>, tensor<4x64x128xf32>) -> tensor<4x128x128xf32>
+    %23 = "trn.reshape"(%22) : (tensor<4x128x128xf32>) -> tensor<2x2x128x128xf32>
+    %24 = "trn.tensor_tensor"(%23, %p) {op = "mul"} : (tensor<2x2x128x128xf32>, tensor<2x2x128x128xf32>) -> tensor<2x2x128x128xf32>
+    %25 = "trn.reduce"(%24) {dimensions = array<i64: 3>, op = "add"} : (tensor<2x2x128x128xf32>) -> tensor<2x2x128xf32>
+    %26 = "trn.broadcast"(%25) {dimensions = array<i64: 3>} : (tensor<2x2x128xf32>) -> tensor<2x2x128x128xf32>
+    %27 = "trn.tensor_tensor"(%p, %26) {op = "mul"} : (tensor<2x2x128x128xf32>, tensor<2x2x128x128xf32>) -> tensor<2x2x128x128xf32>
+    %28 = "trn.tensor_tensor"(%24, %27) {op = "sub"} : (tensor<2x2x128x128xf32>, tensor<2x2x128x128xf32>) -> tensor<2x2x128x128xf32>
+    %29 = "trn.tensor_scalar"(%28) {op = "mul", reverse = false, scalar = 1.250000e-01 : f32} : (tensor<2x2x128x128xf32>) -> tensor<2x2x128x128xf32>
+    %30 = "trn.reshape"(%29) : (tensor<2x2x128x128xf32>) -> tensor<4x128x128xf32>
+    %31 = "trn.transpose"(%kt) {permutation = array<i64: 0, 2, 1>} : (tensor<4x64x128xf32>) -> tensor<4x128x64xf32>
+    %32 = "trn.matmul"(%30, %31) : (tensor<4x128x128xf32>, tensor<4x128x64xf32>) -> tensor<4x128x64xf32>
+    %33 = "trn.transpose"(%q) {permutation = array<i64: 0, 2, 1>} : (tensor<4x128x64xf32>) -> tensor<4x64x128xf32>
+    %34 = "trn.reshape"(%29) : (tensor<2x2x128x128xf32>) -> tensor<4x128x128xf32>
+    %35 = "trn.matmul"(%33, %34) : (tensor<4x64x128xf32>, tensor<4x128x128xf32>) -> tensor<4x64x128xf32>
+    "trn.yield"(%32, %35) {operandSegmentSizes = array<i32: 1, 1, 0>} : (tensor<4x128x64xf32>, tensor<4x64x128xf32>) -> ()
+  }) {kind = "attention", resultSegmentSizes = array<i32: 1, 1, 0>} : () -> (tensor<4x128x64xf32>, tensor<4x64x128xf32>)
+  %1 = "trn.reshape"(%0#1) : (tensor<4x64x128xf32>) -> tensor<2x2x64x128xf32>
+  %2 = "trn.reshape"(%0#0) : (tensor<4x128x64xf32>) -> tensor<2x2x128x64xf32>
+  %3 = "trn.transpose"(%1) {permutation = array<i64: 0, 1, 3, 2>} : (tensor<2x2x64x128xf32>) -> tensor<2x2x128x64xf32>
+  %4 = "trn.empty"() : () -> tensor<6x2x128x64xf32>
+  %5 = "trn.insert_slice"(%4, %2) {offsets = array<i64: 0, 0, 0, 0>, strides = array<i64: 1, 1, 1, 1>} : (tensor<6x2x128x64xf32>, tensor<2x2x128x64xf32>) -> tensor<6x2x128x64xf32>
+  %6 = "trn.insert_slice"(%5, %3) {offsets = array<i64: 2, 0, 0, 0>, strides = array<i64: 1, 1, 1, 1>} : (tensor<6x2x128x64xf32>, tensor<2x2x128x64xf32>) -> tensor<6x2x128x64xf32>
+  %7 = "trn.insert_slice"(%6, %dv) {offsets = array<i64: 4, 0, 0, 0>, strides = array<i64: 1, 1, 1, 1>} : (tensor<6x2x128x64xf32>, tensor<2x2x128x64xf32>) -> tensor<6x2x128x64xf32>
+  %8 = "trn.kernel"() ({
+    %18 = "trn.reshape"(%7) : (tensor<6x2x128x64xf32>) -> tensor<3x2x2x128x64xf32>
+    %19 = "trn.transpose"(%18) {permutation = array<i64: 1, 3, 0, 2, 4>} : (tensor<3x2x2x128x64xf32>) -> tensor<2x128x3x2x64xf32>
+    %20 = "trn.reshape"(%19) : (tensor<2x128x3x2x64xf32>) -> tensor<256x384xf32>
+    %21 = "trn.transpose"(%20) {permutation = array<i64: 1, 0>} : (tensor<256x384xf32>) -> tensor<384x256xf32>
+    %22 = "trn.matmul"(%21, %x) : (tensor<384x256xf32>, tensor<256x128xf32>) -> tensor<384x128xf32>
+    "trn.yield"(%22) {operandSegmentSizes = array<i32: 1, 0, 0>} : (tensor<384x128xf32>) -> ()
+  }) {kind = "matmul", resultSegmentSizes = array<i32: 1, 0, 0>} : () -> tensor<384x128xf32>
+  return %8 : tensor<384x128xf32>
 }
