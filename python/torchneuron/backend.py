@@ -98,6 +98,8 @@ def neuron(gm, example_inputs, options: dict | None = None, mode: str | None = N
         from torch._functorch.partitioners import default_partition
 
         forward, backward = default_partition(joint_module, joint_inputs, **kwargs)
+        if "num_fwd_outputs" in kwargs:
+            saved_views.recompute_in_backward(forward, backward, kwargs["num_fwd_outputs"])
         early["backward"] = backward
         return forward, backward
 
@@ -147,7 +149,7 @@ def neuron(gm, example_inputs, options: dict | None = None, mode: str | None = N
             return make_boxed_func(compiled)
         return compile_graph
 
-    from torchneuron import decompositions, pretransposed_weights
+    from torchneuron import decompositions, pretransposed_weights, saved_views
 
     decompositions.rewrite_dynamo_graph(gm)
     backend = dynamo_common.aot_autograd(
