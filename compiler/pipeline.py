@@ -50,6 +50,10 @@ class CompileOptions:
     # trn-fuse attention-contractions: a matmul contracting the rows an attention kernel stores
     # over their row dim (a softmax backward's dK^T = Q^T @ dS) computed inside it
     fuse_attention_contractions: bool = True
+    # trn-fuse attention-input-contractions: a matmul contracting an input that such a kernel's
+    # row part reads over its rows (a softmax backward's dV = P^T @ dO) computed inside it
+    # from the row tiles it loads
+    fuse_attention_input_contractions: bool = True
     fuse_matmul_rows: bool = True     # trn-fuse matmul-rows: a matmul's result rows-reduced on chip
     # trn-fuse epilogue-producers: an elementwise kernel only a matmul's epilogue reads is
     # computed in that epilogue
@@ -185,6 +189,8 @@ def stages(options: CompileOptions) -> list[Stage]:
             f"attention={str(options.fuse_attention).lower()} "
             f"attention-saved={str(options.fuse_attention_saved).lower()} "
             f"attention-contractions={str(options.fuse_attention_contractions).lower()} "
+            f"attention-input-contractions="
+            f"{str(options.fuse_attention_input_contractions).lower()} "
             f"matmul-rows={str(options.fuse_matmul_rows).lower()} "
             f"epilogue-producers={str(options.fuse_epilogue_producers).lower()} "
             f"epilogue-results={str(options.fuse_epilogue_results).lower()} "

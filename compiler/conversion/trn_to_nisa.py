@@ -392,9 +392,11 @@ class _FunctionLowering:
 
     def _lower_row_wise(self, kind: str, body: list[ir.Operation], out: HbmView,
                         saved: tuple[ir.Value, HbmView] | None = None,
-                        further: list[tuple[ir.Value, HbmView]] = ()) -> None:
+                        further: list[tuple[ir.Value, HbmView]] = (),
+                        input_contraction: tuple[ir.Value, HbmView] | None = None) -> None:
         """A rows, attention or matmul_rows kernel (`saved`: an attention kernel's second
         result -- its probabilities, or its row contraction's product -- and its view;
+        `input_contraction`: its third, the product of its input contraction, and its view;
         `further`: a rows kernel's further results, per-row values or column sums, and their
         views). A row-wise kernel's SBUF tiles (rows, matmul_rows) get a reuse_group of their
         own, so that trn-plan-memory reuses the kernel's own bytes first: a footprint of a few
@@ -409,7 +411,8 @@ class _FunctionLowering:
             else:
                 lower_attention(self.em, body[:-1], self.views, self._batched_view,
                                 (body[-1].operands[0], out), masked_keys=self.masked_keys,
-                                saved=saved, scale_into_q=self.scale_into_q)
+                                saved=saved, scale_into_q=self.scale_into_q,
+                                input_contraction=input_contraction)
         finally:
             self.em.reuse_group = None
 
@@ -589,16 +592,17 @@ class _FunctionLowering:
         projected = {op.results[0] for op in body[end:-1]}
         # A third matmul contracts the rows over their row dim (a softmax backward's dK^T):
         # what is computed from its product is the kernel's second result.
-        contracted = set()
-        if len(matmuls) == 3:
-            contracted.add(matmuls[2].results[0])
-            for op in body[body.index(matmuls[2]) + 1:-1]:
-                if any(v in contracted for v in op.operands):
-                    contracted.update(op.results)
+        # A fourth contracts an input of the row part (dV = P^T @ dO): its product is the
+        # kernel's third result.
+        contracted = _computed_from(matmuls[2], body) if len(matmuls) >= 3 else set()
+        input_contracted = _computed_from(matmuls[3], body) if len(matmuls) == 4 else set()
         output, saved, saved_operands, projection = None, None, [], None
+        input_contraction = None
         for value, out in yielded:
             if view_chain(value, kernel)[0] == qkv:
                 saved_operands.append((value, out))
+            elif value in input_contracted and input_contraction is None:
+                input_contraction = (value, out)
             elif (value == probs or value in contracted) and saved is None:
                 saved = (value, out)
             elif value in projected and projection is None:
@@ -626,7 +630,8 @@ class _FunctionLowering:
                             masked_keys=self.masked_keys, saved=saved,
                             scale_into_q=self.scale_into_q, computed=computed,
                             saved_operands=saved_operands, token_rows=rows,
-                            token_rows_stored=bool(marked) and stored)
+                            token_rows_stored=bool(marked) and stored,
+                            input_contraction=input_contraction)
         if not marked:
             return
         # The output projection reads the output's token rows where it would load them, and
@@ -769,7 +774,8 @@ class _FunctionLowering:
             self._lower_qkv_attention(kernel, body, [out] + also)
             return
         if kind in ("attention", "matmul_rows"):
-            self._lower_row_wise(kind, body, out, extra[0] if extra else None)
+            self._lower_row_wise(kind, body, out, extra[0] if extra else None,
+                                 input_contraction=extra[1] if len(extra) > 1 else None)
             return
         rows_body = None
         if kind in ("mlp_rows", "linear_rows"):
@@ -1001,6 +1007,15 @@ def _inserted_slice(whole: HbmView, insert: ir.Operation) -> HbmView:
             U.shape(insert.operands[1]))):
         whole = whole.slice(dim, start, size, stride)
     return whole
+
+
+def _computed_from(op: ir.Operation, body: list[ir.Operation]) -> set:
+    """The values of `body` (a kernel's ops, its yield last) computed from `op`'s result."""
+    found = {op.results[0]}
+    for later in body[body.index(op) + 1:-1]:
+        if any(v in found for v in later.operands):
+            found.update(later.results)
+    return found
 
 
 def _kernels_into_slices(body: list[ir.Operation]) -> dict[ir.Value, ir.Operation]:

@@ -32,7 +32,12 @@ An attention kernel may yield a second result: its probabilities (a training ste
 them; each row tile is stored divided and rounded, as P @ V reads it), or the product of a
 third matmul contracting them over their rows (a softmax backward's dK^T = Q^T @ dS, the
 rows being dS), accumulated in PSUM over the query blocks of a batch index and stored after
-the last.
+the last; computed transposed where trn-layout made it so (dK = dS^T @ Q: each 128-key
+block of the row tile the stationary operand, Q's rows the moving one), and then written
+token-major like the output. A third result may follow: a fourth matmul contracting an
+input of the row part over its rows (trn-fuse attention-input-contractions: dV = P^T @ dO,
+P the probabilities the softmax backward reads), accumulated the same way from the row
+tiles of that input as the row part loads them.
 
 A row part linear in the scores up to a power-of-two scaling (a softmax backward's dS =
 (dP * P - P * rowsum(dP * P)) * scale, dP = dO @ V^T) takes that scaling on Q instead: Q^T's
@@ -60,6 +65,7 @@ from torch_mlir import ir
 from torchneuron.compiler import ir_utils as U
 from torchneuron.compiler.errors import CompileError
 from torchneuron.compiler.kernels.emitter import Emitter, Tile
+from torchneuron.compiler.kernels.elementwise import load_leaf
 from torchneuron.compiler.kernels.epilogue import Epilogue
 from torchneuron.compiler.kernels.matmul import _Staged, matmul_element_type
 from torchneuron.compiler.kernels.mlp import ComputedRows, RowTiles, store_rows_of
@@ -79,7 +85,8 @@ def lower_attention(em: Emitter, body: list[ir.Operation], views: dict,
                     token_rows: dict[int, Tile] | None = None,
                     computed: RowTiles | None = None,
                     saved_operands: list[tuple[ir.Value, HbmView]] = (),
-                    token_rows_stored: bool = False) -> None:
+                    token_rows_stored: bool = False,
+                    input_contraction: tuple[ir.Value, HbmView] | None = None) -> None:
     """`body`: the kernel's ops without trn.yield; `views`: HbmViews of values defined above
     the kernel; `view_of(op, source)`: the view a view op makes (batch dims a reshape cannot
     merge stay unmerged: operands are indexed by a flat batch index); `output`: (yielded
@@ -105,22 +112,30 @@ def lower_attention(em: Emitter, body: list[ir.Operation], views: dict,
     (`store_rows_of`); `token_rows_stored`:
     the token rows kept on chip are also stored to `output`'s view (a training step saves
     the output its projection reads on chip), and the kernel may then store its
-    probabilities too."""
+    probabilities too; `input_contraction`: (value, destination view) of the product of a
+    fourth matmul, C = L^T @ B with L an input the row part reads (trn-fuse
+    attention-input-contractions: dV = P^T @ dO), accumulated from the row tiles of L the
+    row part loads."""
     if masked_keys:
         body = _mask_before_scale(body, views, view_of)
     matmuls = [op for op in body if op.name == "trn.matmul"]
-    if len(matmuls) not in (1, 2, 3) or (len(matmuls) == 3 and saved is None):
+    if len(matmuls) not in (1, 2, 3, 4) or (len(matmuls) >= 3 and saved is None) or \
+            (len(matmuls) == 4) != (input_contraction is not None):
         raise CompileError("an attention kernel holds two matmuls, or three where it yields "
-                           "the third's result second (a matmul_rows kernel one)",
-                           body[-1].location)
+                           "the third's result second, or four where it yields the fourth's "
+                           "too (a matmul_rows kernel one)", body[-1].location)
     first = matmuls[0]
     second = matmuls[1] if len(matmuls) >= 2 else None
     # A third contracts the rows over their row dim (trn-fuse row_contractions: dK^T =
     # Q^T @ dS, or dK = dS^T @ Q where trn-layout transposed it), accumulated over the query
     # blocks.
-    third = matmuls[2] if len(matmuls) == 3 else None
+    third = matmuls[2] if len(matmuls) >= 3 else None
     if third is not None:
         saved = _written_through_views(saved, set(body))
+    # A fourth contracts an input of the row part over its rows (dV = P^T @ dO).
+    fourth = matmuls[3] if len(matmuls) == 4 else None
+    if fourth is not None:
+        input_contraction = _written_through_views(input_contraction, set(body))
     position = {op: i for i, op in enumerate(body)}
     end = position[second] if second is not None else len(body)
 
@@ -483,13 +498,33 @@ def lower_attention(em: Emitter, body: list[ir.Operation], views: dict,
         contract = _row_contraction(em, third, _computing(body[position[third] + 1:],
                                                           saved[0]),
                                     views, saved, probs, sq, pick, locate)
+        produce_rows, contract_input = produce, None
+        if fourth is not None:
+            # The input's row tiles, as the row part loads them (through `produce`), for
+            # the fourth matmul's stationary operand.
+            leaf, leaf_view = _contracted_input(fourth, views, rows_body, sk)
+            loaded: dict = {}
+
+            def produce_rows(value: ir.Value, view: HbmView, *scaled):
+                got = produce(value, view, *scaled)
+                if got is None and not scaled and value == leaf:
+                    got = loaded[locate(view)] = load_leaf(em, view)
+                return got
+
+            contract_input = _transposed_row_contraction(
+                em, fourth, _computing(body[position[fourth] + 1:], input_contraction[0]),
+                views, input_contraction, leaf_view.element_type, sq, pick, locate,
+                lambda view: from_computed(_Staged(em, view, matmul_element_type(
+                    leaf_view.element_type, view.element_type))))
 
         def consume_and_contract(probs_tile: Tile, view: HbmView,
                                  divisor: Tile | None) -> None:
             consume(probs_tile, view, divisor)
             contract(probs_tile, view)
+            if contract_input is not None:
+                contract_input(loaded.pop(locate(view)), view)
 
-        lower_rows(em, rows_body, rows_views, view_of, (probs, probs_view), produce,
+        lower_rows(em, rows_body, rows_views, view_of, (probs, probs_view), produce_rows,
                    consume_and_contract)
     elif saved is not None:
         if saved[0] != probs:
@@ -634,8 +669,11 @@ def _row_contraction(em: Emitter, matmul: ir.Operation, chain: list[ir.Operation
     value, out_view = saved
     if U.defining_op(matmul.operands[0]) is not None and \
             matmul.operands[1] in views and matmul.operands[0] not in views:
-        return _transposed_row_contraction(em, matmul, chain, views, saved, probs, sq, pick,
-                                           locate)
+        etype = matmul_element_type(U.element_type(probs),
+                                    views[matmul.operands[1]].element_type)
+        return _transposed_row_contraction(em, matmul, chain, views, saved,
+                                           U.element_type(probs), sq, pick, locate,
+                                           lambda view: _Staged(em, view, etype))
     a_view = views.get(matmul.operands[0])
     if a_view is None or U.defining_op(matmul.operands[1]) is None:
         raise CompileError("an attention kernel's third matmul reads an operand from HBM "
@@ -662,16 +700,19 @@ def _row_contraction(em: Emitter, matmul: ir.Operation, chain: list[ir.Operation
 
 
 def _transposed_row_contraction(em: Emitter, matmul: ir.Operation, chain: list[ir.Operation],
-                                views: dict, saved: tuple[ir.Value, HbmView], probs: ir.Value,
-                                sq: int, pick: Callable, locate: Callable
+                                views: dict, saved: tuple[ir.Value, HbmView],
+                                rows_type: ir.Type, sq: int, pick: Callable, locate: Callable,
+                                stage: Callable[[HbmView], _Staged]
                                 ) -> Callable[[Tile, HbmView], None]:
-    """`_row_contraction`'s step for C^T = R^T @ B."""
+    """`_row_contraction`'s step for C^T = R^T @ B (R's row tiles of type `rows_type`; B's
+    operand of a batch index staged by `stage(view)`). Also the fourth matmul's, C = L^T @ B
+    for an input L of the row part (`lower_attention`'s `input_contraction`), given L's row
+    tiles."""
     value, out_view = saved
     b_view = views[matmul.operands[1]]
     sk, d = U.shape(matmul.results[0])[-2:]
     tk = em.target.pe_rows
     blocks = [(k0, min(tk, sk - k0)) for k0 in range(0, sk, tk)]
-    etype = matmul_element_type(U.element_type(probs), b_view.element_type)
     epilogue = Epilogue(em, chain, views, matmul.results[0], {value})
     rounding_only = [op.name for op in chain] == ["trn.convert"] and \
         chain[0].results[0] == value and isinstance(U.element_type(value), ir.FloatType)
@@ -714,7 +755,7 @@ def _transposed_row_contraction(em: Emitter, matmul: ir.Operation, chain: list[i
     def contract(probs_tile: Tile, view: HbmView) -> None:
         b, q0, qn = locate(view)
         if b not in accumulators:
-            _stage_alone(staged, b, _Staged(em, pick(b_view, b), etype))
+            _stage_alone(staged, b, stage(pick(b_view, b)))
             accumulators[b] = em.alloc("psum", blocks[0][1], len(blocks) * d,
                                        ir.F32Type.get())
         acc = accumulators[b]
@@ -726,6 +767,28 @@ def _transposed_row_contraction(em: Emitter, matmul: ir.Operation, chain: list[i
             del accumulators[b]
 
     return contract
+
+
+def _contracted_input(matmul: ir.Operation, views: dict, rows_body: list[ir.Operation],
+                      sk: int) -> tuple[ir.Value, HbmView]:
+    """The input L, and its view, whose transpose (through reshapes of its batch dims) is the
+    left operand of the fourth matmul C = L^T @ B; only where the row part reads L and L's
+    view lays its rows out as the scores' (row-major, Sk to a row), so that a row tile's
+    view of L locates it (`locate`)."""
+    read = {v for op in rows_body for v in op.operands}
+    op = U.defining_op(matmul.operands[0])
+    leaf = None
+    if op is not None and op.name == "trn.transpose":
+        leaf = op.operands[0]
+        while leaf not in read and U.defining_op(leaf) is not None and \
+                U.defining_op(leaf).name == "trn.reshape":
+            leaf = U.defining_op(leaf).operands[0]
+    view = views.get(leaf) if leaf is not None else None
+    if view is None or leaf not in read or not view.is_contiguous() or view.shape[-1] != sk:
+        raise CompileError("an attention kernel's fourth matmul contracts the transpose of an "
+                           "input its row part reads, laid out as the scores",
+                           matmul.location)
+    return leaf, view
 
 
 def _stage_alone(staged: dict[int, _Staged], b: int, operand: _Staged) -> None:

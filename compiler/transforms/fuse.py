@@ -31,7 +31,10 @@ Groups formed:
   softmax backward's gradient, which the matmuls of dQ and of dK both read), the kernel
   also yields it, stored as it is computed; a matmul contracting it over its rows (dK^T =
   Q^T @ dS, attention-contractions) then joins the kernel, which accumulates that product
-  over its query blocks and yields it instead;
+  over its query blocks and yields it instead; so does a matmul contracting an input the
+  row part reads over its rows (dV = P^T @ dO, the probabilities being an input of the
+  softmax backward, attention-input-contractions), each row tile of that input taken as the
+  row part loads it;
 - matmul + rows (kind "matmul_rows"), formed after attention from the pairs left: a matmul
   kernel whose result only a row-wise kernel over rows of its last dim reads (a softmax
   whose probabilities no matmul reads as attention's does). The scores are computed for
@@ -146,6 +149,9 @@ class Fuse(Pass):
     # A matmul contracting the rows an attention kernel stores over their row dim (a softmax
     # backward's dK^T = Q^T @ dS) is computed inside it, accumulated over the query blocks.
     attention_contractions: bool = True
+    # A matmul contracting an input the row part of such a kernel reads over its rows (a
+    # softmax backward's dV = P^T @ dO) is computed inside it from the row tiles it loads.
+    attention_input_contractions: bool = True
     matmul_rows: bool = True
     epilogue_producers: bool = True
     epilogue_results: bool = True
@@ -228,6 +234,10 @@ class Fuse(Pass):
                     for kernel, contraction in row_contractions(
                             func, get_target(self.target or None)):
                         absorb_row_contraction(kernel, contraction)
+                    if self.attention_input_contractions:
+                        for kernel, contraction in input_contractions(
+                                func, get_target(self.target or None)):
+                            absorb_input_contraction(kernel, contraction)
             if self.matmul_rows and self.rows and self.matmul_epilogue:
                 for pair in matmul_rows_pairs(func, get_target(self.target or None)):
                     merge_kernels(pair, "matmul_rows")
@@ -1381,14 +1391,9 @@ def row_contractions(func: ir.Operation, target) -> list[tuple]:
     pairs = []
     body = U.body_ops(func)
     position = {op: i for i, op in enumerate(body)}
-    for kernel in body:
-        if kernel.name != "trn.kernel" or U.str_attr(kernel, "kind") != "attention" or \
-                len(kernel.results) != 2:
-            continue
-        inner = kernel_body(kernel)
-        matmuls = [op for op in inner if op.name == "trn.matmul"]
+    for kernel, inner, matmuls in _attention_kernels(body, 2):
         rows = inner[-1].operands[1]
-        if len(matmuls) != 2 or _through_reshapes(matmuls[1].operands[0], kernel) != rows:
+        if _through_reshapes(matmuls[1].operands[0], kernel) != rows:
             continue
         tops = {_top_level(U.operation(u.owner), position) for u in kernel.results[1].uses}
         if len(tops) != 1:
@@ -1427,7 +1432,14 @@ def _through_reshapes(value: ir.Value, kernel: ir.Operation) -> ir.Value:
 def absorb_row_contraction(kernel: ir.Operation, extra: ir.Operation) -> ir.Operation:
     """The attention `kernel` with the matmul kernel `extra` (see row_contractions) computed
     inside it: it yields its output and `extra`'s result, not its rows."""
-    types = [kernel.results[0].type, extra.results[0].type]
+    return _absorbed(kernel, extra, [kernel.results[0]])
+
+
+def _absorbed(kernel: ir.Operation, extra: ir.Operation, kept: list[ir.Value]
+              ) -> ir.Operation:
+    """One attention kernel where `kernel` stands: `kernel`'s ops, then `extra`'s; it yields
+    `kept` (results of `kernel`), then `extra`'s result, and takes their places."""
+    types = [r.type for r in kept] + [extra.results[0].type]
     with ir.InsertionPoint(kernel), kernel.location:
         merged = build_kernel("attention", types)
     for name in ("orientation",):
@@ -1436,13 +1448,122 @@ def absorb_row_contraction(kernel: ir.Operation, extra: ir.Operation) -> ir.Oper
     mapping: dict = {}
     with ir.InsertionPoint(merged.regions[0].blocks[0]):
         _clone_bodies((kernel, extra), mapping)
-        build_yield([mapping[kernel.results[0]], mapping[extra.results[0]]],
+        build_yield([mapping[r] for r in kept] + [mapping[extra.results[0]]],
                     loc=extra.location)
-    kernel.results[0].replace_all_uses_with(merged.results[0])
-    extra.results[0].replace_all_uses_with(merged.results[1])
+    for i, result in enumerate(kept):
+        result.replace_all_uses_with(merged.results[i])
+    extra.results[0].replace_all_uses_with(merged.results[len(kept)])
     extra.erase()
     kernel.erase()
     return merged
+
+
+def _attention_kernels(body: list[ir.Operation], matmuls: int):
+    """(kernel, its ops, its matmuls) of each attention kernel of `body` with two results
+    and `matmuls` matmuls."""
+    for kernel in body:
+        if kernel.name != "trn.kernel" or U.str_attr(kernel, "kind") != "attention" or \
+                len(kernel.results) != 2:
+            continue
+        inner = kernel_body(kernel)
+        found = [op for op in inner if op.name == "trn.matmul"]
+        if len(found) == matmuls:
+            yield kernel, inner, found
+
+
+def input_contractions(func: ir.Operation, target) -> list[tuple]:
+    """(attention kernel, matmul kernel) pairs: the attention kernel holds a row contraction
+    (`row_contractions`: three matmuls), and the matmul kernel computes C = L^T @ B ([..,
+    Sk, Sq] x [.., Sq, D]) where L [.., Sq, Sk] is an input that the kernel's row part reads
+    as it is (through reshapes of its batch dims, elementwise ops reading it: a softmax
+    backward's probabilities P, and C = dV = P^T @ dO), with D at most a PE tile of columns,
+    Sk at most one moving tile, an epilogue of one operand and nothing it reads computed
+    after the attention kernel. The attention kernel then accumulates C over its query
+    blocks from the row tiles of L its row part loads, and L is read once."""
+    pairs = []
+    body = U.body_ops(func)
+    position = {op: i for i, op in enumerate(body)}
+    for kernel, inner, matmuls in _attention_kernels(body, 3):
+        scores_shape = U.shape(matmuls[0].results[0])
+        # The inputs elementwise ops of the kernel read as they are or through reshapes.
+        leaves = set()
+        for op in inner:
+            if op.name not in ELEMENTWISE_OPS:
+                continue
+            for value in op.operands:
+                value = _through_reshapes(value, kernel)
+                producer = U.defining_op(value)
+                if (producer is None or _top_level(producer, position) != kernel) and \
+                        U.shape(value)[-2:] == scores_shape[-2:] and \
+                        math.prod(U.shape(value)) == math.prod(scores_shape):
+                    leaves.add(value)
+        for extra in body:
+            if extra.name != "trn.kernel" or U.str_attr(extra, "kind") != "matmul" or \
+                    len(extra.results) != 1 or extra == kernel:
+                continue
+            e_body = kernel_body(extra)
+            e_mm = [op for op in e_body if op.name == "trn.matmul"]
+            if len(e_mm) != 1 or not _unary_epilogue(e_body, e_mm[0]):
+                continue
+            left = U.defining_op(e_mm[0].operands[0])
+            if left is None or left.name != "trn.transpose" or \
+                    U.operation(left.parent) != extra or \
+                    list(U.array_attr(left, "permutation"))[-2:] != \
+                    [len(U.shape(left.results[0])) - 1, len(U.shape(left.results[0])) - 2]:
+                continue
+            leaf = _through_reshapes(left.operands[0], extra)
+            c_shape = U.shape(e_mm[0].results[0])
+            if leaf not in leaves or U.shape(left.operands[0])[:-2] != scores_shape[:-2] or \
+                    c_shape[:-2] != scores_shape[:-2] or c_shape[-2] != scores_shape[-1] or \
+                    c_shape[-1] > target.pe_cols or \
+                    c_shape[-2] > target.matmul_max_moving:
+                continue
+            # (The merged kernel stands where the attention kernel does: what `extra` reads
+            # is computed before it, and what reads `extra`'s result comes after it, but
+            # view ops of it, which move behind it.)
+            if _reads_nothing_after(extra, kernel, position) and all(
+                    position[reader] > position[kernel]
+                    for reader in _readers_past_views(extra.results[0], position)):
+                pairs.append((kernel, extra))
+                break
+    return pairs
+
+
+def _readers_past_views(value: ir.Value, position: dict) -> list[ir.Operation]:
+    """The ops of the function body (keys of `position`) that read `value`, or read it
+    through view ops of the function body, but those view ops."""
+    readers, pending = [], [value]
+    while pending:
+        for use in pending.pop().uses:
+            top = _top_level(U.operation(use.owner), position)
+            if top.name in VIEW_OPS:
+                pending.append(top.results[0])
+            else:
+                readers.append(top)
+    return readers
+
+
+def _view_ops_of(value: ir.Value, position: dict) -> list[ir.Operation]:
+    """The view ops of the function body reading `value`, directly or through one another,
+    in program order."""
+    found, pending = [], [value]
+    while pending:
+        for use in pending.pop().uses:
+            top = _top_level(U.operation(use.owner), position)
+            if top.name in VIEW_OPS and top not in found:
+                found.append(top)
+                pending.append(top.results[0])
+    return sorted(found, key=position.get)
+
+
+def absorb_input_contraction(kernel: ir.Operation, extra: ir.Operation) -> ir.Operation:
+    """The attention `kernel` with the matmul kernel `extra` (see input_contractions) computed
+    inside it, after its own ops: it yields its results and `extra`'s. The view ops of
+    `extra`'s result move behind the merged kernel."""
+    position = {op: i for i, op in enumerate(U.body_ops(U.operation(kernel.parent)))}
+    for view in reversed(_view_ops_of(extra.results[0], position)):
+        view.move_after(kernel)
+    return _absorbed(kernel, extra, list(kernel.results))
 
 
 def _scores_kernel(rows: ir.Operation) -> ir.Operation | None:

@@ -402,11 +402,13 @@ def qkv_saved_merges(func: ir.Operation, target) -> list[tuple]:
     position = {op: i for i, op in enumerate(body)}
     for kernel in body:
         if kernel.name != "trn.kernel" or U.str_attr(kernel, "kind") != "attention" or \
-                len(kernel.results) > 2:
+                len(kernel.results) > 3:
             continue
         inner = kernel_body(kernel)
         matmuls = [op for op in inner if op.name == "trn.matmul"]
-        if len(matmuls) not in (2, 3) or any(ATTENTION_INPUT in op.attributes for op in inner):
+        # (A softmax backward's: dQ's, dK's and, where it joined, dV's contraction too.)
+        if len(matmuls) not in (2, 3, 4) or \
+                any(ATTENTION_INPUT in op.attributes for op in inner):
             continue
         operands = (matmuls[0].operands[0], matmuls[0].operands[1], matmuls[1].operands[1])
         chains = [view_chain(value, kernel) for value in operands]

@@ -54,7 +54,7 @@ from torchneuron.compiler import ir_utils as U
 from torchneuron.compiler.passes import Pass, register
 from torchneuron.compiler.kernels.tile_ops import ELEMENTWISE_OPS, VIEW_OPS
 from torchneuron.compiler.transforms.tile import epilogue_operand_along, kernel_body
-from torchneuron.dialects.trn import build_yield
+from torchneuron.dialects.trn import RESULT_GROUPS, build_yield, result_groups
 
 
 @register
@@ -103,6 +103,8 @@ def _results_token_major_capable(kernel: ir.Operation) -> list[int]:
     contraction = _row_contraction(kernel)
     if contraction is not None and _transposed_form(contraction[0]):
         indices.append(1)
+    if _row_contraction(kernel, 2) is not None:
+        indices.append(2)        # an input contraction (trn-fuse: dV = P^T @ dO), C^T too
     return indices
 
 
@@ -159,7 +161,7 @@ def _store_token_major(kernel: ir.Operation, readers: list[tuple], index: int = 
                                  {"permutation": U.i64_array(TOKEN_MAJOR)}).results[0]
         build_yield(values, loc=old_yield.location)
     old_yield.erase()
-    result.set_type(token_major)
+    _retyped(kernel, index, token_major)
     for reshape, transposes in readers:
         for t in transposes:
             t.results[0].replace_all_uses_with(result)
@@ -167,26 +169,30 @@ def _store_token_major(kernel: ir.Operation, readers: list[tuple], index: int = 
         reshape.erase()
 
 
-def _row_contraction(kernel: ir.Operation) -> tuple[ir.Operation, list[ir.Operation]] | None:
-    """An attention kernel's third matmul (trn-fuse attention-contractions) and the unary
-    elementwise ops from it to the kernel's second result, which it computes and nothing
-    else in the kernel reads; else None."""
-    if U.str_attr(kernel, "kind") != "attention" or len(kernel.results) != 2:
-        return None
+def _row_contraction(kernel: ir.Operation, index: int = 1
+                     ) -> tuple[ir.Operation, list[ir.Operation]] | None:
+    """An attention kernel's third matmul (trn-fuse attention-contractions; with `index` 2,
+    its fourth, attention-input-contractions) and the unary elementwise ops from it to the
+    kernel's result `index`, which it computes and nothing else in the kernel reads; else
+    None."""
+    if U.str_attr(kernel, "kind") != "attention" or len(kernel.results) != index + 1:
+        if not (index == 1 and len(kernel.results) == 3):
+            return None
     body = kernel_body(kernel)
     matmuls = [op for op in body if op.name == "trn.matmul"]
-    if len(matmuls) != 3:
+    if len(matmuls) != len(kernel.results) + 1:
         return None
-    chain, value = [], matmuls[2].results[0]
-    for op in body[body.index(matmuls[2]) + 1:-1]:
+    matmul = matmuls[index + 1]
+    chain, value = [], matmul.results[0]
+    for op in body[body.index(matmul) + 1:-1]:
         if op.name in ELEMENTWISE_OPS and list(op.operands) == [value] and \
                 U.shape(op.results[0]) == U.shape(value):
             chain.append(op)
             value = op.results[0]
-    if body[-1].operands[1] != value or any(
-            len(list(op.results[0].uses)) != 1 for op in [matmuls[2]] + chain):
+    if body[-1].operands[index] != value or any(
+            len(list(op.results[0].uses)) != 1 for op in [matmul] + chain):
         return None
-    return matmuls[2], chain
+    return matmul, chain
 
 
 def _transposed_form(matmul: ir.Operation) -> bool:
@@ -275,12 +281,20 @@ def _transpose_contraction(kernel: ir.Operation, matmul: ir.Operation,
         op.erase()
     if a_op is not None and a_op.name == "trn.transpose" and not list(a_op.results[0].uses):
         a_op.erase()
-    kernel.results[1].set_type(value.type)
+    _retyped(kernel, 1, value.type)
     for reshapes, transpose in readers:
         for reshape in reshapes:
             reshape.results[0].set_type(swapped(reshape.results[0]))
         transpose.results[0].replace_all_uses_with(transpose.operands[0])
         transpose.erase()
+
+
+def _retyped(kernel: ir.Operation, index: int, result_type: ir.Type) -> None:
+    """Give `kernel`'s result `index` the type its yield now yields, and the kernel the
+    result groups its types make (dialects/trn.py `result_groups`)."""
+    kernel.results[index].set_type(result_type)
+    kernel.attributes[RESULT_GROUPS] = ir.DenseI32ArrayAttr.get(
+        result_groups([r.type for r in kernel.results]))
 
 
 def _swapped_tail(value: ir.Value) -> ir.Type:

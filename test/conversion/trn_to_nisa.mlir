@@ -2413,6 +2413,7 @@ func.func @matmul_rows_scaled_result(%do: tensor<1x128x64xbf16>, %vt: tensor<1x6
 // ERRMERGED: trn_to_nisa-invalid-merged.mlir:209:10: error: convert-trn-to-nisa: an mlp_saved kernel's weight-gradient part holds one matmul
 // ERRMERGED: trn_to_nisa-invalid-merged.mlir:229:10: error: convert-trn-to-nisa: an mlp_saved kernel's weight gradient reads the transpose of its hidden value
 // ERRMERGED: trn_to_nisa-invalid-merged.mlir:239:10: error: convert-trn-to-nisa: an mlp_saved kernel's weight-gradient part yields the gradient and at most the hidden value's sums over its rows
+// ERRMERGED: trn_to_nisa-invalid-merged.mlir:272:11: error: convert-trn-to-nisa: an attention kernel's fourth matmul contracts the transpose of an input its row part reads, laid out as the scores
 // ERRMLPSAVED: trn_to_nisa-invalid-mlp-saved.mlir:3:{{[0-9]+}}: error: convert-trn-to-nisa: an mlp_saved kernel needs one op marked trn.producer_result, not its last
 func.func @mlp_saved(%arg0: tensor<256x128xbf16>, %arg1: tensor<512x128xbf16>, %arg2: tensor<512xbf16>, %arg3: tensor<128x512xbf16>) -> (tensor<256x128xbf16>, tensor<256x512xbf16>, tensor<256x512xbf16>) {
   %0:3 = "trn.kernel"() ({
@@ -2458,4 +2459,41 @@ func.func @mlp_saved_gradient(%arg0: tensor<256x128xbf16>, %arg1: tensor<128x512
     "trn.yield"(%4, %7, %9) {operandSegmentSizes = array<i32: 1, 1, 1>} : (tensor<256x128xbf16>, tensor<512x128xbf16>, tensor<512xbf16>) -> ()
   }) {kind = "mlp_saved", resultSegmentSizes = array<i32: 1, 1, 1>} : () -> (tensor<256x128xbf16>, tensor<512x128xbf16>, tensor<512xbf16>)
   return %0#0, %0#1, %0#2 : tensor<256x128xbf16>, tensor<512x128xbf16>, tensor<512xbf16>
+}
+
+// -----
+
+// Tests that an attention kernel's fourth matmul, dV = P^T @ dO (trn-fuse
+// attention-input-contractions), takes P's row tiles as the row part loads them: each is
+// loaded once and is the stationary operand of dV's matmul.
+// CHECK-LABEL: func.func @softmax_backward_with_dv
+// CHECK: "nisa.dma"(%[[P0:.*]], %arg2) {aps = [array<i64: 0, 128, 128, 1, 128>, array<i64: 0, 128, 128, 1, 128>]
+// CHECK-NOT: "nisa.dma"(%{{.*}}, %arg2)
+// CHECK: "nisa.matmul"(%{{.*}}, %[[P0]], %{{.*}}) {accumulate = false, aps = [array<i64: 0, 32, 128, 1, 32>
+// CHECK: "nisa.dma"(%[[P1:.*]], %arg2) {aps = [array<i64: 0, 128, 128, 1, 128>, array<i64: 16384, 128, 128, 1, 128>]
+// CHECK-NOT: "nisa.dma"(%{{.*}}, %arg2)
+// CHECK: "nisa.matmul"(%{{.*}}, %[[P1]], %{{.*}}) {accumulate = false, aps = [array<i64: 0, 32, 128, 1, 32>
+// CHECK-NOT: "nisa.dma"(%{{.*}}, %arg2)
+// CHECK: return
+func.func @softmax_backward_with_dv(%arg0: tensor<2x128x32xbf16>, %arg1: tensor<2x32x128xbf16>, %arg2: tensor<2x128x128xbf16>, %arg3: tensor<2x128x32xbf16>, %arg4: tensor<2x32x128xbf16>) -> (tensor<2x128x32xbf16>, tensor<2x32x128xbf16>, tensor<2x128x32xbf16>) {
+  %0:3 = "trn.kernel"() ({
+    %1 = "trn.matmul"(%arg0, %arg1) : (tensor<2x128x32xbf16>, tensor<2x32x128xbf16>) -> tensor<2x128x128xf32>
+    %2 = "trn.convert"(%arg2) : (tensor<2x128x128xbf16>) -> tensor<2x128x128xf32>
+    %3 = "trn.tensor_tensor"(%1, %2) {op = "mul"} : (tensor<2x128x128xf32>, tensor<2x128x128xf32>) -> tensor<2x128x128xf32>
+    %4 = "trn.reduce"(%3) {dimensions = array<i64: 2>, op = "add"} : (tensor<2x128x128xf32>) -> tensor<2x128xf32>
+    %5 = "trn.broadcast"(%4) {dimensions = array<i64: 2>} : (tensor<2x128xf32>) -> tensor<2x128x128xf32>
+    %6 = "trn.tensor_tensor"(%2, %5) {op = "mul"} : (tensor<2x128x128xf32>, tensor<2x128x128xf32>) -> tensor<2x128x128xf32>
+    %7 = "trn.tensor_tensor"(%3, %6) {op = "sub"} : (tensor<2x128x128xf32>, tensor<2x128x128xf32>) -> tensor<2x128x128xf32>
+    %8 = "trn.tensor_scalar"(%7) {op = "mul", reverse = false, scalar = 1.250000e-01 : f32} : (tensor<2x128x128xf32>) -> tensor<2x128x128xf32>
+    %9 = "trn.convert"(%8) : (tensor<2x128x128xf32>) -> tensor<2x128x128xbf16>
+    %10 = "trn.matmul"(%9, %arg3) : (tensor<2x128x128xbf16>, tensor<2x128x32xbf16>) -> tensor<2x128x32xf32>
+    %11 = "trn.convert"(%10) : (tensor<2x128x32xf32>) -> tensor<2x128x32xbf16>
+    %12 = "trn.matmul"(%arg4, %9) : (tensor<2x32x128xbf16>, tensor<2x128x128xbf16>) -> tensor<2x32x128xf32>
+    %13 = "trn.convert"(%12) : (tensor<2x32x128xf32>) -> tensor<2x32x128xbf16>
+    %14 = "trn.transpose"(%arg2) {permutation = array<i64: 0, 2, 1>} : (tensor<2x128x128xbf16>) -> tensor<2x128x128xbf16>
+    %15 = "trn.matmul"(%14, %arg0) : (tensor<2x128x128xbf16>, tensor<2x128x32xbf16>) -> tensor<2x128x32xf32>
+    %16 = "trn.convert"(%15) : (tensor<2x128x32xf32>) -> tensor<2x128x32xbf16>
+    "trn.yield"(%11, %13, %16) {operandSegmentSizes = array<i32: 1, 1, 1>} : (tensor<2x128x32xbf16>, tensor<2x32x128xbf16>, tensor<2x128x32xbf16>) -> ()
+  }) {kind = "attention", resultSegmentSizes = array<i32: 1, 1, 1>} : () -> (tensor<2x128x32xbf16>, tensor<2x32x128xbf16>, tensor<2x128x32xbf16>)
+  return %0#0, %0#1, %0#2 : tensor<2x128x32xbf16>, tensor<2x32x128xbf16>, tensor<2x128x32xbf16>
 }

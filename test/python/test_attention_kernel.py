@@ -806,10 +806,10 @@ def test_dk_is_computed_transposed_where_the_qkv_gradient_takes_it(dtype, seq, t
     (on, on_trn, on_dma), (off, off_trn, off_dma) = _backward_on_and_off(
         model, x, "transposed_contractions", tmp_path, monkeypatch)
     element = torch.finfo(dtype).bits // 8
-    # The attention kernel's two results: dQ and dK, both token-major [B, S, H, D].
+    # The attention kernel's results: dQ, dK and dV, all token-major [B, S, H, D].
     token_major = f"tensor<2x{seq}x2x64x{'bf16' if dtype == torch.bfloat16 else 'f32'}>"
-    assert f'kind = "attention", resultSegmentSizes = array<i32: 1, 1, 0>}} : () -> ' \
-           f'({token_major}, {token_major})' in on_trn
+    assert f'kind = "attention", resultSegmentSizes = array<i32: 1, 2, 0>}} : () -> ' \
+           f'({token_major}, {token_major}, {token_major})' in on_trn
     dk_t_product = re.compile(rf'"trn\.matmul".*-> tensor<4x64x{seq}xf32>')   # Q^T @ dS
     assert dk_t_product.search(off_trn) and not dk_t_product.search(on_trn)
     for a, b in zip(on, off):
@@ -823,6 +823,33 @@ def test_dk_is_computed_transposed_where_the_qkv_gradient_takes_it(dtype, seq, t
         dict(atol=1e-4, rtol=1e-4)
     for got, want in zip(on, [p.grad for p in model.parameters()] + [x.grad]):
         torch.testing.assert_close(got.float(), want.float(), **tolerance)
+
+
+@pytest.mark.parametrize("dtype,seq", [(torch.bfloat16, 256), (torch.float32, 384)])
+def test_dv_is_computed_from_the_probabilities_the_softmax_backward_loads(dtype, seq, tmp_path,
+                                                                          monkeypatch):
+    """trn-fuse attention-input-contractions: dV = P^T @ dO joins the softmax backward's
+    attention kernel, which loads P's row tiles for the softmax's backward anyway and
+    computes dO on chip: P is read once (the partition saves it once,
+    torchneuron/saved_views.py), dO is not stored, and dV's kernel is gone. Eager's
+    gradients either way."""
+    torch.manual_seed(0)
+    model = PackedAttention(128, 2, causal=False).to(dtype)
+    x = torch.randn(2, seq, 128).to(dtype).requires_grad_()
+    (on, on_trn, on_dma), (off, off_trn, off_dma) = _backward_on_and_off(
+        model, x, "fuse_attention_input_contractions", tmp_path, monkeypatch)
+    assert on_trn.count('kind = "matmul"') == off_trn.count('kind = "matmul"') - 1
+    element = torch.finfo(dtype).bits // 8
+    probabilities = 2 * 2 * seq * seq * element
+    assert off_dma - on_dma >= probabilities
+    model.zero_grad()
+    x.grad = None
+    model(x).float().sum().backward()
+    tolerance = dict(atol=0.1, rtol=0.05) if dtype == torch.bfloat16 else \
+        dict(atol=1e-4, rtol=1e-4)
+    for got, was, want in zip(on, off, [p.grad for p in model.parameters()] + [x.grad]):
+        torch.testing.assert_close(got.float(), want.float(), **tolerance)
+        torch.testing.assert_close(got.float(), was.float(), **tolerance)
 
 
 def test_rows_reading_a_transposed_product_keep_their_own_kernel(tmp_path, monkeypatch):

@@ -16,6 +16,7 @@
 // RUN: neuron-opt --split-input-file --trn-fuse="epilogue-residuals=false" %s | FileCheck %s --check-prefix=NORES
 // RUN: neuron-opt --split-input-file --trn-fuse="attention-saved=false" %s | FileCheck %s --check-prefix=NOSAVED
 // RUN: neuron-opt --split-input-file --trn-fuse="attention-contractions=false" %s | FileCheck %s --check-prefix=NOCONTRACT
+// RUN: neuron-opt --split-input-file --trn-fuse="attention-input-contractions=false" %s | FileCheck %s --check-prefix=NOINPUT
 // RUN: neuron-opt --split-input-file --trn-fuse="row-results=false" %s | FileCheck %s --check-prefix=NOROWRES
 // RUN: neuron-opt --split-input-file --trn-fuse="column-sums=false" %s | FileCheck %s --check-prefix=NOCOLS
 // RUN: neuron-opt --split-input-file --trn-fuse="input-rows=false" %s | FileCheck %s --check-prefix=NOINPUTROWS
@@ -350,6 +351,47 @@ func.func @attention_rows_read_by_two_matmuls(%q: tensor<2x128x32xbf16>, %kt: te
   %o = "trn.matmul"(%pb, %v) : (tensor<2x128x128xbf16>, tensor<2x128x32xbf16>) -> tensor<2x128x32xf32>
   %ob = "trn.convert"(%o) : (tensor<2x128x32xf32>) -> tensor<2x128x32xbf16>
   return %gb, %ob : tensor<2x32x128xbf16>, tensor<2x128x32xbf16>
+}
+
+// -----
+
+// Tests that in a softmax backward the matmul contracting the probabilities P over their rows
+// (dV = P^T @ dO), P being an input the attention kernel's row part reads, joins the kernel
+// after its own ops: the kernel then yields dQ, dK^T and dV, and P is read by one kernel.
+// The dV kernel stood before the attention kernel; the merged kernel stands where the
+// attention kernel does. With attention-input-contractions=false, dV keeps its own kernel.
+// CHECK-LABEL: func.func @softmax_backward_with_dv
+// CHECK: %[[K:.*]]:3 = "trn.kernel"() ({
+// CHECK: "trn.convert"(%arg2) : (tensor<2x128x128xbf16>) -> tensor<2x128x128xf32>
+// CHECK: "trn.matmul"(%arg4, %{{.*}}) : (tensor<2x32x128xbf16>, tensor<2x128x128xbf16>) -> tensor<2x32x128xf32>
+// CHECK: %[[PT:.*]] = "trn.transpose"(%arg2) {permutation = array<i64: 0, 2, 1>}
+// CHECK-NEXT: "trn.matmul"(%[[PT]], %arg0) : (tensor<2x128x128xbf16>, tensor<2x128x32xbf16>) -> tensor<2x128x32xf32>
+// CHECK: }) {kind = "attention", resultSegmentSizes = array<i32: 1, 1, 1>} : () -> (tensor<2x128x32xbf16>, tensor<2x32x128xbf16>, tensor<2x128x32xbf16>)
+// CHECK-NEXT: return %[[K]]#0, %[[K]]#1, %[[K]]#2
+// NOINPUT-LABEL: func.func @softmax_backward_with_dv
+// NOINPUT: %[[DV:.*]] = "trn.kernel"() ({
+// NOINPUT: }) {kind = "matmul", resultSegmentSizes = array<i32: 1, 0, 0>} : () -> tensor<2x128x32xbf16>
+// NOINPUT: %[[K:.*]]:2 = "trn.kernel"() ({
+// NOINPUT: }) {kind = "attention", resultSegmentSizes = array<i32: 1, 1, 0>}
+// NOINPUT-NEXT: return %[[K]]#0, %[[K]]#1, %[[DV]]
+func.func @softmax_backward_with_dv(%do: tensor<2x128x32xbf16>, %vt: tensor<2x32x128xbf16>, %p: tensor<2x128x128xbf16>, %k: tensor<2x128x32xbf16>, %qt: tensor<2x32x128xbf16>) -> (tensor<2x128x32xbf16>, tensor<2x32x128xbf16>, tensor<2x128x32xbf16>) {
+  %pt = "trn.transpose"(%p) {permutation = array<i64: 0, 2, 1>} : (tensor<2x128x128xbf16>) -> tensor<2x128x128xbf16>
+  %dv = "trn.matmul"(%pt, %do) : (tensor<2x128x128xbf16>, tensor<2x128x32xbf16>) -> tensor<2x128x32xf32>
+  %dvb = "trn.convert"(%dv) : (tensor<2x128x32xf32>) -> tensor<2x128x32xbf16>
+  %dp = "trn.matmul"(%do, %vt) : (tensor<2x128x32xbf16>, tensor<2x32x128xbf16>) -> tensor<2x128x128xf32>
+  %pf = "trn.convert"(%p) : (tensor<2x128x128xbf16>) -> tensor<2x128x128xf32>
+  %a = "trn.tensor_tensor"(%dp, %pf) {op = "mul"} : (tensor<2x128x128xf32>, tensor<2x128x128xf32>) -> tensor<2x128x128xf32>
+  %r = "trn.reduce"(%a) {op = "add", dimensions = array<i64: 2>} : (tensor<2x128x128xf32>) -> tensor<2x128xf32>
+  %rb = "trn.broadcast"(%r) {dimensions = array<i64: 2>} : (tensor<2x128xf32>) -> tensor<2x128x128xf32>
+  %b = "trn.tensor_tensor"(%pf, %rb) {op = "mul"} : (tensor<2x128x128xf32>, tensor<2x128x128xf32>) -> tensor<2x128x128xf32>
+  %c = "trn.tensor_tensor"(%a, %b) {op = "sub"} : (tensor<2x128x128xf32>, tensor<2x128x128xf32>) -> tensor<2x128x128xf32>
+  %s = "trn.tensor_scalar"(%c) {op = "mul", reverse = false, scalar = 1.250000e-01 : f32} : (tensor<2x128x128xf32>) -> tensor<2x128x128xf32>
+  %sb = "trn.convert"(%s) : (tensor<2x128x128xf32>) -> tensor<2x128x128xbf16>
+  %dq = "trn.matmul"(%sb, %k) : (tensor<2x128x128xbf16>, tensor<2x128x32xbf16>) -> tensor<2x128x32xf32>
+  %dqb = "trn.convert"(%dq) : (tensor<2x128x32xf32>) -> tensor<2x128x32xbf16>
+  %dkt = "trn.matmul"(%qt, %sb) : (tensor<2x32x128xbf16>, tensor<2x128x128xbf16>) -> tensor<2x32x128xf32>
+  %dktb = "trn.convert"(%dkt) : (tensor<2x32x128xf32>) -> tensor<2x32x128xbf16>
+  return %dqb, %dktb, %dvb : tensor<2x128x32xbf16>, tensor<2x32x128xbf16>, tensor<2x128x32xbf16>
 }
 
 // -----

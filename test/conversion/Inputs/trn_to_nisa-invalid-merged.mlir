@@ -249,3 +249,29 @@ func.func @saved_gradient_summing_another_value(%arg0: tensor<256x128xbf16>, %ar
   }) {kind = "mlp_saved", resultSegmentSizes = array<i32: 1, 1, 1>} : () -> (tensor<256x128xbf16>, tensor<512x128xbf16>, tensor<512xf32>)
   return %0#0, %0#1, %0#2 : tensor<256x128xbf16>, tensor<512x128xbf16>, tensor<512xf32>
 }
+
+// -----
+
+// An attention kernel whose fourth matmul contracts an input its row part does not read.
+func.func @input_contraction_of_an_unread_input(%other: tensor<2x128x128xbf16>, %arg0: tensor<2x128x32xbf16>, %arg1: tensor<2x32x128xbf16>, %arg2: tensor<2x128x128xbf16>, %arg3: tensor<2x128x32xbf16>, %arg4: tensor<2x32x128xbf16>) -> (tensor<2x128x32xbf16>, tensor<2x32x128xbf16>, tensor<2x128x32xbf16>) {
+  %0:3 = "trn.kernel"() ({
+    %1 = "trn.matmul"(%arg0, %arg1) : (tensor<2x128x32xbf16>, tensor<2x32x128xbf16>) -> tensor<2x128x128xf32>
+    %2 = "trn.convert"(%arg2) : (tensor<2x128x128xbf16>) -> tensor<2x128x128xf32>
+    %3 = "trn.tensor_tensor"(%1, %2) {op = "mul"} : (tensor<2x128x128xf32>, tensor<2x128x128xf32>) -> tensor<2x128x128xf32>
+    %4 = "trn.reduce"(%3) {dimensions = array<i64: 2>, op = "add"} : (tensor<2x128x128xf32>) -> tensor<2x128xf32>
+    %5 = "trn.broadcast"(%4) {dimensions = array<i64: 2>} : (tensor<2x128xf32>) -> tensor<2x128x128xf32>
+    %6 = "trn.tensor_tensor"(%2, %5) {op = "mul"} : (tensor<2x128x128xf32>, tensor<2x128x128xf32>) -> tensor<2x128x128xf32>
+    %7 = "trn.tensor_tensor"(%3, %6) {op = "sub"} : (tensor<2x128x128xf32>, tensor<2x128x128xf32>) -> tensor<2x128x128xf32>
+    %8 = "trn.tensor_scalar"(%7) {op = "mul", reverse = false, scalar = 1.250000e-01 : f32} : (tensor<2x128x128xf32>) -> tensor<2x128x128xf32>
+    %9 = "trn.convert"(%8) : (tensor<2x128x128xf32>) -> tensor<2x128x128xbf16>
+    %10 = "trn.matmul"(%9, %arg3) : (tensor<2x128x128xbf16>, tensor<2x128x32xbf16>) -> tensor<2x128x32xf32>
+    %11 = "trn.convert"(%10) : (tensor<2x128x32xf32>) -> tensor<2x128x32xbf16>
+    %12 = "trn.matmul"(%arg4, %9) : (tensor<2x32x128xbf16>, tensor<2x128x128xbf16>) -> tensor<2x32x128xf32>
+    %13 = "trn.convert"(%12) : (tensor<2x32x128xf32>) -> tensor<2x32x128xbf16>
+    %14 = "trn.transpose"(%other) {permutation = array<i64: 0, 2, 1>} : (tensor<2x128x128xbf16>) -> tensor<2x128x128xbf16>
+    %15 = "trn.matmul"(%14, %arg0) : (tensor<2x128x128xbf16>, tensor<2x128x32xbf16>) -> tensor<2x128x32xf32>
+    %16 = "trn.convert"(%15) : (tensor<2x128x32xf32>) -> tensor<2x128x32xbf16>
+    "trn.yield"(%11, %13, %16) {operandSegmentSizes = array<i32: 1, 1, 1>} : (tensor<2x128x32xbf16>, tensor<2x32x128xbf16>, tensor<2x128x32xbf16>) -> ()
+  }) {kind = "attention", resultSegmentSizes = array<i32: 1, 1, 1>} : () -> (tensor<2x128x32xbf16>, tensor<2x32x128xbf16>, tensor<2x128x32xbf16>)
+  return %0#0, %0#1, %0#2 : tensor<2x128x32xbf16>, tensor<2x32x128xbf16>, tensor<2x128x32xbf16>
+}
