@@ -522,7 +522,12 @@ def lower_attention(em: Emitter, body: list[ir.Operation], views: dict,
             consume(probs_tile, view, divisor)
             contract(probs_tile, view)
             if contract_input is not None:
-                contract_input(loaded.pop(locate(view)), view)
+                tile = loaded.pop(locate(view), None)
+                if tile is None:
+                    raise CompileError("an attention kernel's fourth matmul needs the row "
+                                       "tiles of its input as the row part loads them",
+                                       fourth.location)
+                contract_input(tile, view)
 
         lower_rows(em, rows_body, rows_views, view_of, (probs, probs_view), produce_rows,
                    consume_and_contract)
