@@ -513,7 +513,7 @@ def lower_attention(em: Emitter, body: list[ir.Operation], views: dict,
 
             contract_input = _transposed_row_contraction(
                 em, fourth, _computing(body[position[fourth] + 1:], input_contraction[0]),
-                views, input_contraction, leaf_view.element_type, sq, pick, locate,
+                views, input_contraction, sq, pick, locate,
                 lambda view: from_computed(_Staged(em, view, matmul_element_type(
                     leaf_view.element_type, view.element_type))))
 
@@ -676,9 +676,8 @@ def _row_contraction(em: Emitter, matmul: ir.Operation, chain: list[ir.Operation
             matmul.operands[1] in views and matmul.operands[0] not in views:
         etype = matmul_element_type(U.element_type(probs),
                                     views[matmul.operands[1]].element_type)
-        return _transposed_row_contraction(em, matmul, chain, views, saved,
-                                           U.element_type(probs), sq, pick, locate,
-                                           lambda view: _Staged(em, view, etype))
+        return _transposed_row_contraction(em, matmul, chain, views, saved, sq, pick,
+                                           locate, lambda view: _Staged(em, view, etype))
     a_view = views.get(matmul.operands[0])
     if a_view is None or U.defining_op(matmul.operands[1]) is None:
         raise CompileError("an attention kernel's third matmul reads an operand from HBM "
@@ -705,12 +704,12 @@ def _row_contraction(em: Emitter, matmul: ir.Operation, chain: list[ir.Operation
 
 
 def _transposed_row_contraction(em: Emitter, matmul: ir.Operation, chain: list[ir.Operation],
-                                views: dict, saved: tuple[ir.Value, HbmView],
-                                rows_type: ir.Type, sq: int, pick: Callable, locate: Callable,
+                                views: dict, saved: tuple[ir.Value, HbmView], sq: int,
+                                pick: Callable, locate: Callable,
                                 stage: Callable[[HbmView], _Staged]
                                 ) -> Callable[[Tile, HbmView], None]:
-    """`_row_contraction`'s step for C^T = R^T @ B (R's row tiles of type `rows_type`; B's
-    operand of a batch index staged by `stage(view)`). Also the fourth matmul's, C = L^T @ B
+    """`_row_contraction`'s step for C^T = R^T @ B (B's operand of a batch index staged by
+    `stage(view)`, in the element type the product takes). Also the fourth matmul's, C = L^T @ B
     for an input L of the row part (`lower_attention`'s `input_contraction`), given L's row
     tiles."""
     value, out_view = saved

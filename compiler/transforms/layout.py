@@ -175,9 +175,10 @@ def _row_contraction(kernel: ir.Operation, index: int = 1
     its fourth, attention-input-contractions) and the unary elementwise ops from it to the
     kernel's result `index`, which it computes and nothing else in the kernel reads; else
     None."""
-    if U.str_attr(kernel, "kind") != "attention" or len(kernel.results) != index + 1:
-        if not (index == 1 and len(kernel.results) == 3):
-            return None
+    # (Two results with a row contraction, three with an input contraction too.)
+    if U.str_attr(kernel, "kind") != "attention" or len(kernel.results) not in (2, 3) or \
+            index >= len(kernel.results):
+        return None
     body = kernel_body(kernel)
     matmuls = [op for op in body if op.name == "trn.matmul"]
     if len(matmuls) != len(kernel.results) + 1:
