@@ -1439,22 +1439,12 @@ def _absorbed(kernel: ir.Operation, extra: ir.Operation, kept: list[ir.Value]
               ) -> ir.Operation:
     """One attention kernel where `kernel` stands: `kernel`'s ops, then `extra`'s; it yields
     `kept` (results of `kernel`), then `extra`'s result, and takes their places."""
-    types = [r.type for r in kept] + [extra.results[0].type]
-    with ir.InsertionPoint(kernel), kernel.location:
-        merged = build_kernel("attention", types)
-    for name in ("orientation",):
-        if name in kernel.attributes:
-            merged.attributes[name] = kernel.attributes[name]
-    mapping: dict = {}
-    with ir.InsertionPoint(merged.regions[0].blocks[0]):
-        _clone_bodies((kernel, extra), mapping)
-        build_yield([mapping[r] for r in kept] + [mapping[extra.results[0]]],
-                    loc=extra.location)
-    for i, result in enumerate(kept):
-        result.replace_all_uses_with(merged.results[i])
-    extra.results[0].replace_all_uses_with(merged.results[len(kept)])
-    extra.erase()
-    kernel.erase()
+    orientation = kernel.attributes["orientation"] if "orientation" in kernel.attributes \
+        else None
+    merged = _merge_yielding((kernel, extra), "attention", kept + [extra.results[0]], kernel,
+                             kernel.location, extra.location)
+    if orientation is not None:
+        merged.attributes["orientation"] = orientation
     return merged
 
 
@@ -1919,17 +1909,8 @@ WEIGHT_GRADIENT_RESIDENT_SHARE = 0.5
 def merge_weight_gradient(first: ir.Operation, second: ir.Operation) -> ir.Operation:
     """One weight_gradient kernel computing `first` and then `second` (which reads first's
     result), with second's results."""
-    with ir.InsertionPoint(second), second.location:
-        merged = build_kernel("weight_gradient", [r.type for r in second.results])
-    mapping: dict = {}
-    with ir.InsertionPoint(merged.regions[0].blocks[0]):
-        _clone_bodies((first, second), mapping)
-        build_yield([mapping[r] for r in second.results], loc=second.location)
-    for old, new in zip(second.results, merged.results):
-        old.replace_all_uses_with(new)
-    second.erase()
-    first.erase()
-    return merged
+    return _merge_yielding((first, second), "weight_gradient", list(second.results), second,
+                           second.location)
 
 
 def reshape_epilogue_producers(func: ir.Operation) -> None:
@@ -2221,21 +2202,9 @@ def merge_saved_gradient(saved: ir.Operation, gradient: ir.Operation) -> ir.Oper
     """One mlp_saved kernel where `saved` stood: `saved`'s ops, then `gradient`'s (the first
     marked SAVED_GRADIENT) reading the hidden value as `saved` computes it; it yields
     `saved`'s first result, then `gradient`'s results. The hidden value is yielded no more."""
-    types = [saved.results[0].type] + [r.type for r in gradient.results]
-    with ir.InsertionPoint(saved), saved.location:
-        merged = build_kernel("mlp_saved", types)
     kernel_body(gradient)[0].attributes[SAVED_GRADIENT] = ir.UnitAttr.get()
-    mapping: dict = {}
-    with ir.InsertionPoint(merged.regions[0].blocks[0]):
-        _clone_bodies((saved, gradient), mapping)
-        build_yield([mapping[r] for r in (saved.results[0], *gradient.results)],
-                    loc=saved.location)
-    saved.results[0].replace_all_uses_with(merged.results[0])
-    for old, new in zip(gradient.results, merged.results[1:]):
-        old.replace_all_uses_with(new)
-    gradient.erase()
-    saved.erase()
-    return merged
+    return _merge_yielding((saved, gradient), "mlp_saved",
+                           [saved.results[0], *gradient.results], saved, saved.location)
 
 
 def mlp_rows_pairs(func: ir.Operation, target) -> list[tuple]:
@@ -2544,15 +2513,22 @@ def merge_kernels(kernels: tuple, kind: str, also: ir.Operation | None = None,
     saved = [r for r in also.results if any(
         not any(_encloses(k, U.operation(u.owner)) for k in kernels) for u in r.uses)] \
         if also is not None else []
-    types = [last.results[0].type] + [r.type for r in saved]
-    with ir.InsertionPoint(at), last.location:
-        merged = build_kernel(kind, types)
+    return _merge_yielding(kernels, kind, [last.results[0], *saved], at, last.location)
+
+
+def _merge_yielding(kernels: tuple, kind: str, yielded: list[ir.Value], at: ir.Operation,
+                    loc: ir.Location, yield_loc: ir.Location | None = None) -> ir.Operation:
+    """One kernel of `kind` before `at` (at `loc`): the bodies of `kernels` one after
+    another; it yields `yielded` (results of `kernels`; its yield at `yield_loc`, default
+    `loc`), each result replacing the value it stands for. The kernels are erased."""
+    with ir.InsertionPoint(at), loc:
+        merged = build_kernel(kind, [v.type for v in yielded])
     mapping: dict = {}
     with ir.InsertionPoint(merged.regions[0].blocks[0]):
         _clone_bodies(kernels, mapping)
-        build_yield([mapping[last.results[0]]] + [mapping[r] for r in saved],
-                    loc=last.location)
-    for old, new in zip([last.results[0], *saved], merged.results):
+        build_yield([mapping[v] for v in yielded],
+                    loc=yield_loc if yield_loc is not None else loc)
+    for old, new in zip(yielded, merged.results):
         old.replace_all_uses_with(new)
     for kernel in reversed(kernels):
         kernel.erase()
