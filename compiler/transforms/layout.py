@@ -151,17 +151,13 @@ def _store_token_major(kernel: ir.Operation, readers: list[tuple], index: int = 
     b, h, s, dv = heads_shape
     token_major = U.tensor_type([b, s, h, dv], etype)
     old_yield = kernel_body(kernel)[-1]
-    values = list(old_yield.operands)
     with ir.InsertionPoint(old_yield), old_yield.location:
         split = U.create("trn.reshape", [U.tensor_type(heads_shape, etype)],
-                         [values[index]]).results[0]
-        # (The other results, probabilities an attention kernel also stores, stay as they
-        # are.)
-        values[index] = U.create("trn.transpose", [token_major], [split],
-                                 {"permutation": U.i64_array(TOKEN_MAJOR)}).results[0]
-        build_yield(values, loc=old_yield.location)
-    old_yield.erase()
-    _retyped(kernel, index, token_major)
+                         [old_yield.operands[index]]).results[0]
+        t = U.create("trn.transpose", [token_major], [split],
+                     {"permutation": U.i64_array(TOKEN_MAJOR)}).results[0]
+    # (The other results, probabilities an attention kernel also stores, stay as they are.)
+    _yield_instead(kernel, index, t)
     for reshape, transposes in readers:
         for t in transposes:
             t.results[0].replace_all_uses_with(result)
@@ -256,44 +252,44 @@ def _transpose_contraction(kernel: ir.Operation, matmul: ir.Operation,
     and its unary chain on C^T's shape; the readers lose their transposes."""
     a, rows = matmul.operands
     perm = _swap_last_two(len(U.shape(matmul.results[0])))
-    swapped = _swapped_tail
     with ir.InsertionPoint(matmul), matmul.location:
-        rows_t = U.create("trn.transpose", [swapped(rows)], [rows],
+        rows_t = U.create("trn.transpose", [_swapped_tail(rows)], [rows],
                           {"permutation": U.i64_array(perm)}).results[0]
         a_op = U.defining_op(a)
         if a_op is not None and a_op.name == "trn.transpose" and \
                 list(U.array_attr(a_op, "permutation")) == perm:
             a_t = a_op.operands[0]         # A = B^T: A^T is B
         else:
-            a_t = U.create("trn.transpose", [swapped(a)], [a],
+            a_t = U.create("trn.transpose", [_swapped_tail(a)], [a],
                            {"permutation": U.i64_array(perm)}).results[0]
-        value = U.create("trn.matmul", [swapped(matmul.results[0])], [rows_t, a_t],
+        value = U.create("trn.matmul", [_swapped_tail(matmul.results[0])], [rows_t, a_t],
                          U.attributes_of(matmul)).results[0]
         for op in chain:
-            value = U.create(op.name, [swapped(op.results[0])], [value], U.attributes_of(op),
-                             loc=op.location).results[0]
-    old_yield = kernel_body(kernel)[-1]
-    values = list(old_yield.operands)
-    values[1] = value
-    with ir.InsertionPoint(old_yield):
-        build_yield(values, loc=old_yield.location)
-    old_yield.erase()
+            value = U.create(op.name, [_swapped_tail(op.results[0])], [value],
+                             U.attributes_of(op), loc=op.location).results[0]
+    _yield_instead(kernel, 1, value)
     for op in reversed([matmul] + chain):
         op.erase()
     if a_op is not None and a_op.name == "trn.transpose" and not list(a_op.results[0].uses):
         a_op.erase()
-    _retyped(kernel, 1, value.type)
     for reshapes, transpose in readers:
         for reshape in reshapes:
-            reshape.results[0].set_type(swapped(reshape.results[0]))
+            reshape.results[0].set_type(_swapped_tail(reshape.results[0]))
         transpose.results[0].replace_all_uses_with(transpose.operands[0])
         transpose.erase()
 
 
-def _retyped(kernel: ir.Operation, index: int, result_type: ir.Type) -> None:
-    """Give `kernel`'s result `index` the type its yield now yields, and the kernel the
-    result groups its types make (dialects/trn.py `result_groups`)."""
-    kernel.results[index].set_type(result_type)
+def _yield_instead(kernel: ir.Operation, index: int, value: ir.Value) -> None:
+    """Make `kernel` yield `value` (made in its body) as its result `index`, that result of
+    `value`'s type, and the kernel's result groups those its types make (dialects/trn.py
+    `result_groups`)."""
+    old_yield = kernel_body(kernel)[-1]
+    values = list(old_yield.operands)
+    values[index] = value
+    with ir.InsertionPoint(old_yield):
+        build_yield(values, loc=old_yield.location)
+    old_yield.erase()
+    kernel.results[index].set_type(value.type)
     kernel.attributes[RESULT_GROUPS] = ir.DenseI32ArrayAttr.get(
         result_groups([r.type for r in kernel.results]))
 
@@ -334,18 +330,14 @@ def _swap_last_two(rank: int) -> list[int]:
 def _transpose_result(kernel: ir.Operation) -> None:
     result = kernel.results[0]
     shape = U.shape(result)
-    rank = len(shape)
-    perm = _swap_last_two(rank)
-    transposed_type = U.tensor_type([shape[p] for p in perm], U.element_type(result))
+    perm = _swap_last_two(len(shape))
     old_yield = kernel_body(kernel)[-1]
     with ir.InsertionPoint(old_yield), old_yield.location:
-        t = U.create("trn.transpose", [transposed_type], [old_yield.operands[0]],
+        t = U.create("trn.transpose", [_swapped_tail(result)], [old_yield.operands[0]],
                      {"permutation": U.i64_array(perm)}).results[0]
-        build_yield(t, loc=old_yield.location)
-    old_yield.erase()
     kernel.attributes["orientation"] = U.string("nm")
     uses = [(U.operation(u.owner), u.operand_number) for u in result.uses]
-    result.set_type(transposed_type)
+    _yield_instead(kernel, 0, t)
     for user, index in uses:
         consumer_block = user.parent.regions[0].blocks[0]
         with ir.InsertionPoint.at_block_begin(consumer_block), user.location:
