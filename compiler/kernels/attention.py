@@ -436,11 +436,8 @@ def lower_attention(em: Emitter, body: list[ir.Operation], views: dict,
         # block's rows tile; the division writes there directly.
         slot = None
         if rows_out is not None:
-            outer, head = divmod(b, out_heads)
-            if (outer, q0) not in rows_tiles:
-                rows_tiles[outer, q0] = [em.alloc("sbuf", qn, out_heads * dv,
-                                                  out_view.element_type), 0]
-            slot = rows_tiles[outer, q0][0].columns(head * dv, dv)
+            outer, head = divmod(b, gather.heads)
+            slot = gather.slot(outer, q0, qn, head)
         if divisor is not None and rounding_only:
             quotient = slot if slot is not None and slot.element_type == \
                 U.element_type(yielded) else em.alloc("sbuf", qn, dv, U.element_type(yielded))
@@ -455,26 +452,20 @@ def lower_attention(em: Emitter, body: list[ir.Operation], views: dict,
             return
         if results[yielded] != slot:
             em.copy(slot, results[yielded])
-        entry = rows_tiles[outer, q0]
-        entry[1] += 1
-        if entry[1] == out_heads:
+        whole = gather.filled(outer, q0)
+        if whole is not None:
             if token_rows is not None:
-                token_rows[outer * sq + q0] = entry[0]
+                token_rows[outer * sq + q0] = whole
             if token_rows is None or token_rows_stored:
-                store_tile(em, pick(rows_out, outer).slice(0, q0, qn), entry[0])
-            del rows_tiles[outer, q0]
+                store_tile(em, pick(rows_out, outer).slice(0, q0, qn), whole)
 
     # All heads' outputs of a query block as whole token rows, where the output holds head
     # h's values right after head h-1's in each row (a token-major output): each query
     # block's tile of all heads stays on chip until its last head's values are in.
     # (At most a quarter of SBUF for the tiles of one batch index's query blocks: the heads
     # of a batch index come one after another, each through all the query blocks.)
-    rows_out, rows_tiles, out_heads = None, {}, 1
-    if second is not None and out_view.rank >= 3 and out_view.shape[-3] > 1 and \
-            -(-sq // em.target.num_partitions) * out_view.shape[-3] * dv * \
-            U.element_bytes(out_view.element_type) <= quarter:
-        rows_out = out_view.merge_heads(-1)
-        out_heads = out_view.shape[-3] if rows_out is not None else 1
+    rows_out, gather = _head_rows(em, out_view, -(-sq // em.target.num_partitions), dv) \
+        if second is not None else (None, None)
     if token_rows is not None and (rows_out is None or
                                    (saved is not None and not token_rows_stored) or
                                    third is not None or not token_major):
@@ -549,7 +540,7 @@ def lower_attention(em: Emitter, body: list[ir.Operation], views: dict,
                    defer_division=True,
                    **(constant_mask_hooks(rows_body, rows_views, view_of, scores_leaves,
                                           probs, sk, tk) if masked_keys else {}))
-    if rows_tiles:
+    if gather is not None and gather.tiles:
         raise CompileError("an attention kernel left query blocks of some heads unstored",
                            first.location)
     if computed is not None and computed.on_row_tile:
@@ -721,13 +712,8 @@ def _transposed_row_contraction(em: Emitter, matmul: ir.Operation, chain: list[i
     rounding_only = [op.name for op in chain] == ["trn.convert"] and \
         chain[0].results[0] == value and isinstance(U.element_type(value), ir.FloatType)
     # Token-major: the heads of a batch index side by side in each of C^T's rows.
-    rows_out = out_view.merge_heads(-1) if out_view.rank >= 3 and \
-        out_view.shape[-3] > 1 else None
-    heads = out_view.shape[-3] if rows_out is not None else 1
-    if rows_out is not None and len(blocks) * heads * d * U.element_bytes(
-            out_view.element_type) > em.target.sbuf_partition_bytes // 4:
-        rows_out, heads = None, 1
-    gathered: dict[tuple[int, int], list] = {}        # (outer, k0) -> [tile, heads in]
+    rows_out, gather = _head_rows(em, out_view, len(blocks), d)
+    heads = gather.heads if gather is not None else 1
     accumulators: dict[int, Tile] = {}
     staged: dict[int, _Staged] = {}
 
@@ -740,21 +726,16 @@ def _transposed_row_contraction(em: Emitter, matmul: ir.Operation, chain: list[i
                                        pick(v, b).slice(0, k0, kn))
                 store_tile(em, pick(out_view, b).slice(0, k0, kn), results[value])
                 continue
-            if (outer, k0) not in gathered:
-                gathered[outer, k0] = [em.alloc("sbuf", kn, heads * d,
-                                                out_view.element_type), 0]
-            entry = gathered[outer, k0]
-            slot = entry[0].columns(head * d, d)
+            slot = gather.slot(outer, k0, kn, head)
             if rounding_only and slot.element_type == U.element_type(value):
                 em.copy(slot, part)                 # rounds to the result's type
             else:
                 results = epilogue.run(part, lambda v, b=b, k0=k0, kn=kn:
                                        pick(v, b).slice(0, k0, kn))
                 em.copy(slot, results[value])
-            entry[1] += 1
-            if entry[1] == heads:
-                store_tile(em, pick(rows_out, outer).slice(0, k0, kn), entry[0])
-                del gathered[outer, k0]
+            whole = gather.filled(outer, k0)
+            if whole is not None:
+                store_tile(em, pick(rows_out, outer).slice(0, k0, kn), whole)
 
     def contract(probs_tile: Tile, view: HbmView) -> None:
         b, q0, qn = locate(view)
@@ -771,6 +752,50 @@ def _transposed_row_contraction(em: Emitter, matmul: ir.Operation, chain: list[i
             del accumulators[b]
 
     return contract
+
+
+class _HeadRows:
+    """Rows of all heads gathering in SBUF (a token-major result, head h's values right after
+    head h-1's in each row): per (outer batch index, first row), one tile [rows, heads * d]
+    that takes each head's [rows, d] in its columns."""
+
+    def __init__(self, em: Emitter, heads: int, d: int, element_type: ir.Type):
+        self.em, self.heads, self.d, self.element_type = em, heads, d, element_type
+        self.tiles: dict[tuple[int, int], list] = {}     # (outer, row) -> [tile, heads in]
+
+    def slot(self, outer: int, row: int, rows: int, head: int) -> Tile:
+        """Head `head`'s columns of the tile of rows [row, row + rows) of `outer`."""
+        entry = self.tiles.get((outer, row))
+        if entry is None:
+            entry = self.tiles[outer, row] = [
+                self.em.alloc("sbuf", rows, self.heads * self.d, self.element_type), 0]
+        return entry[0].columns(head * self.d, self.d)
+
+    def filled(self, outer: int, row: int) -> Tile | None:
+        """One more head's columns of that tile are in: the tile, where that was the last."""
+        entry = self.tiles[outer, row]
+        entry[1] += 1
+        if entry[1] < self.heads:
+            return None
+        del self.tiles[outer, row]
+        return entry[0]
+
+
+def _head_rows(em: Emitter, out_view: HbmView, row_blocks: int, d: int
+               ) -> tuple[HbmView | None, _HeadRows | None]:
+    """(the view of whole rows of all heads, their gathering) where `out_view` [.., H, rows,
+    d] holds head h's values right after head h-1's in each row and the tiles of one batch
+    index's `row_blocks` blocks of rows take at most a quarter of SBUF (the heads of a batch
+    index come one after another, each through all its row blocks); (None, None)
+    otherwise."""
+    if out_view.rank < 3 or out_view.shape[-3] < 2 or \
+            row_blocks * out_view.shape[-3] * d * U.element_bytes(out_view.element_type) > \
+            em.target.sbuf_partition_bytes // 4:
+        return None, None
+    rows_out = out_view.merge_heads(-1)
+    if rows_out is None:
+        return None, None
+    return rows_out, _HeadRows(em, out_view.shape[-3], d, out_view.element_type)
 
 
 def _contracted_input(matmul: ir.Operation, views: dict, rows_body: list[ir.Operation],
