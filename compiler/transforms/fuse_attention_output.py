@@ -71,8 +71,9 @@ kernel's results after the first come in at most two groups of one type each,
 dialects/trn.py: a forward's kernel yields its probabilities first and the rest -- its
 output and the views, of three types but as many elements each in self-attention -- flat
 in one group, reshaped back outside; a backward's kernel yields its output first, dQ, which
-then goes straight into its slice of the QKV gradient, then dK (or dK^T) and dO, two types,
-each in its own shape.)
+then goes straight into its slice of the QKV gradient, then dK (or dK^T) and dO for dV's
+kernel, or dK and dV where dV's product joined the kernel (trn-fuse
+attention-input-contractions): at most two types, each value in its own shape.)
 
 Option `input-rows` (on by default): the norm in front of such a pre-norm layer's attention
 (a row-wise kernel of one result that only the QKV projection reads, through reshapes to

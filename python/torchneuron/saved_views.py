@@ -93,12 +93,11 @@ def recompute_in_backward(forward: torch.fx.GraphModule, backward: torch.fx.Grap
         dropped.append(node)
     if not dropped:
         return 0
-    kept_saved = [n for n in saved if n not in dropped]
     descriptions = output.meta.get("desc")
     traces = output.meta.get("output_stack_traces")
     positions = [i for i, n in enumerate(outputs)
                  if i < num_fwd_outputs or n not in dropped]
-    output.args = (tuple(outputs[:num_fwd_outputs] + kept_saved),)
+    output.args = (tuple(outputs[i] for i in positions),)
     if isinstance(descriptions, list) and len(descriptions) == len(outputs):
         kept_descriptions = [descriptions[i] for i in positions]
         # (The saved values' descriptions number them in order.)
