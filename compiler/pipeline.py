@@ -136,6 +136,11 @@ class CompileOptions:
     # works on this one's (the projection's output tiles one at a time, in its own part of
     # SBUF and PSUM)
     attention_overlap_projection: bool = True
+    # convert-trn-to-nisa hidden-spans: an mlp kernel whose token block's output tiles leave
+    # PSUM room for the first matmul's accumulators twice as wide computes its hidden
+    # activation for two blocks at once, kept in SBUF for the second block: the first matmul
+    # in half the instructions (512 columns each, not 256), the same products in the same order
+    mlp_hidden_spans: bool = True
     # convert-trn-to-nisa pool-sharing: POOL (GpSimd) takes its share of the tensor_tensor ops
     # and copies whose operands are all in SBUF, where it would finish them before DVE (or ACT)
     pool_sharing: bool = True
@@ -228,7 +233,8 @@ def stages(options: CompileOptions) -> list[Stage]:
               f"convert-trn-to-nisa{{target={target} masked-keys="
               f"{str(options.attention_masked_keys).lower()} scale-into-q="
               f"{str(options.attention_scale_into_q).lower()} overlap-projection="
-              f"{str(options.attention_overlap_projection).lower()} pool-sharing="
+              f"{str(options.attention_overlap_projection).lower()} hidden-spans="
+              f"{str(options.mlp_hidden_spans).lower()} pool-sharing="
               f"{str(options.pool_sharing).lower()} regroup-copies="
               f"{str(options.regroup_copies).lower()}}},"
               f"trn-plan-memory{{oldest-freed={str(options.onchip_oldest_freed).lower()} "

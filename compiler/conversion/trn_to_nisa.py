@@ -79,12 +79,17 @@ class ConvertTrnToNisa(Pass):
     # one's: the projection's output tiles one at a time, and its tiles and the attention's
     # in disjoint parts of SBUF and PSUM (`_projection_beside`).
     overlap_projection: bool = True
+    # An mlp kernel whose output block leaves PSUM room computes its hidden activation for
+    # two blocks at once, kept in SBUF for the second (kernels/mlp.py,
+    # hidden_tokens_per_block): the first matmul in half the instructions, the same bits.
+    hidden_spans: bool = True
 
     def run(self, module: ir.Operation) -> None:
         target = get_target(self.target or None)
         for func in list(U.functions(module)):
-            _FunctionLowering(func, Emitter(target, self.pool_sharing, self.regroup_copies),
-                              self.masked_keys, self.scale_into_q,
+            em = Emitter(target, self.pool_sharing, self.regroup_copies)
+            em.hidden_spans = self.hidden_spans
+            _FunctionLowering(func, em, self.masked_keys, self.scale_into_q,
                               self.overlap_projection).run()
 
 

@@ -130,6 +130,9 @@ class Emitter:
         # destination's, reordered on chip, where that moves longer DMA runs
         # (kernels/elementwise.py, _lower_regrouped_copy).
         self.regroup_copies = regroup_copies
+        # An mlp kernel may compute its hidden activation for a span of two token blocks
+        # (kernels/mlp.py, hidden_tokens_per_block).
+        self.hidden_spans = True
         self._queued_bytes = [0] * target.dma_queues
         # Loads and stores use disjoint queues: a store waiting for compute must not hold up
         # the prefetch of later tiles queued behind it in an in-order queue.

@@ -15,6 +15,14 @@ output accumulators take). For each block and each 128-row chunk j of the hidden
 After the last chunk, the second epilogue evacuates each output tile and it is stored. The
 PE does the two matmuls' work and transposes of X and, once, of the weights; DMA moves X,
 the weights and Y once.
+
+Where the output accumulators leave PSUM room for the first matmul's at a wider span of
+tokens (`hidden_tokens_per_block`: 512 where the output block is 256, an MLP's 1024
+features taking half of PSUM), H^T_j is computed for that span at once and kept in SBUF:
+the block that computes it reads its own columns, the next block of the span reads the rest
+without computing anything again. The first matmul then streams 512 columns per
+instruction, not 256: half its instructions (and their evacuations) for the same products,
+each summed in the same order.
 """
 
 from __future__ import annotations
@@ -69,6 +77,31 @@ def tokens_per_block(target, tokens: int, features: int) -> int | None:
         if -(-tokens // block) >= _MIN_BLOCKS:
             return block
     return fitting[-1] if fitting else None
+
+
+def hidden_tokens_per_block(target, tokens: int, block: int, out_features: int,
+                            hidden: int, spare_sbuf: int, itemsize: int) -> int:
+    """The span of tokens whose hidden activation H^T [hidden, span] one pass of the first
+    matmul computes, for output blocks of `block` tokens: twice the block where the first
+    matmul's accumulators at that width fit PSUM beside the block's output tiles, the span
+    still makes `_MIN_BLOCKS` spans (the reason the block is not wider), its 512 columns
+    fit one matmul, and H^T for it (`itemsize` bytes per element) takes at most
+    `spare_sbuf` bytes per partition; else the block itself."""
+    wide = 2 * block
+    psum = target.psum_partition_bytes - target.psum_bank_bytes
+    chunks = -(-out_features // target.matmul_max_moving)
+    outputs = -(-block // target.pe_cols) * chunks * target.matmul_max_moving * 4
+    h_bytes = -(-hidden // target.pe_cols) * wide * itemsize
+    if wide > target.matmul_max_moving or -(-tokens // wide) < _MIN_BLOCKS or \
+            outputs + _FIRST_ACCUMULATORS * wide * 4 > psum or h_bytes > spare_sbuf:
+        return block
+    return wide
+
+
+# The share of SBUF an mlp kernel's resident weights and a span's hidden activation
+# (`hidden_tokens_per_block`) may take together: the rest holds the block's staging of X,
+# its evacuated outputs and the epilogues' operands.
+HIDDEN_SPAN_SBUF_SHARE = 0.8
 
 
 def resident_bytes(target, features: int, hidden: int, out_features: int,
@@ -136,6 +169,18 @@ class _Mlp:
         self.epilogue1 = Epilogue(em, compute[position[first] + 1:position[second]], views,
                                   first.results[0], set()) if first is not None else None
         self.epilogue2 = Epilogue(em, chain2, views, second.results[0], {yielded, *also})
+        self.hidden_block = self.block_tokens
+        if first is not None and em.hidden_spans:
+            itemsize = U.element_bytes(self.etype2)
+            spare = int(target.sbuf_partition_bytes * HIDDEN_SPAN_SBUF_SHARE) - resident_bytes(
+                target, features, hidden, self.out_features, max(
+                    itemsize, U.element_bytes(etype1)))
+            self.hidden_block = hidden_tokens_per_block(
+                target, self.tokens, self.block_tokens, self.out_features, hidden, spare,
+                itemsize)
+        # The span (first token, tokens) whose H^T_j tiles `hidden_tiles` holds, by j0.
+        self.hidden_span: tuple[int, int] | None = None
+        self.hidden_tiles: dict[int, Tile] = {}
 
     def blocks(self):
         """(first token, tokens) of each token block."""
@@ -150,27 +195,49 @@ class _Mlp:
         rows = [(r0, min(tp, t0 + tn - r0)) for r0 in range(t0, t0 + tn, tp)]
         accs = {(r0, n0): em.alloc("psum", rn, nn, ir.F32Type.get())
                 for r0, rn in rows for n0, nn in self.n_tiles}
+        span = self._hidden_span(t0, tn)
+        computed = self.hidden_tiles if span == self.hidden_span else None
+        if computed is None and self.first is not None:
+            self.hidden_span, self.hidden_tiles = span, {}
+        s0, sn = span
         for j0, jn in self.j_tiles:
             if self.first is None:
                 h_t = x_t.tile(j0, jn, t0, tn)                       # [features j, tokens]
+            elif computed is not None:
+                h_t = computed[j0]
             else:
-                acc = em.alloc("psum", jn, tn, ir.F32Type.get())
+                acc = em.alloc("psum", jn, sn, ir.F32Type.get())
                 for k0, kn in self.k1:
-                    em.matmul(acc, a_res.tile(k0, kn, j0, jn), x_t.tile(k0, kn, t0, tn),
+                    em.matmul(acc, a_res.tile(k0, kn, j0, jn), x_t.tile(k0, kn, s0, sn),
                               accumulate=k0 > 0)
                 a_res.panels.clear()          # A's tiles stay; the rows they came from go
-                tiles = self.epilogue1.run(acc, lambda view, j0=j0, jn=jn, t0=t0, tn=tn:
+                tiles = self.epilogue1.run(acc, lambda view, j0=j0, jn=jn, s0=s0, sn=sn:
                                            view.transpose([1, 0]).slice(0, j0, jn)
-                                           .slice(1, t0, tn))
-                h_t = em.in_sbuf(tiles[self.hidden_value], self.etype2)  # [hidden j, tokens]
+                                           .slice(1, s0, sn))
+                h_t = em.in_sbuf(tiles[self.hidden_value], self.etype2)  # [hidden j, span]
+                self.hidden_tiles[j0] = h_t
+            first_column = t0 if self.first is None else s0
             for r0, rn in rows:
                 for n0, nn in self.n_tiles:
-                    em.matmul(accs[(r0, n0)], h_t.columns(r0 - t0, rn),
+                    em.matmul(accs[(r0, n0)], h_t.columns(r0 - first_column, rn),
                               b_res.tile(j0, jn, n0, nn), accumulate=j0 > 0)
             if (j0 + jn) % b_res.panel_k == 0:    # B's row panels hold panel_k hidden units
                 b_res.panels.clear()
         self._release_staging()
         return accs
+
+    def _hidden_span(self, t0: int, tn: int) -> tuple[int, int]:
+        """The span of tokens whose H^T the block [t0, t0 + tn) reads: the block itself
+        where spans are not wider, where the kernel runs beside another (trn-order's
+        co-run: each has only its part of PSUM), and where an earlier part of the kernel
+        computes X's rows on chip: a span's first matmul waits for all of its rows, which
+        such a part computes one after another (the BERT layer's FFN after its attention
+        and norm, in spans of 512: 548.0 -> 554.3 us)."""
+        width = self.hidden_block
+        if width == self.block_tokens or self.em.co_run is not None or self.x_t.given_rows:
+            return t0, tn
+        s0 = t0 - t0 % width
+        return s0, min(width, self.tokens - s0)
 
     def output_tiles(self, t0: int, tn: int):
         """A Linear's output tiles of the tokens [t0, t0 + tn), each summed over every K-tile

@@ -236,6 +236,53 @@ def test_token_block_leaves_blocks_to_overlap_with_the_neighbouring_kernels():
     assert tokens_per_block(target, 512, 64 * 512) is None
 
 
+def test_hidden_span_is_two_blocks_where_psum_and_sbuf_leave_room():
+    """The first matmul's span: two output blocks where its accumulators that wide fit PSUM
+    beside the block's output tiles, the spans still number four, and the hidden activation
+    for a span fits the SBUF left; else the block itself."""
+    from torchneuron.compiler.kernels.mlp import hidden_tokens_per_block
+    from torchneuron.target import get_target
+
+    target = get_target("trn2")
+    kib = 1024
+    # The MLP benchmark: 2048 tokens, 1024 outputs in blocks of 256, hidden 4096 (32 KiB of
+    # bf16 H^T for 512 tokens).
+    assert hidden_tokens_per_block(target, 2048, 256, 1024, 4096, 40 * kib, 2) == 512
+    assert hidden_tokens_per_block(target, 2048, 256, 1024, 4096, 31 * kib, 2) == 256
+    assert hidden_tokens_per_block(target, 1024, 256, 1024, 4096, 40 * kib, 2) == 256
+    # Blocks of 512 already (512 outputs): no matmul takes more than 512 columns.
+    assert hidden_tokens_per_block(target, 4096, 512, 512, 1024, 40 * kib, 2) == 512
+    # 1536 outputs in blocks of 256: six banks of output tiles and the bank kept for
+    # transposes leave one, where accumulators over 512 tokens need two.
+    assert hidden_tokens_per_block(target, 2048, 256, 1536, 1024, 40 * kib, 2) == 256
+    # GPT-2's MLP over 512 tokens in blocks of 128: spans of 256 would be two, not four.
+    assert hidden_tokens_per_block(target, 512, 128, 768, 3072, 40 * kib, 2) == 128
+
+
+def test_mlp_kernel_hidden_spans_halve_the_first_matmuls_with_the_same_bits(tmp_path,
+                                                                           monkeypatch):
+    """convert-trn-to-nisa hidden-spans: 2048 tokens of 1024 outputs go in blocks of 256; the
+    first matmul computes the hidden activation for 512 tokens at once, kept in SBUF for the
+    second block. Half as many first matmuls and GELU evacuations; the same products summed
+    in the same order, so the output is bit for bit the one without it (and eager's, within
+    bf16)."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(128, 256), torch.nn.GELU(),
+                                torch.nn.Linear(256, 1024)).to(torch.bfloat16).eval()
+    x = torch.randn(2048, 128).to(torch.bfloat16)
+    with torch.no_grad():
+        expected = model(x)
+    on, on_profile, _ = _run(model, x, tmp_path, monkeypatch, True, "mlp_hidden_spans")
+    off, off_profile, _ = _run(model, x, tmp_path, monkeypatch, False, "mlp_hidden_spans")
+    assert torch.equal(on.view(torch.int16), off.view(torch.int16))
+    torch.testing.assert_close(on, expected, atol=2e-2, rtol=2e-2)
+    # First matmuls: 2 hidden chunks per span (one K-tile each), 8 spans of 256 or 4 of 512;
+    # the second's: 2 token tiles x 2 output chunks x 2 hidden chunks per block, 8 blocks.
+    assert off_profile.opcode_counts["matmul"] == 2 * 8 + 64
+    assert on_profile.opcode_counts["matmul"] == 2 * 4 + 64
+    assert on_profile.opcode_counts["activate"] == off_profile.opcode_counts["activate"] - 8
+
+
 class _PostNormFFN(torch.nn.Module):
     """A post-norm transformer's FFN: LayerNorm(x + Linear(GELU(Linear(x))))."""
 
