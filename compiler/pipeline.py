@@ -139,7 +139,8 @@ class CompileOptions:
     # convert-trn-to-nisa hidden-spans: an mlp kernel whose token block's output tiles leave
     # PSUM room for the first matmul's accumulators twice as wide computes its hidden
     # activation for two blocks at once, kept in SBUF for the second block: the first matmul
-    # in half the instructions (512 columns each, not 256), the same products in the same order
+    # in half the instructions (512 columns each, not 256), the same products in the same
+    # order; a weight_gradient kernel likewise computes T over two blocks of hidden units
     mlp_hidden_spans: bool = True
     # convert-trn-to-nisa pool-sharing: POOL (GpSimd) takes its share of the tensor_tensor ops
     # and copies whose operands are all in SBUF, where it would finish them before DVE (or ACT)

@@ -81,7 +81,9 @@ class ConvertTrnToNisa(Pass):
     overlap_projection: bool = True
     # An mlp kernel whose output block leaves PSUM room computes its hidden activation for
     # two blocks at once, kept in SBUF for the second (kernels/mlp.py,
-    # hidden_tokens_per_block): the first matmul in half the instructions, the same bits.
+    # hidden_tokens_per_block): the first matmul in half the instructions, the same bits. A
+    # weight_gradient kernel likewise computes T for two blocks of hidden units at once
+    # (kernels/weight_gradient.py, hidden_span).
     hidden_spans: bool = True
 
     def run(self, module: ir.Operation) -> None:

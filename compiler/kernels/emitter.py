@@ -131,7 +131,8 @@ class Emitter:
         # (kernels/elementwise.py, _lower_regrouped_copy).
         self.regroup_copies = regroup_copies
         # An mlp kernel may compute its hidden activation for a span of two token blocks
-        # (kernels/mlp.py, hidden_tokens_per_block).
+        # (kernels/mlp.py, hidden_tokens_per_block), a weight_gradient kernel its T for two
+        # blocks of hidden units (kernels/weight_gradient.py, hidden_span).
         self.hidden_spans = True
         self._queued_bytes = [0] * target.dma_queues
         # Loads and stores use disjoint queues: a store waiting for compute must not hold up

@@ -16,6 +16,12 @@ features] its moving one. For each block of hidden columns:
   same tile sums it over the tokens into one PSUM row;
 - after the last token tile, W's epilogue evacuates the accumulators and they are stored.
 DMA moves A, B, X, T's epilogue operands and W once: T's write and read back never happen.
+
+Where PSUM and SBUF leave room (`hidden_span`), T is computed for a span of two blocks at
+once: the first block's pass computes every token tile of T over the span's columns (512
+per matmul, not 256), keeps them in SBUF and sums them over the tokens for the whole span;
+the second block's pass reads its columns of the kept tiles and computes only W. The same
+products in the same order: half the first matmul's instructions and T's evacuations.
 """
 
 from __future__ import annotations
@@ -24,7 +30,7 @@ from torch_mlir import ir
 
 from torchneuron.compiler import ir_utils as U
 from torchneuron.compiler.errors import CompileError
-from torchneuron.compiler.kernels.emitter import Emitter
+from torchneuron.compiler.kernels.emitter import Emitter, Tile
 from torchneuron.compiler.kernels.epilogue import Epilogue, store_accumulators
 from torchneuron.compiler.kernels.matmul import (
     _Staged, column_sum_ops, matmul_element_type,
@@ -46,6 +52,33 @@ def hidden_block(target, features: int) -> int | None:
         if block // target.pe_rows * chunks <= _ACCUMULATOR_BANKS:
             return block
     return None
+
+
+def hidden_span(target, hidden: int, block: int, features: int, tokens: int, sums: bool,
+                spare_sbuf: int, itemsize: int) -> int:
+    """The hidden columns T is computed for at once, for W's blocks of `block` columns: two
+    blocks where there are two, the span fits one matmul (512 columns), PSUM holds the
+    block's W accumulators, two of T's accumulators over the span, T's sums over it (with
+    `sums`) and a bank for the transposes, and T's tiles over the span for every token
+    (`itemsize` bytes per element) take at most `spare_sbuf` bytes per partition; else the
+    block."""
+    wide = 2 * block
+    bank = target.psum_bank_bytes
+    chunks = -(-features // target.matmul_max_moving)
+    w_bytes = block // target.pe_rows * chunks * bank
+    span_row = wide * 4
+    t_bytes = -(-tokens // target.pe_cols) * wide * itemsize
+    if hidden <= block or wide > target.matmul_max_moving or t_bytes > spare_sbuf or \
+            w_bytes + 2 * span_row + (span_row if sums else 0) + bank > \
+            target.psum_partition_bytes:
+        return block
+    return wide
+
+
+# The share of SBUF a weight_gradient kernel's resident operands and T's tiles over a span
+# (`hidden_span`) may take together: the rest holds the staged block of B, the transposes'
+# staging and the epilogues.
+SPAN_SBUF_SHARE = 0.7
 
 
 def resident_bytes(target, tokens: int, k: int, features: int, itemsize: int) -> int:
@@ -109,28 +142,46 @@ def lower_weight_gradient(em: Emitter, compute: list[ir.Operation], views: dict,
         ones = em.alloc("sbuf", tp, 1, etype2)
         em.memset(ones, 1.0)
 
+    span = block
+    if em.hidden_spans:
+        spare = int(target.sbuf_partition_bytes * SPAN_SBUF_SHARE) - resident_bytes(
+            target, tokens, k, features, max(U.element_bytes(etype1), U.element_bytes(etype2)))
+        span = hidden_span(target, hidden, block, features, tokens, ones is not None, spare,
+                           U.element_bytes(etype2))
+    # T's tiles over the current span [tokens t, span columns], by first token, once its
+    # first block has computed them.
+    kept: dict[int, Tile] = {}
     for j0 in range(0, hidden, block):
         jn = min(block, hidden - j0)
-        b_block = _Staged(em, b.slice(1, j0, jn), etype1)       # [k, block]
+        s0 = j0 - j0 % span
+        sn = min(span, hidden - s0)
+        computing = j0 == s0
+        if computing:
+            kept = {}
+            b_block = _Staged(em, b.slice(1, s0, sn), etype1)   # [k, span]
         rows = [(r0, min(tk, j0 + jn - r0)) for r0 in range(j0, j0 + jn, tk)]
         accs = {(r0, f0): em.alloc("psum", rn, fn, ir.F32Type.get())
                 for r0, rn in rows for f0, fn in f_tiles}
-        sums = em.alloc("psum", 1, jn, ir.F32Type.get()) if ones is not None else None
+        sums = em.alloc("psum", 1, sn, ir.F32Type.get()) \
+            if ones is not None and computing else None
         for t0, tn in t_tiles:
-            acc = em.alloc("psum", tn, jn, ir.F32Type.get())
-            for k0, kn in k_tiles:
-                em.matmul(acc, a_t.tile(k0, kn, t0, tn), b_block.tile(k0, kn, 0, jn),
-                          accumulate=k0 > 0)
-            tiles = epilogue1.run(acc, lambda view, t0=t0, tn=tn, j0=j0, jn=jn:
-                                  view.slice(0, t0, tn).slice(1, j0, jn))
-            t_tile = em.in_sbuf(tiles[product], etype2)           # [tokens t, block]
+            if computing:
+                acc = em.alloc("psum", tn, sn, ir.F32Type.get())
+                for k0, kn in k_tiles:
+                    em.matmul(acc, a_t.tile(k0, kn, t0, tn), b_block.tile(k0, kn, 0, sn),
+                              accumulate=k0 > 0)
+                tiles = epilogue1.run(acc, lambda view, t0=t0, tn=tn, s0=s0, sn=sn:
+                                      view.slice(0, t0, tn).slice(1, s0, sn))
+                kept[t0] = em.in_sbuf(tiles[product], etype2)     # [tokens t, span]
+            t_tile = kept[t0]
             for r0, rn in rows:
                 for f0, fn in f_tiles:
-                    em.matmul(accs[(r0, f0)], t_tile.columns(r0 - j0, rn),
+                    em.matmul(accs[(r0, f0)], t_tile.columns(r0 - s0, rn),
                               x_res.tile(t0, tn, f0, fn), accumulate=t0 > 0)
             if sums is not None:
                 em.matmul(sums, ones.rows(tn), t_tile, accumulate=t0 > 0)
-        b_block.release()
+        if computing:
+            b_block.release()
         store_accumulators(em, epilogue2, accs, w_value, w_out)
         if sums is not None:
-            store_tile(em, sums_output[1].slice(0, j0, jn).reshape((1, jn)), sums)
+            store_tile(em, sums_output[1].slice(0, s0, sn).reshape((1, sn)), sums)

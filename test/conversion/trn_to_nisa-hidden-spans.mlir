@@ -1,5 +1,5 @@
-// RUN: neuron-opt --convert-trn-to-nisa %s | FileCheck %s
-// RUN: neuron-opt --convert-trn-to-nisa="hidden-spans=false" %s | FileCheck %s --check-prefix=OFF
+// RUN: neuron-opt --split-input-file --convert-trn-to-nisa %s | FileCheck %s
+// RUN: neuron-opt --split-input-file --convert-trn-to-nisa="hidden-spans=false" %s | FileCheck %s --check-prefix=OFF
 
 // Tests convert-trn-to-nisa hidden-spans on an mlp kernel whose 1024 output features leave
 // PSUM room for token blocks of 256 (mlp.tokens_per_block), and for the first matmul's
@@ -33,4 +33,53 @@ func.func @mlp_spans(%arg0: tensor<2048x128xbf16>, %arg1: tensor<128x128xbf16>, 
     "trn.yield"(%5) {operandSegmentSizes = array<i32: 1, 0, 0>} : (tensor<2048x1024xbf16>) -> ()
   }) {kind = "mlp", resultSegmentSizes = array<i32: 1, 0, 0>} : () -> tensor<2048x1024xbf16>
   return %0 : tensor<2048x1024xbf16>
+}
+
+// -----
+
+// Tests convert-trn-to-nisa hidden-spans on a weight_gradient kernel (the first Linear's weight
+// and bias gradients of a Linear - GELU - Linear block): 640 input features put W in blocks of
+// 256 hidden units (four PSUM banks of accumulators), and T = (dY @ W2) * GELU'(H) is
+// computed for spans of 512 (weight_gradient.hidden_span). The span's first block computes
+// T's tile over 512 columns for each of the two token tiles and sums it over the tokens in
+// one [1, 512] row; its second block reads the same tiles and computes no T. The last span is
+// the last block's 128 columns. Without the option, each block of 256 computes its own.
+// CHECK-LABEL: func.func @weight_gradient_spans
+// CHECK: "nisa.matmul"({{.*}} : (memref<128x512xf32, "psum">, memref<96x128xbf16, "sbuf">, memref<96x512xbf16, "sbuf">)
+// CHECK: "nisa.matmul"(%{{[0-9]+}}, %[[T0:[0-9]+]], %{{[0-9]+}}) {{.*}} : (memref<128x512xf32, "psum">, memref<128x512xbf16, "sbuf">, memref<128x512xbf16, "sbuf">)
+// CHECK: "nisa.matmul"(%[[S:[0-9]+]], %{{[0-9]+}}, %[[T0]]) {{.*}} : (memref<1x512xf32, "psum">, memref<128x1xbf16, "sbuf">, memref<128x512xbf16, "sbuf">)
+// CHECK: "nisa.matmul"({{.*}} : (memref<128x512xf32, "psum">, memref<96x128xbf16, "sbuf">, memref<96x512xbf16, "sbuf">)
+// CHECK: "nisa.matmul"(%{{[0-9]+}}, %[[T1:[0-9]+]], %{{[0-9]+}}) {{.*}} : (memref<128x512xf32, "psum">, memref<128x512xbf16, "sbuf">, memref<128x512xbf16, "sbuf">)
+// CHECK: "nisa.matmul"(%[[S]], %{{[0-9]+}}, %[[T1]])
+// CHECK: "nisa.dma"(%arg4,
+// CHECK: "nisa.dma"(%arg5, %{{[0-9]+}}) {{.*}} : (memref<640xbf16, "hbm">, memref<1x512xbf16, "sbuf">)
+// CHECK-NOT: memref<96x128xbf16, "sbuf">, memref<96x512xbf16, "sbuf">
+// CHECK: "nisa.matmul"(%{{[0-9]+}}, %[[T0]], %{{[0-9]+}})
+// CHECK-NOT: memref<96x128xbf16, "sbuf">, memref<96x512xbf16, "sbuf">
+// CHECK: "nisa.matmul"(%{{[0-9]+}}, %[[T1]], %{{[0-9]+}})
+// CHECK: "nisa.dma"(%arg4,
+// CHECK: "nisa.matmul"({{.*}} : (memref<128x128xf32, "psum">, memref<96x128xbf16, "sbuf">, memref<96x128xbf16, "sbuf">)
+// CHECK-NOT: memref<1x256xf32, "psum">
+// CHECK: "nisa.dma"(%arg5, %{{[0-9]+}}) {{.*}} : (memref<640xbf16, "hbm">, memref<1x128xbf16, "sbuf">)
+// CHECK: return
+// OFF-LABEL: func.func @weight_gradient_spans
+// OFF-COUNT-2: "nisa.matmul"({{.*}} : (memref<128x256xf32, "psum">, memref<96x128xbf16, "sbuf">, memref<96x256xbf16, "sbuf">)
+// OFF: "nisa.dma"(%arg5, %{{[0-9]+}}) {{.*}} : (memref<640xbf16, "hbm">, memref<1x256xbf16, "sbuf">)
+// OFF-COUNT-2: "nisa.matmul"({{.*}} : (memref<128x256xf32, "psum">, memref<96x128xbf16, "sbuf">, memref<96x256xbf16, "sbuf">)
+// OFF: "nisa.dma"(%arg5, %{{[0-9]+}}) {{.*}} : (memref<640xbf16, "hbm">, memref<1x256xbf16, "sbuf">)
+// OFF: return
+func.func @weight_gradient_spans(%h: tensor<256x640xbf16>, %dy: tensor<256x96xbf16>, %w2: tensor<96x640xbf16>, %x: tensor<256x640xbf16>) -> (tensor<640x640xbf16>, tensor<640xbf16>) {
+  %k:2 = "trn.kernel"() ({
+    %d = "trn.activation"(%h) {bias = 0.000000e+00 : f32, func = "gelu_dx", scale = 1.000000e+00 : f32} : (tensor<256x640xbf16>) -> tensor<256x640xf32>
+    %g = "trn.matmul"(%dy, %w2) : (tensor<256x96xbf16>, tensor<96x640xbf16>) -> tensor<256x640xf32>
+    %t = "trn.tensor_tensor"(%g, %d) {op = "mul"} : (tensor<256x640xf32>, tensor<256x640xf32>) -> tensor<256x640xf32>
+    %tb = "trn.convert"(%t) : (tensor<256x640xf32>) -> tensor<256x640xbf16>
+    %tt = "trn.transpose"(%tb) {permutation = array<i64: 1, 0>} : (tensor<256x640xbf16>) -> tensor<640x256xbf16>
+    %w = "trn.matmul"(%tt, %x) : (tensor<640x256xbf16>, tensor<256x640xbf16>) -> tensor<640x640xf32>
+    %wb = "trn.convert"(%w) : (tensor<640x640xf32>) -> tensor<640x640xbf16>
+    %b = "trn.reduce"(%tb) {dimensions = array<i64: 0>, op = "add"} : (tensor<256x640xbf16>) -> tensor<640xf32>
+    %bb = "trn.convert"(%b) : (tensor<640xf32>) -> tensor<640xbf16>
+    "trn.yield"(%wb, %bb) {operandSegmentSizes = array<i32: 1, 1, 0>} : (tensor<640x640xbf16>, tensor<640xbf16>) -> ()
+  }) {kind = "weight_gradient", resultSegmentSizes = array<i32: 1, 1, 0>} : () -> (tensor<640x640xbf16>, tensor<640xbf16>)
+  return %k#0, %k#1 : tensor<640x640xbf16>, tensor<640xbf16>
 }

@@ -341,6 +341,50 @@ def test_first_weight_gradient_computed_with_the_gradient_it_reads(dtype, tokens
     assert off_profile.dma_bytes - on_profile.dma_bytes >= 2 * gradient_bytes
 
 
+def test_weight_gradient_span_is_two_blocks_where_psum_and_sbuf_leave_room():
+    """The hidden columns a weight_gradient kernel computes T for at once: two of W's blocks
+    where PSUM holds the block's W accumulators, two of T's over the span, its sums and a
+    bank for transposes, and T's tiles over the span fit the SBUF left; else one block."""
+    from torchneuron.compiler.kernels.weight_gradient import hidden_span
+    from torchneuron.target import get_target
+
+    target, kib = get_target("trn2"), 1024
+    # The MLP benchmark's backward: W in blocks of 256 hidden units (1024 features: four
+    # banks), T over 512 (two banks of accumulators, one of sums, one for transposes).
+    assert hidden_span(target, 4096, 256, 1024, 2048, True, 100 * kib, 2) == 512
+    # T's tiles over 512 columns for 2048 tokens: 16 KiB per partition.
+    assert hidden_span(target, 4096, 256, 1024, 2048, True, 15 * kib, 2) == 256
+    # One block of hidden units only; blocks of 512 already.
+    assert hidden_span(target, 256, 256, 1024, 2048, True, 100 * kib, 2) == 256
+    assert hidden_span(target, 4096, 512, 512, 2048, True, 100 * kib, 2) == 512
+    # 1536 features: blocks of 128 (three banks of W); T over 256 fits beside them.
+    assert hidden_span(target, 4096, 128, 1536, 2048, True, 100 * kib, 2) == 256
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_weight_gradient_over_hidden_spans_has_the_same_bits(dtype, tmp_path, monkeypatch):
+    """convert-trn-to-nisa hidden-spans in a weight_gradient kernel: 640 input features put W
+    in blocks of 256 hidden units; T (the gradient of the first Linear's output) is computed
+    for spans of 512 (the last one 128 wide) and kept in SBUF for the span's second block,
+    and its sums over the tokens (the bias gradient) are taken over the span at once. The
+    same products summed in the same order: the gradients bit for bit those without it."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(640, 640), torch.nn.GELU(),
+                                torch.nn.Linear(640, 96)).to(dtype)
+    x = torch.randn(256, 640).to(dtype)
+    dy = torch.randn(256, 96).to(dtype)
+    results = _backward_with_and_without("mlp_hidden_spans", model, x, dy, tmp_path,
+                                         monkeypatch)
+    (on, on_profile, on_trn), (off, off_profile, _) = results[True], results[False]
+    assert 'kind = "weight_gradient"' in on_trn
+    bits = torch.int32 if dtype == torch.float32 else torch.int16
+    for got, without in zip(on, off):
+        assert torch.equal(got.view(bits), without.view(bits))
+    # Three blocks (0, 256, 512) in two spans: per token tile (two), one first matmul
+    # (96 features: one K-tile) and one sums matmul fewer.
+    assert off_profile.opcode_counts["matmul"] - on_profile.opcode_counts["matmul"] == 4
+
+
 def test_weight_gradient_kernel_not_formed_when_the_gradient_is_read_elsewhere(tmp_path,
                                                                               monkeypatch):
     """Where the block's input needs its gradient too (dX = T @ W1 reads T as well), T must
