@@ -1331,8 +1331,7 @@ def attention_triples(func: ir.Operation, target, saved: bool = True) -> list[tu
     body = U.body_ops(func)
     position = {op: i for i, op in enumerate(body)}
     for rows in body:
-        if rows.name != "trn.kernel" or U.str_attr(rows, "kind") != "rows" or \
-                len(rows.results) != 1:
+        if not _is_kernel(rows, "rows") or len(rows.results) != 1:
             continue
         readers = []
         for use in rows.results[0].uses:
@@ -1345,7 +1344,7 @@ def attention_triples(func: ir.Operation, target, saved: bool = True) -> list[tu
         if scores is None or not _read_through_reshapes_only(scores, rows):
             continue
         for output in readers:
-            if output.name != "trn.kernel" or U.str_attr(output, "kind") != "matmul" or \
+            if not _is_kernel(output, "matmul") or \
                     not _attention_shapes(scores, rows, output, target):
                 continue
             others = [r for r in readers if r is not output]
@@ -1399,7 +1398,7 @@ def row_contractions(func: ir.Operation, target) -> list[tuple]:
         if len(tops) != 1:
             continue
         (extra,) = tops
-        if extra.name != "trn.kernel" or U.str_attr(extra, "kind") != "matmul":
+        if not _is_kernel(extra, "matmul"):
             continue
         e_body = kernel_body(extra)
         e_mm = [op for op in e_body if op.name == "trn.matmul"]
@@ -1452,8 +1451,7 @@ def _attention_kernels(body: list[ir.Operation], matmuls: int):
     """(kernel, its ops, its matmuls) of each attention kernel of `body` with two results
     and `matmuls` matmuls."""
     for kernel in body:
-        if kernel.name != "trn.kernel" or U.str_attr(kernel, "kind") != "attention" or \
-                len(kernel.results) != 2:
+        if not _is_kernel(kernel, "attention") or len(kernel.results) != 2:
             continue
         inner = kernel_body(kernel)
         found = [op for op in inner if op.name == "trn.matmul"]
@@ -1488,8 +1486,7 @@ def input_contractions(func: ir.Operation, target) -> list[tuple]:
                         math.prod(U.shape(value)) == math.prod(scores_shape):
                     leaves.add(value)
         for extra in body:
-            if extra.name != "trn.kernel" or U.str_attr(extra, "kind") != "matmul" or \
-                    len(extra.results) != 1 or extra == kernel:
+            if not _is_kernel(extra, "matmul") or len(extra.results) != 1 or extra == kernel:
                 continue
             e_body = kernel_body(extra)
             e_mm = [op for op in e_body if op.name == "trn.matmul"]
@@ -1559,8 +1556,8 @@ def absorb_input_contraction(kernel: ir.Operation, extra: ir.Operation) -> ir.Op
 def _scores_kernel(rows: ir.Operation) -> ir.Operation | None:
     """The one matmul kernel the row-wise kernel `rows` reads, where nothing else reads it."""
     producers = {U.defining_op(v) for op in kernel_body(rows) for v in op.operands}
-    scores = [k for k in producers if k is not None and k.name == "trn.kernel"
-              and U.str_attr(k, "kind") == "matmul" and k.parent == rows.parent]
+    scores = [k for k in producers
+              if k is not None and _is_kernel(k, "matmul") and k.parent == rows.parent]
     if len(scores) != 1 or len(list(scores[0].results[0].uses)) != 1:
         return None
     return scores[0]
@@ -1588,8 +1585,7 @@ def matmul_rows_pairs(func: ir.Operation, target) -> list[tuple]:
     (Sq a multiple of 128, or one batch of at most 128 rows)."""
     pairs = []
     for rows in U.body_ops(func):
-        if rows.name != "trn.kernel" or U.str_attr(rows, "kind") != "rows" or \
-                len(rows.results) != 1:
+        if not _is_kernel(rows, "rows") or len(rows.results) != 1:
             continue
         scores = _scores_kernel(rows)
         if scores is None:
@@ -1629,13 +1625,13 @@ def epilogue_producer_pairs(func: ir.Operation) -> list[tuple]:
     not as a matmul operand) at the matmul result's shape."""
     pairs = []
     for producer in U.body_ops(func):
-        if producer.name != "trn.kernel" or U.str_attr(producer, "kind") != "elementwise":
+        if not _is_kernel(producer, "elementwise"):
             continue
         uses = list(producer.results[0].uses)
         if not uses:
             continue
         consumer = U.operation(U.operation(uses[0].owner).parent)
-        if consumer.name != "trn.kernel" or U.str_attr(consumer, "kind") != "matmul" \
+        if not _is_kernel(consumer, "matmul") \
                 or consumer.parent != producer.parent:
             continue
         readers = [U.operation(u.owner) for u in uses]
@@ -1677,8 +1673,7 @@ def epilogue_result_pairs(func: ir.Operation) -> list[tuple]:
     body = U.body_ops(func)
     position = {op: i for i, op in enumerate(body)}
     for matmul in body:
-        if matmul.name != "trn.kernel" or U.str_attr(matmul, "kind") != "matmul" or \
-                len(matmul.results) != 1:
+        if not _is_kernel(matmul, "matmul") or len(matmul.results) != 1:
             continue
         result = matmul.results[0]
         readers = [U.operation(u.owner) for u in result.uses]
@@ -1753,11 +1748,10 @@ def bias_gradient_pairs(func: ir.Operation) -> list[tuple]:
     the two."""
     body = U.body_ops(func)
     position = {op: i for i, op in enumerate(body)}
-    summed = {op: _column_sum_of(op) for op in body if op.name == "trn.kernel"
-              and len(op.results) == 1 and U.str_attr(op, "kind") == "reduce"}
+    summed = {op: _column_sum_of(op) for op in body
+              if _is_kernel(op, "reduce") and len(op.results) == 1}
     for matmul in body:
-        if matmul.name != "trn.kernel" or U.str_attr(matmul, "kind") != "matmul" or \
-                len(matmul.results) != 1:
+        if not _is_kernel(matmul, "matmul") or len(matmul.results) != 1:
             continue
         mms = [op for op in kernel_body(matmul) if op.name == "trn.matmul"]
         if len(mms) != 1 or len(U.shape(mms[0].results[0])) != 2:
@@ -1844,17 +1838,15 @@ def weight_gradient_pairs(func: ir.Operation, target) -> list[tuple]:
     operands within SBUF's share and the accumulators within PSUM's."""
     pairs, taken = [], set()
     for second in U.body_ops(func):
-        if second.name != "trn.kernel" or U.str_attr(second, "kind") != "matmul" or \
-                second in taken:
+        if not _is_kernel(second, "matmul") or second in taken:
             continue
         found = _gradient_of_transpose(second)
         if found is None:
             continue        # (T read elsewhere must reach HBM: the kernels stay apart)
         mm2, product, _ = found
         first = U.defining_op(product)
-        if first is None or first.name != "trn.kernel" or first in taken or \
-                U.str_attr(first, "kind") != "matmul" or len(first.results) != 1 or \
-                first.parent != second.parent:
+        if first is None or first in taken or not _is_kernel(first, "matmul") or \
+                len(first.results) != 1 or first.parent != second.parent:
             continue
         body1 = kernel_body(first)
         mm1 = [op for op in body1 if op.name == "trn.matmul"]
@@ -1921,15 +1913,15 @@ def reshape_epilogue_producers(func: ir.Operation) -> None:
     can then take it (epilogue_producer_pairs). Only where every value the kernel reads has
     its result's shape (no broadcast operand to reshape)."""
     for producer in U.body_ops(func):
-        if producer.name != "trn.kernel" or U.str_attr(producer, "kind") != "elementwise":
+        if not _is_kernel(producer, "elementwise"):
             continue
         uses = list(producer.results[0].uses)
         if len(uses) != 1:
             continue
         reshape = U.operation(uses[0].owner)
         consumer = U.operation(reshape.parent)
-        if reshape.name != "trn.reshape" or consumer.name != "trn.kernel" or \
-                U.str_attr(consumer, "kind") != "matmul" or consumer.parent != producer.parent:
+        if reshape.name != "trn.reshape" or not _is_kernel(consumer, "matmul") or \
+                consumer.parent != producer.parent:
             continue
         # (epilogue_producer_pairs' conditions: rebuilt only where it then merges.)
         matmul = _epilogue_matmul(consumer, [U.operation(u.owner)
@@ -1978,8 +1970,7 @@ def mlp_pairs(func: ir.Operation, target) -> list[tuple]:
     one token block's output tiles within SBUF's and PSUM's shares."""
     pairs, taken = [], set()
     for first in U.body_ops(func):
-        if first.name != "trn.kernel" or U.str_attr(first, "kind") != "matmul" or \
-                first in taken or len(first.results) != 1:
+        if not _is_kernel(first, "matmul") or first in taken or len(first.results) != 1:
             continue
         uses = list(first.results[0].uses)
         if len(uses) != 1:
@@ -1987,7 +1978,7 @@ def mlp_pairs(func: ir.Operation, target) -> list[tuple]:
         user = U.operation(uses[0].owner)
         second = U.operation(user.parent)
         if user.name != "trn.matmul" or uses[0].operand_number != 0 or \
-                second.name != "trn.kernel" or U.str_attr(second, "kind") != "matmul" or \
+                not _is_kernel(second, "matmul") or \
                 second.parent != first.parent or second in taken or len(second.results) != 1:
             continue
         body1, body2 = kernel_body(first), kernel_body(second)
@@ -2030,15 +2021,14 @@ def mlp_saved_pairs(func: ir.Operation, target) -> list[tuple]:
     body = U.body_ops(func)
     position = {op: i for i, op in enumerate(body)}
     for first in body:
-        if first.name != "trn.kernel" or U.str_attr(first, "kind") != "matmul" or \
+        if not _is_kernel(first, "matmul") or \
                 first in taken or len({str(r.type) for r in first.results}) != 1:
             continue
         hidden = first.results[0]
         readers = [U.operation(u.owner) for u in hidden.uses
                    if U.operation(u.owner).name == "trn.matmul" and u.operand_number == 0]
         second = U.operation(readers[0].parent) if len(readers) == 1 else None
-        if second is None or second.name != "trn.kernel" or \
-                U.str_attr(second, "kind") != "matmul" or second in taken or \
+        if second is None or not _is_kernel(second, "matmul") or second in taken or \
                 second.parent != first.parent or len(second.results) != 1:
             continue
         at = first if _inputs_before(second, first, position) else second
@@ -2149,8 +2139,7 @@ def saved_gradient_pairs(func: ir.Operation, target) -> list[tuple]:
     body = U.body_ops(func)
     position = {op: i for i, op in enumerate(body)}
     for saved in body:
-        if saved.name != "trn.kernel" or U.str_attr(saved, "kind") != "mlp_saved" or \
-                len(saved.results) != 2:
+        if not _is_kernel(saved, "mlp_saved") or len(saved.results) != 2:
             continue
         hidden = saved.results[1]
         inner = kernel_body(saved)
@@ -2159,8 +2148,8 @@ def saved_gradient_pairs(func: ir.Operation, target) -> list[tuple]:
             continue
         uses = list(hidden.uses)
         gradient = U.operation(U.operation(uses[0].owner).parent) if uses else None
-        if gradient is None or gradient.name != "trn.kernel" or \
-                U.str_attr(gradient, "kind") != "matmul" or gradient.parent != saved.parent or \
+        if gradient is None or not _is_kernel(gradient, "matmul") or \
+                gradient.parent != saved.parent or \
                 len(gradient.results) > 2:
             continue
         found = _gradient_of_transpose(gradient)
@@ -2225,12 +2214,11 @@ def linear_rows_pairs(func: ir.Operation, target) -> list[tuple]:
 def _producer_rows_pairs(func: ir.Operation, target, kind: str) -> list[tuple]:
     pairs = []
     for rows in U.body_ops(func):
-        if rows.name != "trn.kernel" or U.str_attr(rows, "kind") != "rows" or \
-                len(rows.results) != 1:
+        if not _is_kernel(rows, "rows") or len(rows.results) != 1:
             continue
         producers = {U.defining_op(v) for op in kernel_body(rows) for v in op.operands}
-        found = [k for k in producers if k is not None and k.name == "trn.kernel" and
-                 U.str_attr(k, "kind") == kind and k.parent == rows.parent and
+        found = [k for k in producers if k is not None and _is_kernel(k, kind) and
+                 k.parent == rows.parent and
                  len(k.results) == 1]
         if len(found) == 1 and _rows_read_whole(found[0], rows, target, 2 if kind == "mlp"
                                                 else 1):
@@ -2412,7 +2400,7 @@ def input_rows_kernel(kernel: ir.Operation, matmul: ir.Operation,
         value = op.operands[0]
     chain.reverse()
     rows = U.defining_op(value)
-    if rows is None or rows.name != "trn.kernel" or U.str_attr(rows, "kind") != "rows" or \
+    if rows is None or not _is_kernel(rows, "rows") or \
             len(rows.results) != 1 or rows.parent != kernel.parent or \
             any(INPUT_ROWS in op.attributes for op in kernel_body(kernel)):
         return None
@@ -2459,8 +2447,7 @@ def rows_mlp_pairs(func: ir.Operation, target) -> list[tuple]:
     of SBUF."""
     pairs = []
     for kernel in U.body_ops(func):
-        if kernel.name != "trn.kernel" or U.str_attr(kernel, "kind") != "mlp" or \
-                len(kernel.results) != 1:
+        if not _is_kernel(kernel, "mlp") or len(kernel.results) != 1:
             continue
         matmuls = [op for op in kernel_body(kernel) if op.name == "trn.matmul"]
         rows = input_rows_kernel(kernel, matmuls[0], target) if len(matmuls) == 2 else None
@@ -2533,6 +2520,11 @@ def _merge_yielding(kernels: tuple, kind: str, yielded: list[ir.Value], at: ir.O
     for kernel in reversed(kernels):
         kernel.erase()
     return merged
+
+
+def _is_kernel(op: ir.Operation, kind: str) -> bool:
+    """Whether `op` is a trn.kernel of that kind."""
+    return op.name == "trn.kernel" and U.str_attr(op, "kind") == kind
 
 
 def _kind(ops: list[ir.Operation]) -> str:
