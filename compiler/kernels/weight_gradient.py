@@ -143,7 +143,9 @@ def lower_weight_gradient(em: Emitter, compute: list[ir.Operation], views: dict,
         em.memset(ones, 1.0)
 
     span = block
-    if em.hidden_spans:
+    # (Not beside another kernel, trn-order's co-run: the pair splits PSUM, and T's
+    # accumulators over a span would take banks from the other's part.)
+    if em.hidden_spans and em.co_run is None:
         spare = int(target.sbuf_partition_bytes * SPAN_SBUF_SHARE) - resident_bytes(
             target, tokens, k, features, max(U.element_bytes(etype1), U.element_bytes(etype2)))
         span = hidden_span(target, hidden, block, features, tokens, ones is not None, spare,

@@ -83,3 +83,50 @@ func.func @weight_gradient_spans(%h: tensor<256x640xbf16>, %dy: tensor<256x96xbf
   }) {kind = "weight_gradient", resultSegmentSizes = array<i32: 1, 1, 0>} : () -> (tensor<640x640xbf16>, tensor<640xbf16>)
   return %k#0, %k#1 : tensor<640x640xbf16>, tensor<640xbf16>
 }
+
+// -----
+
+// The same kernel as a co-run partner (trn-order set it beside another kernel, which takes
+// its own part of PSUM): no spans, T over each block of 256 as without the option.
+// CHECK-LABEL: func.func @weight_gradient_co_run
+// CHECK-NOT: memref<96x512xbf16, "sbuf">
+// CHECK-COUNT-2: "nisa.matmul"({{.*}} : (memref<128x256xf32, "psum">, memref<96x128xbf16, "sbuf">, memref<96x256xbf16, "sbuf">)
+// CHECK-NOT: memref<96x512xbf16, "sbuf">
+// CHECK: return
+// OFF-LABEL: func.func @weight_gradient_co_run
+func.func @weight_gradient_co_run(%h: tensor<256x640xbf16>, %dy: tensor<256x96xbf16>, %w2: tensor<96x640xbf16>, %x: tensor<256x640xbf16>) -> (tensor<640x640xbf16>, tensor<640xbf16>) {
+  %k:2 = "trn.kernel"() ({
+    %d = "trn.activation"(%h) {bias = 0.000000e+00 : f32, func = "gelu_dx", scale = 1.000000e+00 : f32} : (tensor<256x640xbf16>) -> tensor<256x640xf32>
+    %g = "trn.matmul"(%dy, %w2) : (tensor<256x96xbf16>, tensor<96x640xbf16>) -> tensor<256x640xf32>
+    %t = "trn.tensor_tensor"(%g, %d) {op = "mul"} : (tensor<256x640xf32>, tensor<256x640xf32>) -> tensor<256x640xf32>
+    %tb = "trn.convert"(%t) : (tensor<256x640xf32>) -> tensor<256x640xbf16>
+    %tt = "trn.transpose"(%tb) {permutation = array<i64: 1, 0>} : (tensor<256x640xbf16>) -> tensor<640x256xbf16>
+    %w = "trn.matmul"(%tt, %x) : (tensor<640x256xbf16>, tensor<256x640xbf16>) -> tensor<640x640xf32>
+    %wb = "trn.convert"(%w) : (tensor<640x640xf32>) -> tensor<640x640xbf16>
+    %b = "trn.reduce"(%tb) {dimensions = array<i64: 0>, op = "add"} : (tensor<256x640xbf16>) -> tensor<640xf32>
+    %bb = "trn.convert"(%b) : (tensor<640xf32>) -> tensor<640xbf16>
+    "trn.yield"(%wb, %bb) {operandSegmentSizes = array<i32: 1, 1, 0>} : (tensor<640x640xbf16>, tensor<640xbf16>) -> ()
+  }) {co_run = 0 : i64, co_run_role = "partner", kind = "weight_gradient", resultSegmentSizes = array<i32: 1, 1, 0>} : () -> (tensor<640x640xbf16>, tensor<640xbf16>)
+  return %k#0, %k#1 : tensor<640x640xbf16>, tensor<640xbf16>
+}
+
+// -----
+
+// The mlp kernel as a co-run partner: no spans, a [128, 256] hidden tile per block of 256.
+// CHECK-LABEL: func.func @mlp_co_run
+// CHECK-COUNT-8: "nisa.activation"({{.*}}func = "gelu"{{.*}} : (memref<128x256xbf16, "sbuf">, memref<128x256xf32, "psum">)
+// CHECK-NOT: func = "gelu"
+// CHECK: return
+// OFF-LABEL: func.func @mlp_co_run
+func.func @mlp_co_run(%arg0: tensor<2048x128xbf16>, %arg1: tensor<128x128xbf16>, %arg2: tensor<128x1024xbf16>) -> tensor<2048x1024xbf16> {
+  %0 = "trn.kernel"() ({
+    %1 = "trn.matmul"(%arg0, %arg1) : (tensor<2048x128xbf16>, tensor<128x128xbf16>) -> tensor<2048x128xf32>
+    %2 = "trn.activation"(%1) {bias = 0.000000e+00 : f32, func = "gelu", scale = 1.000000e+00 : f32} : (tensor<2048x128xf32>) -> tensor<2048x128xf32>
+    %3 = "trn.convert"(%2) : (tensor<2048x128xf32>) -> tensor<2048x128xbf16>
+    %4 = "trn.matmul"(%3, %arg2) : (tensor<2048x128xbf16>, tensor<128x1024xbf16>) -> tensor<2048x1024xf32>
+    %5 = "trn.convert"(%4) : (tensor<2048x1024xf32>) -> tensor<2048x1024xbf16>
+    "trn.yield"(%5) {operandSegmentSizes = array<i32: 1, 0, 0>} : (tensor<2048x1024xbf16>) -> ()
+  }) {co_run = 0 : i64, co_run_role = "partner", kind = "mlp", resultSegmentSizes = array<i32: 1, 0, 0>} : () -> tensor<2048x1024xbf16>
+  return %0 : tensor<2048x1024xbf16>
+}
+
