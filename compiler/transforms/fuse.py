@@ -1398,17 +1398,16 @@ def row_contractions(func: ir.Operation, target) -> list[tuple]:
         if len(tops) != 1:
             continue
         (extra,) = tops
-        if not _is_kernel(extra, "matmul"):
+        lone = _lone_matmul(extra) if _is_kernel(extra, "matmul") else None
+        if lone is None:
             continue
-        e_body = kernel_body(extra)
-        e_mm = [op for op in e_body if op.name == "trn.matmul"]
-        if len(e_mm) != 1 or not _unary_epilogue(e_body, e_mm[0]) or \
-                _through_reshapes(e_mm[0].operands[1], extra) != kernel.results[1] or \
-                any(v == kernel.results[1] for op in e_body if op is not e_mm[0]
+        e_body, e_mm = lone
+        if _through_reshapes(e_mm.operands[1], extra) != kernel.results[1] or \
+                any(v == kernel.results[1] for op in e_body if op is not e_mm
                     and op.name != "trn.reshape" for v in op.operands):
             continue
         scores_shape = U.shape(matmuls[0].results[0])
-        a_shape, c_shape = U.shape(e_mm[0].operands[0]), U.shape(e_mm[0].results[0])
+        a_shape, c_shape = U.shape(e_mm.operands[0]), U.shape(e_mm.results[0])
         if a_shape[:-2] != scores_shape[:-2] or c_shape[:-2] != scores_shape[:-2] or \
                 a_shape[-1] != scores_shape[-2] or c_shape[-1] != scores_shape[-1] or \
                 c_shape[-2] > target.pe_cols or c_shape[-1] > target.matmul_max_moving:
@@ -1488,18 +1487,18 @@ def input_contractions(func: ir.Operation, target) -> list[tuple]:
         for extra in body:
             if not _is_kernel(extra, "matmul") or len(extra.results) != 1 or extra == kernel:
                 continue
-            e_body = kernel_body(extra)
-            e_mm = [op for op in e_body if op.name == "trn.matmul"]
-            if len(e_mm) != 1 or not _unary_epilogue(e_body, e_mm[0]):
+            lone = _lone_matmul(extra)
+            if lone is None:
                 continue
-            left = U.defining_op(e_mm[0].operands[0])
+            e_mm = lone[1]
+            left = U.defining_op(e_mm.operands[0])
             if left is None or left.name != "trn.transpose" or \
                     U.operation(left.parent) != extra or \
                     list(U.array_attr(left, "permutation"))[-2:] != \
                     [len(U.shape(left.results[0])) - 1, len(U.shape(left.results[0])) - 2]:
                 continue
             leaf = _through_reshapes(left.operands[0], extra)
-            c_shape = U.shape(e_mm[0].results[0])
+            c_shape = U.shape(e_mm.results[0])
             if leaf not in leaves or U.shape(left.operands[0])[:-2] != scores_shape[:-2] or \
                     c_shape[:-2] != scores_shape[:-2] or c_shape[-2] != scores_shape[-1] or \
                     c_shape[-1] > target.pe_cols or \
@@ -1510,37 +1509,26 @@ def input_contractions(func: ir.Operation, target) -> list[tuple]:
             # view ops of it, which move behind it.)
             if _reads_nothing_after(extra, kernel, position) and all(
                     position[reader] > position[kernel]
-                    for reader in _readers_past_views(extra.results[0], position)):
+                    for reader in _views_and_readers(extra.results[0], position)[1]):
                 pairs.append((kernel, extra))
                 break
     return pairs
 
 
-def _readers_past_views(value: ir.Value, position: dict) -> list[ir.Operation]:
-    """The ops of the function body (keys of `position`) that read `value`, or read it
-    through view ops of the function body, but those view ops."""
-    readers, pending = [], [value]
+def _views_and_readers(value: ir.Value, position: dict
+                       ) -> tuple[list[ir.Operation], list[ir.Operation]]:
+    """Of the ops of the function body (keys of `position`) reading `value`, directly or
+    through one another: the view ops, in program order, and the others."""
+    views, readers, pending = [], [], [value]
     while pending:
         for use in pending.pop().uses:
             top = _top_level(U.operation(use.owner), position)
-            if top.name in VIEW_OPS:
-                pending.append(top.results[0])
-            else:
+            if top.name not in VIEW_OPS:
                 readers.append(top)
-    return readers
-
-
-def _view_ops_of(value: ir.Value, position: dict) -> list[ir.Operation]:
-    """The view ops of the function body reading `value`, directly or through one another,
-    in program order."""
-    found, pending = [], [value]
-    while pending:
-        for use in pending.pop().uses:
-            top = _top_level(U.operation(use.owner), position)
-            if top.name in VIEW_OPS and top not in found:
-                found.append(top)
+            elif top not in views:
+                views.append(top)
                 pending.append(top.results[0])
-    return sorted(found, key=position.get)
+    return sorted(views, key=position.get), readers
 
 
 def absorb_input_contraction(kernel: ir.Operation, extra: ir.Operation) -> ir.Operation:
@@ -1548,7 +1536,7 @@ def absorb_input_contraction(kernel: ir.Operation, extra: ir.Operation) -> ir.Op
     inside it, after its own ops: it yields its results and `extra`'s. The view ops of
     `extra`'s result move behind the merged kernel."""
     position = {op: i for i, op in enumerate(U.body_ops(U.operation(kernel.parent)))}
-    for view in reversed(_view_ops_of(extra.results[0], position)):
+    for view in reversed(_views_and_readers(extra.results[0], position)[0]):
         view.move_after(kernel)
     return _absorbed(kernel, extra, list(kernel.results))
 
@@ -1590,11 +1578,11 @@ def matmul_rows_pairs(func: ir.Operation, target) -> list[tuple]:
         scores = _scores_kernel(rows)
         if scores is None:
             continue
-        s_body = kernel_body(scores)
-        s_mm = [op for op in s_body if op.name == "trn.matmul"]
-        if len(s_mm) != 1 or not _unary_epilogue(s_body, s_mm[0]):
+        lone = _lone_matmul(scores)
+        if lone is None:
             continue
-        shape = U.shape(s_mm[0].results[0])
+        s_mm = lone[1]
+        shape = U.shape(s_mm.results[0])
         if len(shape) < 2 or not _rows_of(rows, shape[-1]):
             continue
         # The rows kernel reads the scores as they are or through reshapes (the lowering
@@ -1605,8 +1593,8 @@ def matmul_rows_pairs(func: ir.Operation, target) -> list[tuple]:
         # Both operands of a batch index are staged whole (transposed, contraction dim on
         # partitions): only where they take at most a quarter of SBUF (attention's heads,
         # not a Linear over every token).
-        etype = max((U.element_type(v) for v in s_mm[0].operands), key=U.element_bytes)
-        staged = attention_kernel.staged_bytes(1, U.shape(s_mm[0].operands[0])[-1], 0,
+        etype = max((U.element_type(v) for v in s_mm.operands), key=U.element_bytes)
+        staged = attention_kernel.staged_bytes(1, U.shape(s_mm.operands[0])[-1], 0,
                                                shape[-2], shape[-1], etype, etype,
                                                target.pe_rows)
         if staged <= target.sbuf_partition_bytes // 4:
@@ -2321,6 +2309,16 @@ def _per_feature_epilogue(body: list[ir.Operation], matmul: ir.Operation) -> boo
     return body[-1].operands[0] in chain
 
 
+def _lone_matmul(kernel: ir.Operation) -> tuple[list[ir.Operation], ir.Operation] | None:
+    """(the kernel's ops, its matmul) where it holds one matmul whose epilogue is of one
+    operand (`_unary_epilogue`); None otherwise."""
+    body = kernel_body(kernel)
+    matmuls = [op for op in body if op.name == "trn.matmul"]
+    if len(matmuls) != 1 or not _unary_epilogue(body, matmuls[0]):
+        return None
+    return body, matmuls[0]
+
+
 def _unary_epilogue(body: list[ir.Operation], matmul: ir.Operation) -> bool:
     """Every op after the matmul is elementwise on the previous one alone (or a constant)."""
     current = matmul.results[0]
@@ -2333,15 +2331,12 @@ def _unary_epilogue(body: list[ir.Operation], matmul: ir.Operation) -> bool:
 
 def _attention_shapes(scores: ir.Operation, rows: ir.Operation, output: ir.Operation,
                       target) -> bool:
-    s_body, o_body = kernel_body(scores), kernel_body(output)
-    s_mm = [op for op in s_body if op.name == "trn.matmul"]
-    o_mm = [op for op in o_body if op.name == "trn.matmul"]
-    if len(s_mm) != 1 or len(o_mm) != 1:
+    s_lone, o_lone = _lone_matmul(scores), _lone_matmul(output)
+    if s_lone is None or o_lone is None:
         return False
-    if not _unary_epilogue(s_body, s_mm[0]) or not _unary_epilogue(o_body, o_mm[0]):
-        return False
-    scores_shape = U.shape(s_mm[0].results[0])
-    out_lhs, values = o_mm[0].operands
+    s_mm, o_mm = s_lone[1], o_lone[1]
+    scores_shape = U.shape(s_mm.results[0])
+    out_lhs, values = o_mm.operands
     if len(scores_shape) < 2 or U.shape(out_lhs)[-2:] != scores_shape[-2:] or \
             U.shape(values)[-2] != scores_shape[-1] or \
             U.shape(values)[-1] > target.matmul_max_moving:
