@@ -63,15 +63,11 @@ def tokens_per_block(target, tokens: int, features: int) -> int | None:
     once all its rows of the input are written: GPT-2's MLPs over 512 tokens, in two
     blocks, waited for most of their layer norm, which waited for the attention output
     projection (dumped graph: 2721.4 us; in four blocks of 128, 2658.4 us, the same bits)."""
-    # (A bank's worth is left for the PE transposes that stage X and the weights.)
-    psum = target.psum_partition_bytes - target.psum_bank_bytes
-    chunks = -(-features // target.matmul_max_moving)
     padded = -(-tokens // target.pe_cols) * target.pe_cols
     fitting = []
     for block in (512, 256, 128):
         block = min(block, padded)
-        outputs = -(-block // target.pe_cols) * chunks * target.matmul_max_moving * 4
-        if outputs + _FIRST_ACCUMULATORS * block * 4 <= psum and block not in fitting:
+        if _fits_psum(target, block, features, block) and block not in fitting:
             fitting.append(block)
     for block in fitting:
         if -(-tokens // block) >= _MIN_BLOCKS:
@@ -88,14 +84,21 @@ def hidden_tokens_per_block(target, tokens: int, block: int, out_features: int,
     fit one matmul, and H^T for it (`itemsize` bytes per element) takes at most
     `spare_sbuf` bytes per partition; else the block itself."""
     wide = 2 * block
-    psum = target.psum_partition_bytes - target.psum_bank_bytes
-    chunks = -(-out_features // target.matmul_max_moving)
-    outputs = -(-block // target.pe_cols) * chunks * target.matmul_max_moving * 4
     h_bytes = -(-hidden // target.pe_cols) * wide * itemsize
     if wide > target.matmul_max_moving or -(-tokens // wide) < _MIN_BLOCKS or \
-            outputs + _FIRST_ACCUMULATORS * wide * 4 > psum or h_bytes > spare_sbuf:
+            not _fits_psum(target, block, out_features, wide) or h_bytes > spare_sbuf:
         return block
     return wide
+
+
+def _fits_psum(target, block: int, features: int, first_tokens: int) -> bool:
+    """Whether a token block's output tiles [128, <= 512] fp32 over `features` and the first
+    matmul's accumulators over `first_tokens` tokens fit PSUM, a bank's worth left for the
+    PE transposes that stage X and the weights."""
+    chunks = -(-features // target.matmul_max_moving)
+    outputs = -(-block // target.pe_cols) * chunks * target.matmul_max_moving * 4
+    return outputs + _FIRST_ACCUMULATORS * first_tokens * 4 <= \
+        target.psum_partition_bytes - target.psum_bank_bytes
 
 
 # The share of SBUF an mlp kernel's resident weights and a span's hidden activation
