@@ -46,6 +46,9 @@ def _convert_function(func: ir.Operation) -> None:
     _fold_zero_elements(func)
     ops = U.body_ops(func)
     for op in ops:
+        if op.name == "cf.assert" and _always_fails(op):
+            raise UnsupportedOpError(_assert_message(op), op.location)
+    for op in ops:
         converter = _CONVERTERS.get(op.name)
         if converter is None:
             if op.name in _KEEP:
@@ -75,6 +78,25 @@ def _convert_function(func: ir.Operation) -> None:
                 op.results[0].replace_all_uses_with(
                     trn_op("fill", op.results[0].type, [], value=U.f32(0.0)))
     U.erase_dead([o for o in U.body_ops(func) if o.name != "func.return"])
+
+
+def _always_fails(assertion: ir.Operation) -> bool:
+    """Whether a cf.assert's condition is the constant false: torch-mlir's way of saying that
+    it has no correct lowering for the op's arguments (an adaptive pooling whose windows
+    differ in size lowers to one fixed-size window, asserted false), not an index check."""
+    condition = U.defining_op(assertion.operands[0])
+    if condition is None or condition.name != "arith.constant":
+        return False
+    value = condition.attributes["value"]
+    if isinstance(value, ir.BoolAttr):      # (the bindings give an i1 constant as a BoolAttr)
+        return not value.value
+    return isinstance(value, ir.IntegerAttr) and value.value == 0
+
+
+def _assert_message(assertion: ir.Operation) -> str:
+    message = ir.StringAttr(assertion.attributes["msg"]).value \
+        if "msg" in assertion.attributes else "an assertion that always fails"
+    return f"torch-mlir has no correct lowering for this op's arguments: {message}"
 
 
 def _zero_elements(value: ir.Value) -> bool:

@@ -315,7 +315,8 @@ def _fill_constant(value) -> float | None:
 
 # Dialects the compiler's own context parses; anything else torch-mlir leaves in its
 # linalg-on-tensors output (tm_tensor scans/sorts/scatters, ml_program globals) has no
-# lowering. cf.assert (index checks) is accepted and dropped by convert-linalg-to-trn.
+# lowering. cf.assert is accepted: convert-linalg-to-trn drops index checks and rejects an
+# assertion of a constant false (torch-mlir's mark of a lowering it knows to be wrong).
 SUPPORTED_DIALECTS = ("builtin", "func", "arith", "math", "linalg", "tensor", "trn")
 
 

@@ -176,6 +176,23 @@ def test_import_failure_falls_back_the_node_torch_mlir_cannot_lower():
     assert {"exp", "mul"} <= {n.node for n in report.compiled}
 
 
+@pytest.mark.parametrize("pool", [torch.nn.functional.adaptive_avg_pool1d,
+                                  torch.nn.functional.adaptive_max_pool1d])
+def test_lowering_torch_mlir_asserts_wrong_falls_back(pool):
+    # Windows of 12 inputs over 5 outputs differ in size (2 or 3): torch-mlir lowers the
+    # pooling to one fixed window and asserts false; computed as lowered, the values are wrong.
+    x = torch.arange(12.0).reshape(1, 1, 12)
+    with torch.no_grad():
+        (report,) = compile_and_check(lambda t: pool(t, 5) * 2.0, x)
+    (node,) = report.fallbacks
+    assert node.category == "compile" and "fixed stride size" in node.reason
+    assert "aten.mul" in {n.op for n in report.compiled}
+    # Windows of one size (12 over 4) are lowered correctly, and run on the NeuronCore.
+    with torch.no_grad():
+        (report,) = compile_and_check(lambda t: pool(t, 4) * 2.0, x)
+    assert not report.fallbacks
+
+
 def test_import_runs_torch_ops_in_the_child_after_the_thread_pool_started(monkeypatch):
     """torch-mlir's importer runs torch ops of its own (as_strided is rewritten with index
     tensors from torch.full and arange) in the forked child. After a parallel op in this

@@ -17,3 +17,18 @@ func.func @popcount(%x: tensor<8xi32>) -> tensor<8xi32> {
   } -> tensor<8xi32>
   return %r : tensor<8xi32>
 }
+
+// -----
+
+// torch-mlir's lowering of an adaptive pooling whose windows differ in size: one fixed window,
+// and an assertion on a constant false that says the result is wrong.
+func.func @unimplemented_assertion(%x: tensor<1x1x1x12xf32>) -> tensor<1x1x1x5xf32> {
+  %false = arith.constant false
+  %cst = arith.constant 0.000000e+00 : f32
+  cf.assert %false, "unimplemented: only support cases with fixed stride size."
+  %0 = tensor.empty() : tensor<1x1x1x5xf32>
+  %1 = linalg.fill ins(%cst : f32) outs(%0 : tensor<1x1x1x5xf32>) -> tensor<1x1x1x5xf32>
+  %2 = tensor.empty() : tensor<1x3xf32>
+  %3 = linalg.pooling_nchw_sum {dilations = dense<1> : vector<2xi64>, strides = dense<[1, 2]> : vector<2xi64>} ins(%x, %2 : tensor<1x1x1x12xf32>, tensor<1x3xf32>) outs(%1 : tensor<1x1x1x5xf32>) -> tensor<1x1x1x5xf32>
+  return %3 : tensor<1x1x1x5xf32>
+}
