@@ -10,7 +10,8 @@ is then traced as it is (and, when the compiler cannot take it, runs in PyTorch,
 `rewrite_dynamo_graph` works one level higher, on the Dynamo graph before AOTAutograd: an op
 whose backward is itself a fused kernel (scaled_dot_product_attention, whose CPU backward is
 `_scaled_dot_product_flash_attention_for_cpu_backward`) is replaced by its math form, so that
-AOTAutograd differentiates matmuls and a softmax and the backward is plain ops. (A
+AOTAutograd differentiates matmuls and a softmax and the backward is plain ops; so is the
+attention inside F.multi_head_attention_forward, which Dynamo keeps as one node. (A
 decomposition-table entry cannot do this: the table applies below autograd, after the
 autograd formula of the fused op has already been chosen.) It also takes the rows of a tensor
 that the program indexes one by one (`q, k, v = qkv`) with one `unbind`, whose backward is a
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import functools
 import math
+import types
 
 import torch
 from torch.fx.experimental.symbolic_shapes import statically_known_true
@@ -623,6 +625,42 @@ def _memory_format(t: torch.Tensor):
     return torch.contiguous_format
 
 
+@_register(aten._scaled_dot_product_flash_attention_for_cpu.default)
+def flash_attention_for_cpu(query, key, value, dropout_p=0.0, is_causal=False, *,
+                            attn_mask=None, scale=None):
+    """The CPU flash attention's (output, logsumexp) in math form. PyTorch's decomposition
+    returns the probabilities in the logsumexp's place (it serves inference and export): in a
+    training graph the op's backward, `_scaled_dot_product_flash_attention_for_cpu_backward`
+    (run in PyTorch), reads that second output as the rows' logsumexp [B, H, L], and its
+    gradients would be wrong. (The backend's own rewrites turn scaled_dot_product_attention
+    into its math form before AOTAutograd; this covers the op where it is reached anyway.)"""
+    if dropout_p != 0.0:
+        return NotImplemented
+    wide = torch.float32 if query.dtype in (torch.float16, torch.bfloat16) else query.dtype
+    q, k, v = query.to(wide), key.to(wide), value.to(wide)
+    if k.size(1) != q.size(1):
+        k = k.repeat_interleave(q.size(1) // k.size(1), 1)
+        v = v.repeat_interleave(q.size(1) // v.size(1), 1)
+    factor = 1.0 / math.sqrt(query.size(-1)) if scale is None else scale
+    scores = torch.matmul(q, k.transpose(-2, -1)) * factor
+    if is_causal:
+        causal = torch.ones(q.size(-2), k.size(-2), dtype=torch.bool,
+                            device=query.device).tril()
+        scores = scores.masked_fill(causal.logical_not(), float("-inf"))
+    if attn_mask is not None:
+        scores = scores.masked_fill(attn_mask.logical_not(), float("-inf")) \
+            if attn_mask.dtype == torch.bool else scores + attn_mask.to(wide)
+    logsumexp = torch.logsumexp(scores, -1)
+    probs = torch.exp(scores - logsumexp.unsqueeze(-1))
+    probs = torch.where((logsumexp == float("-inf")).unsqueeze(-1), torch.zeros_like(probs),
+                        probs)
+    output = torch.matmul(probs, v).to(query.dtype)
+    # Laid out as the fused kernel lays out its output ([B, L, H, E] in memory), which views
+    # of it after the op rely on (as PyTorch's decomposition does).
+    output = output.permute(2, 0, 1, 3).contiguous().permute(1, 2, 0, 3)
+    return output, logsumexp
+
+
 # -- Before AOTAutograd -----------------------------------------------------------------------
 
 def sdpa_math(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
@@ -669,6 +707,33 @@ _SDPA_TARGETS = (torch._C._nn.scaled_dot_product_attention,
                  torch.nn.functional.scaled_dot_product_attention)
 
 
+@functools.lru_cache(maxsize=1)
+def _multi_head_attention_forward_math():
+    """A copy of F.multi_head_attention_forward whose scaled_dot_product_attention is
+    `sdpa_math`: the same code over a copy of its module's namespace with that name (and its
+    own) changed; the module itself, and every other caller, keep the fused op."""
+    original = torch.nn.functional.multi_head_attention_forward
+    namespace = dict(original.__globals__)
+    namespace["scaled_dot_product_attention"] = sdpa_math
+    copy = types.FunctionType(original.__code__, namespace, original.__name__,
+                              original.__defaults__, original.__closure__)
+    copy.__kwdefaults__ = original.__kwdefaults__
+    # Its first step hands the call to an active torch-function mode (AOTAutograd's tracing
+    # has one) by its own name, which must then name the copy.
+    namespace["multi_head_attention_forward"] = copy
+    return copy
+
+
+def multi_head_attention_math(*args, **kwargs):
+    """F.multi_head_attention_forward with the attention in its math form. Dynamo keeps
+    multi_head_attention_forward (nn.MultiheadAttention's) as one node, which AOTAutograd
+    traces through its scaled_dot_product_attention call: left as it is, that call's autograd
+    formula is the fused CPU flash attention's, whose backward reads the softmax's logsumexp,
+    which the forward's decomposition (`_scaled_dot_product_attention_math`) does not compute
+    (the input gradient of nn.MultiheadAttention came out wrong)."""
+    return _multi_head_attention_forward_math()(*args, **kwargs)
+
+
 def rewrite_dynamo_graph(gm: torch.fx.GraphModule) -> int:
     """Replace fused ops of a Dynamo graph by their math form, and index-by-index unpacking
     of a tensor by one unbind (see the module docstring); returns the number of nodes
@@ -677,6 +742,10 @@ def rewrite_dynamo_graph(gm: torch.fx.GraphModule) -> int:
     for node in list(gm.graph.nodes):
         if node.op == "call_function" and node.target in _SDPA_TARGETS:
             node.target = sdpa_math
+            count += 1
+        elif node.op == "call_function" and \
+                node.target is torch.nn.functional.multi_head_attention_forward:
+            node.target = multi_head_attention_math
             count += 1
         count += _unbind_indexed_rows(gm.graph, node)
     if count:

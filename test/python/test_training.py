@@ -221,6 +221,60 @@ def test_attention_math_form_matches_fused(kwargs):
                                F.scaled_dot_product_attention(q, k, v, **kwargs))
 
 
+
+def _gradients(fn, inputs, grad_output, compiled: bool):
+    torch._dynamo.reset()
+    run = torch.compile(fn, backend="neuron") if compiled else fn
+    out = run(*inputs)
+    return out, torch.autograd.grad(out, inputs, grad_output)
+
+
+@pytest.mark.parametrize("batch_first", [True, False])
+def test_multi_head_attention_gradients_match_eager(batch_first):
+    # Dynamo keeps F.multi_head_attention_forward as one node; its attention is the math form
+    # (decompositions.multi_head_attention_math), whose backward runs natively.
+    g = torch.Generator().manual_seed(0)
+    torch.manual_seed(0)
+    mha = torch.nn.MultiheadAttention(32, 4, batch_first=batch_first)
+    x = torch.randn(2, 8, 32, generator=g, requires_grad=True)
+    dy = torch.randn(2, 8, 32, generator=g)
+    w = mha.in_proj_weight
+
+    def f(x, w):
+        return mha(x, x, x, need_weights=False)[0]
+
+    first = len(backend.graph_reports())
+    got, got_grads = _gradients(f, (x, w), dy, compiled=True)
+    reports = backend.graph_reports()[first:]
+    want, want_grads = _gradients(f, (x, w), dy, compiled=False)
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
+    for a, b in zip(got_grads, want_grads):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+    assert reports and not any(r.fallbacks for r in reports)
+
+
+def test_cpu_flash_attention_op_in_training_has_eager_gradients():
+    # Reached directly, the fused op's decomposition hands its backward (run in PyTorch) the
+    # rows' logsumexp, not the probabilities.
+    g = torch.Generator().manual_seed(1)
+    q, k, v = (torch.randn(2, 4, 16, 8, generator=g, requires_grad=True) for _ in range(3))
+    dy = torch.randn(2, 16, 8, generator=g)
+
+    def f(q, k, v):
+        out = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(q, k, v,
+                                                                         is_causal=True)[0]
+        return out.sum(1) * 2.0
+
+    first = len(backend.graph_reports())
+    got, got_grads = _gradients(f, (q, k, v), dy, compiled=True)
+    reports = backend.graph_reports()[first:]
+    want, want_grads = _gradients(f, (q, k, v), dy, compiled=False)
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
+    for a, b in zip(got_grads, want_grads):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+    assert [n.op for r in reports for n in r.fallbacks] == \
+        ["aten._scaled_dot_product_flash_attention_for_cpu_backward"]
+
 class PackedProjection(torch.nn.Module):
     """q, k, v unpacked row by row from one projection, as BERT-style attention does."""
 
