@@ -600,7 +600,9 @@ def _emit_select_match(emitter: TrnEmitter, first: bool, cond: Expr, x: Expr, se
 def _emit_arg_extremum(emitter: TrnEmitter, operand: Expr, kind: str, dim: int,
                        reduced: list[int], bounds: list[int], kept_shape: list[int], etype,
                        op) -> ir.Value:
-    """argmax/argmin: the smallest index at which the operand equals its extremum."""
+    """argmax/argmin: the smallest index at which the operand equals its extremum, or, of a
+    float operand, is NaN: PyTorch's argmax and argmin both take a NaN as the extremum (the
+    reduction's extremum is then NaN, which equals nothing)."""
     if reduced != [dim]:
         raise UnsupportedOpError("argmax/argmin over several dims", op.location)
     x = emitter.value(operand)
@@ -610,8 +612,11 @@ def _emit_arg_extremum(emitter: TrnEmitter, operand: Expr, kind: str, dim: int,
     extremum = trn_op("reduce", U.tensor_type(kept_shape, xtype), [x], op=U.string(kind),
                       dimensions=U.i64_array(reduced))
     spread = trn_op("broadcast", x.type, [extremum], dimensions=U.i64_array(reduced))
-    hit = trn_op("tensor_tensor", U.tensor_type(bounds, ir.IntegerType.get_signless(1)),
-                 [x, spread], op=U.string("eq"))
+    i1 = ir.IntegerType.get_signless(1)
+    hit = trn_op("tensor_tensor", U.tensor_type(bounds, i1), [x, spread], op=U.string("eq"))
+    if isinstance(xtype, ir.FloatType):
+        nan = trn_op("tensor_tensor", U.tensor_type(bounds, i1), [x, x], op=U.string("ne"))
+        hit = trn_op("tensor_tensor", U.tensor_type(bounds, i1), [hit, nan], op=U.string("or"))
     f32 = ir.F32Type.get()
     index = trn_op("convert", U.tensor_type(bounds, f32),
                    [trn_op("iota", U.tensor_type(bounds, ir.IntegerType.get_signless(64)), [],

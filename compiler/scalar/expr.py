@@ -55,6 +55,9 @@ def as_float(mask: Expr) -> Expr:
     return Expr("convert", (mask,), etype=ir.F32Type.get())
 
 
+_TWO_23 = float(2 ** 23)
+
+
 def to_f32(x: Expr) -> Expr:
     """Rounding is computed on fp32 values whatever the storage type: intermediate results
     stored as bf16 or an integer type would be rounded themselves."""
@@ -62,9 +65,11 @@ def to_f32(x: Expr) -> Expr:
 
 
 def trunc(x: Expr) -> Expr:
-    """x - fmod(x, 1): exact, since the engines' mod keeps the dividend's sign."""
+    """x - fmod(x, 1): exact, since the engines' mod keeps the dividend's sign; |x| >= 2^23
+    is an integer already, and +-inf (whose fmod is NaN) stays itself."""
     x = to_f32(x)
-    return alu("sub", x, alu("mod", x, const(1.0)))
+    small = alu("lt", Expr("act:abs", (x,)), const(_TWO_23))
+    return Expr("select", (small, alu("sub", x, alu("mod", x, const(1.0))), x))
 
 
 def floor(x: Expr) -> Expr:
@@ -78,8 +83,6 @@ def ceil(x: Expr) -> Expr:
     t = trunc(x)
     return alu("add", t, as_float(alu("gt", x, t)))
 
-
-_TWO_23 = float(2 ** 23)
 
 
 def round_even(x: Expr) -> Expr:

@@ -134,10 +134,32 @@ def _nan_losing(pick):
     return decomposition
 
 
-# fmax/fmin (a NaN loses to a number) from maximum/minimum and where: torch-mlir's own
+def _nan_propagating(greater: bool):
+    def decomposition(self, other):
+        if not (self.is_floating_point() or other.is_floating_point()):
+            return NotImplemented
+        picked = torch.where(self > other if greater else self < other, self, other)
+        return torch.where(torch.isnan(self), self, torch.where(torch.isnan(other), other, picked))
+    return decomposition
+
+
+# maximum/minimum (a NaN wins): torch-mlir lowers them to a compare and select, which gives
+# the second operand where the first is NaN (minimum(nan, 0) came out 0).
+_OVERRIDES[aten.maximum.default] = _nan_propagating(greater=True)
+_OVERRIDES[aten.minimum.default] = _nan_propagating(greater=False)
+
+
+@_register(aten.hardtanh.default)
+def hardtanh(self, min_val=-1.0, max_val=1.0):
+    """hardtanh (and relu6) as clamp, which keeps a NaN: torch-mlir lowers it to two
+    compare-and-selects, which give a bound for a NaN."""
+    return aten.clamp.default(self, min_val, max_val)
+
+
+# fmax/fmin (a NaN loses to a number) from the compare and select and where: torch-mlir's own
 # lowering miscasts a broadcast 0-d operand.
-_OVERRIDES[aten.fmax.default] = _nan_losing(torch.maximum)
-_OVERRIDES[aten.fmin.default] = _nan_losing(torch.minimum)
+_OVERRIDES[aten.fmax.default] = _nan_losing(lambda a, b: torch.where(a > b, a, b))
+_OVERRIDES[aten.fmin.default] = _nan_losing(lambda a, b: torch.where(a < b, a, b))
 
 
 def _erfc_parts(self):

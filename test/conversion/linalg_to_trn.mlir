@@ -145,13 +145,15 @@ func.func @sum_of_squares(%x: tensor<4x16xf32>) -> tensor<4x1xf32> {
 
 // Tests that a max reduction whose second output tracks the index of the maximum (strict >
 // keeps the first occurrence) becomes argmax: the smallest index where the input equals its
-// maximum, from trn.iota.
+// maximum or is NaN (PyTorch's argmax takes a NaN as the maximum), from trn.iota.
 // CHECK-LABEL: func.func @argmax
 // CHECK: %[[M:.*]] = "trn.reduce"(%arg0) {dimensions = array<i64: 1>, op = "max"}
 // CHECK: %[[B:.*]] = "trn.broadcast"(%[[M]]) {dimensions = array<i64: 1>}
 // CHECK: %[[EQ:.*]] = "trn.tensor_tensor"(%arg0, %[[B]]) {op = "eq"} : (tensor<4x16xf32>, tensor<4x16xf32>) -> tensor<4x16xi1>
+// CHECK: %[[NAN:.*]] = "trn.tensor_tensor"(%arg0, %arg0) {op = "ne"}
+// CHECK: %[[HIT:.*]] = "trn.tensor_tensor"(%[[EQ]], %[[NAN]]) {op = "or"}
 // CHECK: %[[I:.*]] = "trn.iota"() {dimension = 1 : i64} : () -> tensor<4x16xi64>
-// CHECK: "trn.select"(%[[EQ]]
+// CHECK: "trn.select"(%[[HIT]]
 // CHECK: "trn.reduce"({{.*}}) {dimensions = array<i64: 1>, op = "min"}
 // CHECK: "trn.convert"({{.*}}) : (tensor<4xf32>) -> tensor<4xi64>
 #map = affine_map<(d0, d1) -> (d0, d1)>
@@ -178,10 +180,14 @@ func.func @argmax(%x: tensor<4x16xf32>) -> tensor<4xi64> {
 // -----
 
 // Tests that floor, which no engine instruction computes, expands into exact engine ops:
-// trunc(x) = x - fmod(x, 1), then one less where x < trunc(x).
+// trunc(x) = x - fmod(x, 1) where |x| < 2^23 (larger values, +-inf included, are integers
+// already: fmod(inf, 1) is NaN), then one less where x < trunc(x).
 // CHECK-LABEL: func.func @floor
+// CHECK: %[[ABS:.*]] = "trn.activation"(%arg0) {bias = 0.000000e+00 : f32, func = "abs"
+// CHECK: %[[SMALL:.*]] = "trn.tensor_scalar"(%[[ABS]]) {op = "lt", reverse = false, scalar = 0x4B000000 : f32}
 // CHECK: %[[MOD:.*]] = "trn.tensor_scalar"(%arg0) {op = "mod", reverse = false, scalar = 1.000000e+00 : f32}
-// CHECK: %[[T:.*]] = "trn.tensor_tensor"(%arg0, %[[MOD]]) {op = "sub"}
+// CHECK: %[[D:.*]] = "trn.tensor_tensor"(%arg0, %[[MOD]]) {op = "sub"}
+// CHECK: %[[T:.*]] = "trn.select"(%[[SMALL]], %[[D]], %arg0)
 // CHECK: %[[LT:.*]] = "trn.tensor_tensor"(%arg0, %[[T]]) {op = "lt"}
 // CHECK: %[[F:.*]] = "trn.convert"(%[[LT]]) : (tensor<8xi1>) -> tensor<8xf32>
 // CHECK: "trn.tensor_tensor"(%[[T]], %[[F]]) {op = "sub"}

@@ -311,3 +311,26 @@ def test_concatenated_kernel_results_written_in_place_match_eager():
         return torch.cat([torch.bmm(x, y), torch.exp(z), torch.relu(z)]).permute(1, 0, 2)
 
     torch.testing.assert_close(_native(fn, a, b, c), fn(a, b, c), rtol=1e-5, atol=1e-5)
+
+
+_NAN, _INF = float("nan"), float("inf")
+
+
+@pytest.mark.parametrize("fn", [
+    torch.maximum, torch.minimum, torch.fmax, torch.fmin,
+    lambda a, b: torch.nn.functional.hardtanh(a), lambda a, b: torch.nn.functional.relu6(a),
+    lambda a, b: a.argmax(-1), lambda a, b: a.argmin(-1),
+    lambda a, b: torch.floor(a), lambda a, b: torch.trunc(a), lambda a, b: torch.ceil(a),
+], ids=["maximum", "minimum", "fmax", "fmin", "hardtanh", "relu6", "argmax", "argmin",
+        "floor", "trunc", "ceil"])
+def test_nan_and_infinity_as_eager(fn):
+    # torch-mlir lowers maximum/minimum/hardtanh to compare-and-select (a NaN first operand
+    # lost), argmax found no element equal to a NaN maximum (index 3 of 3), and trunc's
+    # x - fmod(x, 1) made +-inf NaN.
+    a = torch.tensor([[_NAN, 1.0, -2.0, _INF, 0.3], [0.0, _NAN, 3.0, -_INF, -0.2],
+                      [2.5, -7.5, 1e9, -3e8, 4.0]])
+    b = torch.tensor([[0.0, _NAN, -3.0, 1.0, 0.2], [_NAN, 2.0, 5.0, -_INF, 0.1],
+                      [1.0, 1.0, 1.0, 1.0, 1.0]])
+    got, want = _native(fn, a, b), fn(a, b)
+    assert got.dtype == want.dtype
+    torch.testing.assert_close(got, want, rtol=0, atol=0, equal_nan=True)
