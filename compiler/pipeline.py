@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import time
+from collections.abc import Mapping
 
 from torch_mlir import ir
 
@@ -162,13 +163,27 @@ class CompileOptions:
 
     @staticmethod
     def from_dict(options: dict | None) -> "CompileOptions":
+        """The options named in `options`, each checked: a misspelt name, a value of the
+        wrong type or an unknown target (given here or by TORCHNEURON_TARGET) raises
+        ValueError (TypeError for options that are not a dict) naming it, before anything is
+        compiled."""
+        if options is not None and not isinstance(options, Mapping):
+            raise TypeError(f"torchneuron options must be a dict of option names to values, "
+                            f"not {type(options).__name__}")
         options = dict(options or {})
-        known = {f.name for f in dataclasses.fields(CompileOptions)}
-        unknown = sorted(set(options) - known)
+        fields = {f.name: f for f in dataclasses.fields(CompileOptions)}
+        unknown = sorted(set(options) - set(fields))
         if unknown:
             raise ValueError(f"unknown torchneuron option(s) {', '.join(unknown)}; "
-                             f"known: {', '.join(sorted(known))}")
-        return CompileOptions(**options)
+                             f"known: {', '.join(sorted(fields))}")
+        for name, value in options.items():
+            expected = bool if fields[name].type == "bool" else str
+            if type(value) is not expected:
+                raise ValueError(f"torchneuron option {name} must be a {expected.__name__}, "
+                                 f"not {value!r}")
+        compile_options = CompileOptions(**options)
+        compile_options.target_name          # an unknown target raises UnknownTargetError
+        return compile_options
 
     @property
     def target_name(self) -> str:

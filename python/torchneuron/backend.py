@@ -59,6 +59,9 @@ class BackendOptions:
     def from_dict(options: dict | None) -> "BackendOptions":
         from torchneuron.compiler.pipeline import CompileOptions
 
+        if options is not None and not isinstance(options, dict):
+            raise TypeError(f"torchneuron options must be a dict of option names to values, "
+                            f"not {type(options).__name__}")
         options = dict(options or {})
         fallback = options.pop("fallback", True)
         if not isinstance(fallback, bool):
@@ -80,6 +83,7 @@ def neuron(gm, example_inputs, options: dict | None = None, mode: str | None = N
     from torch._functorch.aot_autograd import make_boxed_func
 
     opts = BackendOptions.from_dict(options)
+    config.check_environment()
     graph_ids: list[int] = []
 
     def graph_name(kind: str) -> str:

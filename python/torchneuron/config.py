@@ -121,3 +121,14 @@ EARLY_BACKWARD: Knob[bool] = Knob(
 
 ALL_KNOBS = (DUMP_DIR, TARGET, VERIFY_EACH, CACHE_DIR, TUNING_DB, SIM_REPLAY, SIM_THREADS,
              SIM_BF16_GEMM, EARLY_BACKWARD)
+
+
+def check_environment() -> None:
+    """Read every knob, so that a bad value fails where the backend starts, with a
+    ConfigError naming its variable, instead of inside each graph's compile (where it would
+    send every op to the CPU as a compile failure)."""
+    for knob in ALL_KNOBS:
+        knob.get()
+    dump_dir = DUMP_DIR.get()
+    if dump_dir and os.path.exists(dump_dir) and not os.path.isdir(dump_dir):
+        raise ConfigError(f"{DUMP_DIR.name}={dump_dir!r}: not a directory")

@@ -154,6 +154,27 @@ def test_unknown_option_is_rejected():
             torch.randn(2))
 
 
+@pytest.mark.parametrize("options, env, message", [
+    ({"target": "trn9"}, {}, "unknown target 'trn9'; known targets: trn2, trn1"),
+    ({}, {"TORCHNEURON_TARGET": "trn9"}, "unknown target 'trn9' (from TORCHNEURON_TARGET)"),
+    ({"fuse_mlp": None}, {}, "option fuse_mlp must be a bool, not None"),
+    ({"tuning_db": 5}, {}, "option tuning_db must be a str, not 5"),
+    (["target"], {}, "options must be a dict of option names to values, not list"),
+    ({}, {"TORCHNEURON_SIM_THREADS": "abc"}, "TORCHNEURON_SIM_THREADS='abc': expected 1 or 2"),
+    ({}, {"TORCHNEURON_DUMP_DIR": __file__}, "TORCHNEURON_DUMP_DIR=.*: not a directory"),
+])
+def test_bad_option_values_are_rejected_before_compiling(monkeypatch, options, env, message):
+    # Not sent into each graph's compile, where they failed as internal compiler errors and
+    # every op ran on the CPU.
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    torch._dynamo.reset()
+    first = len(backend.graph_reports())
+    with pytest.raises(Exception, match=message if "*" in message else re.escape(message)):
+        torch.compile(lambda x: x + 1, backend="neuron", options=options)(torch.randn(2))
+    assert len(backend.graph_reports()) == first
+
+
 def test_neuron_translate_rebuilds_a_working_neff(mlp_run, tmp_path):
     from torchneuron import runtime
     from torchneuron.tools import neuron_translate
