@@ -195,9 +195,19 @@ def _convert_fill(op: ir.Operation) -> ir.Value:
     return trn_op("fill", op.results[0].type, [], value=U.f32(value))
 
 
+def _require_float_operands(op: ir.Operation, what: str) -> None:
+    """PE multiplies bf16, fp16, fp8 and fp32 only (TARGET.md): a product of integers has no
+    engine that computes it exactly."""
+    for value in list(op.operands) + list(op.results):
+        if not isinstance(U.element_type(value), ir.FloatType):
+            raise UnsupportedOpError(f"{what} of {U.element_type(value)} tensors (PE "
+                                     "multiplies floating-point values only)", op.location)
+
+
 def _convert_matmul(op: ir.Operation) -> ir.Value:
     if "indexing_maps" in op.attributes and not _default_matmul_maps(op):
         raise UnsupportedOpError(f"{op.name} with transposed indexing maps", op.location)
+    _require_float_operands(op, "a matmul")
     (lhs, rhs), (init,) = _ins_outs(op)
     result_type = op.results[0].type
     product = trn_op("matmul", result_type, [lhs, rhs])
@@ -252,6 +262,7 @@ def _accumulate_into(value: ir.Value, init: ir.Value, kind: str) -> ir.Value:
 
 
 def _convert_conv(op: ir.Operation) -> ir.Value:
+    _require_float_operands(op, "a convolution")
     (x, w), (init,) = _ins_outs(op)
     name = op.name
     spatial = len(U.shape(x)) - 2

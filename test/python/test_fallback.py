@@ -241,6 +241,17 @@ def test_import_child_that_dies_is_reported_and_every_child_is_collected():
         os.waitpid(-1, os.WNOHANG)
 
 
+def test_integer_matmul_falls_back_at_compile_time():
+    # PE multiplies floating-point values only: rejected when compiling, not when the device
+    # first runs the program.
+    a = torch.randint(-5, 5, (4, 6), generator=torch.Generator().manual_seed(0))
+    b = torch.randint(-5, 5, (6, 3), generator=torch.Generator().manual_seed(1))
+    (report,) = compile_and_check(lambda p, q: (p @ q) + 1, a, b)
+    node = fallback(report, "mm")
+    assert node.category == "compile" and "PE multiplies floating-point" in node.reason
+    assert [n.op for n in report.compiled] == ["aten.add"]
+
+
 # -- the static deny-list -----------------------------------------------------------------------
 
 def test_float64_falls_back_as_dtype():

@@ -32,3 +32,13 @@ func.func @unimplemented_assertion(%x: tensor<1x1x1x12xf32>) -> tensor<1x1x1x5xf
   %3 = linalg.pooling_nchw_sum {dilations = dense<1> : vector<2xi64>, strides = dense<[1, 2]> : vector<2xi64>} ins(%x, %2 : tensor<1x1x1x12xf32>, tensor<1x3xf32>) outs(%1 : tensor<1x1x1x5xf32>) -> tensor<1x1x1x5xf32>
   return %3 : tensor<1x1x1x5xf32>
 }
+
+// -----
+
+func.func @integer_matmul(%a: tensor<4x6xi64>, %b: tensor<6x3xi64>) -> tensor<4x3xi64> {
+  %c0 = arith.constant 0 : i64
+  %e = tensor.empty() : tensor<4x3xi64>
+  %z = linalg.fill ins(%c0 : i64) outs(%e : tensor<4x3xi64>) -> tensor<4x3xi64>
+  %r = linalg.matmul ins(%a, %b : tensor<4x6xi64>, tensor<6x3xi64>) outs(%z : tensor<4x3xi64>) -> tensor<4x3xi64>
+  return %r : tensor<4x3xi64>
+}
