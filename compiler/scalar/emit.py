@@ -13,6 +13,9 @@ from torchneuron.compiler.scalar.expr import (
     COMPARISONS, Expr, const, fold, fold_activation, loop_dims_of, split_index,
 )
 
+# Integers the engines' fp32 arithmetic represents exactly: 0 .. 2^24.
+_EXACT_INDEX_LIMIT = 1 << 24
+
 
 def trn_op(name: str, result_type: ir.Type, operands, **attrs) -> ir.Value:
     return U.create(f"trn.{name}", [result_type], operands, attrs).results[0]
@@ -153,6 +156,12 @@ class TrnEmitter:
                                              "index")
                 row_terms.append((int(st * mult), term))
         row_stride = math.gcd(*[m for m, _ in row_terms]) or 1
+        rows_addressed = math.prod(U.shape(source)) // row_stride
+        if rows_addressed > _EXACT_INDEX_LIMIT:
+            # The engines compute the index (its terms, the wrap of a negative one) in fp32,
+            # exact only up to 2^24: a larger one would pick a neighbouring row.
+            raise UnsupportedOpError(f"a gather over {rows_addressed} rows (its row index is "
+                                     f"computed in fp32, exact up to 2^24 rows)")
         i64 = ir.IntegerType.get_signless(64)
         index = None
         for mult, term in row_terms:

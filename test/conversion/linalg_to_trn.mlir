@@ -405,6 +405,7 @@ func.func @gelu_bf16(%x: tensor<4x8xbf16>) -> tensor<4x8xbf16> {
 // ERR: linalg_to_trn-unsupported.mlir:{{[0-9]+}}:{{[0-9]+}}: error: convert-linalg-to-trn: no lowering to the NeuronCore for 'math.ctpop' inside linalg.generic
 // ERR: linalg_to_trn-unsupported.mlir:{{[0-9]+}}:{{[0-9]+}}: error: convert-linalg-to-trn: torch-mlir has no correct lowering for this op's arguments: unimplemented: only support cases with fixed stride size.
 // ERR: linalg_to_trn-unsupported.mlir:{{[0-9]+}}:{{[0-9]+}}: error: convert-linalg-to-trn: a matmul of i64 tensors (PE multiplies floating-point values only)
+// ERR: linalg_to_trn-unsupported.mlir:{{[0-9]+}}:{{[0-9]+}}: error: convert-linalg-to-trn: a gather over 16777224 rows (its row index is computed in fp32, exact up to 2^24 rows)
 
 // -----
 

@@ -42,3 +42,18 @@ func.func @integer_matmul(%a: tensor<4x6xi64>, %b: tensor<6x3xi64>) -> tensor<4x
   %r = linalg.matmul ins(%a, %b : tensor<4x6xi64>, tensor<6x3xi64>) outs(%z : tensor<4x3xi64>) -> tensor<4x3xi64>
   return %r : tensor<4x3xi64>
 }
+
+// -----
+
+// A row index over more than 2^24 rows, which fp32 engine arithmetic cannot compute exactly.
+#map = affine_map<(d0) -> (d0)>
+func.func @gather_beyond_exact_indices(%x: tensor<16777224xf32>, %i: tensor<4xi64>) -> tensor<4xf32> {
+  %e = tensor.empty() : tensor<4xf32>
+  %r = linalg.generic {indexing_maps = [#map, #map], iterator_types = ["parallel"]} ins(%i : tensor<4xi64>) outs(%e : tensor<4xf32>) {
+  ^bb0(%in: i64, %out: f32):
+    %k = arith.index_cast %in : i64 to index
+    %v = tensor.extract %x[%k] : tensor<16777224xf32>
+    linalg.yield %v : f32
+  } -> tensor<4xf32>
+  return %r : tensor<4xf32>
+}
