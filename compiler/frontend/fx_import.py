@@ -44,6 +44,17 @@ class _NodeImporter(GraphNodeImporter):
         value = _dense_literal(self, py_value)
         return value if value is not None else super()._import_literal(py_value, info)
 
+    def bind_node_value(self, node, value, result_index: int = 0):
+        # torch-mlir looks a get_attr node's import up under its target's name, not the
+        # node, so it imports a constant again at every use after the first and fails
+        # binding it ("Node already has a value": a folded constant two ops read). The
+        # first import stands; the repeated literal, not yet used, is erased.
+        if node.op == "get_attr" and (node, result_index) in self._v:
+            if isinstance(value, ir.Value) and not list(value.uses):
+                value.owner.erase()
+            return
+        super().bind_node_value(node, value, result_index)
+
 
 def _dense_literal(gni, literal):
     """A torch.vtensor.literal of `literal`'s values as dense elements, or None for what the

@@ -92,3 +92,23 @@ def test_a_bool_mask_folds_and_imports_as_i1_constant():
     linalg = import_fx_graph(fold_constants(make_fx(f, tracing_mode="fake")(x)), "g")
     assert "arith.constant dense<" in linalg and "tensor<6x6xi1>" in linalg
     assert "dense_resource" not in linalg
+
+
+def _scaled_by_one_constant(a, b):
+    c = torch.arange(5, dtype=torch.float32) * 0.5      # folded, then read twice
+    return a * c + b * c
+
+
+@pytest.mark.parametrize("fn", [
+    _scaled_by_one_constant,
+    lambda a, b: torch.nn.functional.interpolate(a.reshape(1, 1, 3, 5), scale_factor=2,
+                                                 mode="bilinear", align_corners=False) + b.sum(),
+], ids=["two_readers", "bilinear"])
+def test_a_folded_constant_read_by_two_ops_imports(fn):
+    # torch-mlir imported a get_attr constant again at its second use and failed binding it
+    # ("Node already has a value"): the whole graph fell back to PyTorch.
+    g = torch.Generator().manual_seed(0)
+    a, b = torch.randn(3, 5, generator=g), torch.randn(3, 5, generator=g)
+    torch._dynamo.reset()
+    got = torch.compile(fn, backend="neuron", options={"fallback": False})(a, b)
+    torch.testing.assert_close(got, fn(a, b), rtol=1e-5, atol=1e-6)
