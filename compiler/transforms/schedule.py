@@ -218,6 +218,17 @@ def _box(buffer_type: ir.Type, ap: tuple[int, ...],
     return (p0, p0 + partitions, col * itemsize, (col + extent + 1) * itemsize)
 
 
+def _whole(buffer_type: ir.Type, row: int | None = None) -> tuple[int, int, int, int]:
+    """The box of every element of a buffer: what an indirect DMA may read, whose rows its
+    index tensor chooses when it runs (its pattern's row dim says how many, not which)."""
+    info = memref_info(buffer_type)
+    shape = info.shape
+    if info.memory == "hbm":
+        row = row or (shape[-1] if shape else 1)
+        return (0, -(-_prod(shape) // row), 0, row * info.itemsize)
+    return (0, shape[0], 0, shape[1] * info.itemsize)
+
+
 def _hbm_rows(accesses: dict) -> dict:
     """Per HBM buffer (its type and the patterns it is accessed with), the row length of its
     boxes: among the products of its trailing dims, the one whose boxes cover the fewest
@@ -295,8 +306,11 @@ def dependencies(decoded: list[_Decoded], allocs: dict) -> list[list[int]]:
             if memref_info(t).memory == "hbm":
                 hbm.setdefault(buffer, (t, set()))[1].add(ap)
     rows = _hbm_rows(hbm)
-    records = [[(buffer, role, box(t, ap, rows.get(buffer))) for role, buffer, t, ap in
-                zip(d.roles, d.operands, d.types, d.aps)] for d in decoded]
+    records = [[(buffer, role, _whole(t, rows.get(buffer))
+                 if role == "src" and d.op.name == "nisa.dma_indirect"
+                 else box(t, ap, rows.get(buffer)))
+                for role, buffer, t, ap in zip(d.roles, d.operands, d.types, d.aps)]
+               for d in decoded]
     return box_dependencies(records, lambda buffer: _address_range(allocs[buffer])
                             if buffer in allocs else None)
 

@@ -334,3 +334,17 @@ def test_nan_and_infinity_as_eager(fn):
     got, want = _native(fn, a, b), fn(a, b)
     assert got.dtype == want.dtype
     torch.testing.assert_close(got, want, rtol=0, atol=0, equal_nan=True)
+
+
+@pytest.mark.parametrize("fn, shape", [
+    (lambda t, i, j: t[:, i][:, :, j], (3, 4, 5)),
+    (lambda t, i, j: torch.nn.functional.pad(t, (1, 1, 1, 1), mode="reflect") * 2.0,
+     (2, 6, 17, 23)),
+], ids=["double_index", "reflect_pad"])
+def test_gather_from_a_computed_tensor_waits_for_its_writes(fn, shape):
+    # An indirect DMA's rows are chosen by its index when it runs: trn-schedule took its
+    # source box from the pattern (the first rows only) and let it read a gathered scratch
+    # tensor before the gather that writes it had finished ("rows never written").
+    x = torch.randn(*shape, generator=torch.Generator().manual_seed(0))
+    i, j = torch.tensor([1, 0, 1, 2, 3, 2]), torch.tensor([1, 0, 1, 2, 3, 4, 3])
+    torch.testing.assert_close(_native(fn, x, i, j), fn(x, i, j), rtol=0, atol=0)
