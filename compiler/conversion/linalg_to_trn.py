@@ -60,8 +60,9 @@ def _convert_function(func: ir.Operation) -> None:
         for result, new in zip(op.results, replacements):
             if new is not None:
                 result.replace_all_uses_with(new)
-    # Index checks torch-mlir inserts (cf.assert) are dropped: the DMA that reads the
-    # indexed element checks its bounds when the program runs.
+    # Index checks torch-mlir inserts (cf.assert) are dropped here: each gather of a body
+    # with checks took them into its row index (TrnEmitter.index_checks), and the DMA that
+    # reads the rows checks them when the program runs.
     for op in U.body_ops(func):
         if op.name == "cf.assert":
             op.erase()
@@ -447,7 +448,10 @@ def _convert_generic(op: ir.Operation) -> list[ir.Value]:
         env[inner.results[0]] = scalar_expr(
             inner, lambda k, inner=inner: _operand_expr(inner.operands[k], env, op))
     yields = [recognise_idioms(_operand_expr(v, env, op)) for v in body[-1].operands]
-    emitter = TrnEmitter(leaves, bounds, leaf_dims)
+    # torch-mlir's index checks: the rows the body gathers are read only where they hold.
+    checks = [_operand_expr(inner.operands[0], env, op) for inner in block.operations
+              if inner.name == "cf.assert"]
+    emitter = TrnEmitter(leaves, bounds, leaf_dims, index_checks=checks)
     results = []
     for j, (expr, result) in enumerate(zip(yields, op.results)):
         if not list(result.uses):

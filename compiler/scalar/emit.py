@@ -9,6 +9,7 @@ from torch_mlir import ir
 
 from torchneuron.compiler import ir_utils as U
 from torchneuron.compiler.errors import CompileError, UnsupportedOpError
+from torchneuron.format import isa
 from torchneuron.compiler.scalar.expr import (
     COMPARISONS, Expr, const, fold, fold_activation, loop_dims_of, split_index,
 )
@@ -48,8 +49,14 @@ class TrnEmitter:
     """Emits trn ops computing Exprs over `leaves` (tensors of the iteration `shape`)."""
 
     def __init__(self, leaves: list[ir.Value], shape: list[int],
-                 leaf_dims: list[set[int]] | None = None):
+                 leaf_dims: list[set[int]] | None = None, index_checks: list[Expr] = ()):
+        """`index_checks`: conditions (the body's cf.asserts, an index below the size of the
+        dim it indexes) that every row index of a gather the body makes must satisfy; where
+        one fails, the index is isa.INDEX_OUT_OF_RANGE, which the DMA reading the row
+        reports when the program runs, instead of reading the neighbouring row the
+        flattened offset lands on."""
         self.leaves = leaves
+        self.index_checks = [c for c in index_checks if not (c.kind == "const" and c.value)]
         self.shape = list(shape)
         # The loop dims each leaf varies along (it is broadcast along the others).
         self.leaf_dims = leaf_dims if leaf_dims is not None else \
@@ -147,7 +154,8 @@ class TrnEmitter:
         # The row part: sum over source dims of stride * (affine over row dims + data terms),
         # scaled down by its gcd, which the DMA multiplies back in integer arithmetic.
         row_terms: list[tuple[int, Expr]] = []
-        for st, (_, coeffs, terms) in zip(strides, parts):
+        data_dims = []          # the source dim of each data-dependent term
+        for dim, (st, (_, coeffs, terms)) in enumerate(zip(strides, parts)):
             row_terms += [(int(st * coeffs[j]), Expr("iota", index=j)) for j in rows
                           if coeffs[j]]
             for mult, term in terms:
@@ -155,6 +163,11 @@ class TrnEmitter:
                     raise UnsupportedOpError("no lowering to the NeuronCore for a fractional "
                                              "index")
                 row_terms.append((int(st * mult), term))
+                data_dims.append(dim)
+        # One index into the source's outermost dim (an embedding lookup): its rows are the
+        # tensor's, and the DMA's own check that a row lies inside the tensor is the index
+        # check. Any other index can land inside the tensor out of its dim's range.
+        checked = not (len(row_terms) == 1 and data_dims == [0])
         row_stride = math.gcd(*[m for m, _ in row_terms]) or 1
         rows_addressed = math.prod(U.shape(source)) // row_stride
         if rows_addressed > _EXACT_INDEX_LIMIT:
@@ -169,6 +182,11 @@ class TrnEmitter:
             if mult != row_stride:
                 scaled = Expr("mul", (scaled, const(mult // row_stride)))
             index = scaled if index is None else Expr("add", (index, scaled))
+        if self.index_checks and checked:
+            valid = self.index_checks[0]
+            for check in self.index_checks[1:]:
+                valid = Expr("and", (valid, check))
+            index = Expr("select", (valid, index, const(float(isa.INDEX_OUT_OF_RANGE))))
         index_full = self.emit(index, i64)
         # Take the index at free-dim position 0: it does not vary along the free dims.
         select_rows = ir.AffineMap.get(len(rows), 0, [

@@ -405,7 +405,8 @@ class SplitGraph:
 
 class _Runner:
     """Calls a compiled partition; if the device rejects it, runs the partition in PyTorch from
-    then on (reported as a `runtime` fallback, logged as a warning)."""
+    then on (reported as a `runtime` fallback, logged as a warning). A call whose index is
+    out of range runs in PyTorch alone (which raises as eager does)."""
 
     def __init__(self, info: PartitionInfo, module: torch.fx.GraphModule, graph: "SplitGraph | None",
                  strict: bool):
@@ -413,9 +414,19 @@ class _Runner:
         self.graph = graph
 
     def __call__(self, *args):
+        from torchneuron.sim.errors import IndexOutOfRangeError
+
         if self.info.runtime_failure is None:
             try:
                 return self.info.compiled(*args)
+            except IndexOutOfRangeError as exc:
+                # An index past the dim it indexes: this call's values, not the program, are
+                # at fault. PyTorch runs this call (and raises its own IndexError); later
+                # calls go to the device again.
+                if self.strict:
+                    raise
+                log.info("torchneuron: partition %s was given an index out of range, running "
+                         "this call in PyTorch: %s", self.info.name, _first_line(str(exc)))
             except Exception as exc:
                 if self.strict:
                     raise

@@ -327,6 +327,34 @@ func.func @embedding(%table: tensor<10x8xf32>, %ids: tensor<2x5xi64>) -> tensor<
 
 // -----
 
+// Tests that the index check torch-mlir puts in a gather's body (cf.assert: the index below
+// the size of the dim it indexes) gates the gather's row index: where it fails, the index is
+// -2^24, which takes the row outside the tensor and the DMA reports it, instead of the
+// flattened offset reading the next row (index 10 of a row of 10).
+// CHECK-LABEL: func.func @checked_gather
+// CHECK: %[[OK:.*]] = "trn.tensor_scalar"(%{{.*}}) {op = "lt", reverse = false, scalar = 1.000000e+01 : f32}
+// CHECK: %[[SENTINEL:.*]] = "trn.fill"() {value = 0xCB800000 : f32} : () -> tensor<4x1xi64>
+// CHECK: %[[I:.*]] = "trn.select"(%[[OK]], %{{.*}}, %[[SENTINEL]])
+// CHECK: "trn.gather"(%arg0, %{{.*}}) {free_strides = array<i64>, offset = 0 : i64, row_stride = 1 : i64}
+// CHECK-NOT: cf.assert
+#map = affine_map<(d0, d1) -> (d0, d1)>
+func.func @checked_gather(%w: tensor<4x10xf32>, %i: tensor<4x1xi64>) -> tensor<4x1xf32> {
+  %c10 = arith.constant 10 : index
+  %e = tensor.empty() : tensor<4x1xf32>
+  %r = linalg.generic {indexing_maps = [#map, #map], iterator_types = ["parallel", "parallel"]} ins(%i : tensor<4x1xi64>) outs(%e : tensor<4x1xf32>) {
+  ^bb0(%in: i64, %out: f32):
+    %row = linalg.index 0 : index
+    %col = arith.index_cast %in : i64 to index
+    %ok = arith.cmpi slt, %col, %c10 : index
+    cf.assert %ok, "index must be smaller than dim size"
+    %v = tensor.extract %w[%row, %col] : tensor<4x10xf32>
+    linalg.yield %v : f32
+  } -> tensor<4x1xf32>
+  return %r : tensor<4x1xf32>
+}
+
+// -----
+
 // Tests that log(cumsum(exp(x))), torch-mlir's logcumsumexp, becomes one logaddexp scan: the
 // exp of a large input would overflow.
 // CHECK-LABEL: func.func @logcumsumexp

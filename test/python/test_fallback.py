@@ -151,6 +151,35 @@ def test_failure_on_the_device_falls_back_at_run_time(monkeypatch, caplog):
     assert "failed on the device" in caplog.text
 
 
+@pytest.mark.parametrize("fn", [lambda w, i: torch.gather(w, 1, i) * 2.0,
+                                lambda w, i: torch.nn.functional.embedding(i[:, 0], w.t()) * 2.0],
+                         ids=["gather", "embedding"])
+def test_index_out_of_range_raises_as_eager_and_keeps_the_device(fn, caplog):
+    # Index 10 of a row of 10 lands inside the tensor (the next row's first element): the
+    # gather's bounds check sends it outside, the DMA reports it, PyTorch runs that call and
+    # raises as eager does; the next call runs on the device again.
+    w = torch.arange(40.0).reshape(4, 10)
+    good, bad = torch.tensor([[0], [9], [3], [1]]), torch.tensor([[0], [10], [3], [1]])
+    torch._dynamo.reset()
+    first = len(backend.graph_reports())
+    f = torch.compile(fn, backend="neuron")
+    with torch.no_grad():
+        torch.testing.assert_close(f(w, good), fn(w, good))
+        with caplog.at_level(logging.INFO, logger="torchneuron"), \
+                pytest.raises((IndexError, RuntimeError)):
+            f(w, bad)
+        assert "index out of range" in caplog.text
+        torch.testing.assert_close(f(w, good), fn(w, good))
+    (report,) = backend.graph_reports()[first:]
+    assert not report.fallbacks and report.partitions == 1
+    with torch.no_grad():
+        torch._dynamo.reset()
+        strict = torch.compile(fn, backend="neuron", options={"fallback": False})
+        strict(w, good)
+        with pytest.raises(Exception, match="takes a row outside tensor"):
+            strict(w, bad)
+
+
 # -- torch-mlir import failures -------------------------------------------------------------------
 
 @torch.library.custom_op("torchneuron_test::shuffle", mutates_args=())

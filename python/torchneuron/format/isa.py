@@ -307,6 +307,12 @@ FLAG_NEGATE = 1 << 4       # TENSOR_SCALAR_REDUCE: the reduction is written nega
 
 NO_SIGNAL = -1
 
+# The index value a program gives an indirect DMA's row when the bounds check the program
+# computed for it failed (an index past the dim it indexes, which can still land inside the
+# tensor): it takes the row outside every tensor, so the DMA reports it rather than reading
+# a neighbouring row. Exact in fp32, whose arithmetic computes indices on the engines.
+INDEX_OUT_OF_RANGE = -(1 << 24)
+
 # -- Binary layout -------------------------------------------------------------------------
 
 OPERAND_DTYPE = np.dtype([

@@ -25,7 +25,8 @@ The simulator never imports the compiler, torch or torch-mlir.
 """
 
 from torchneuron.sim.errors import (
-    ConstraintError, DeadlockError, OutOfBoundsError, SimulationError, UninitializedReadError,
+    ConstraintError, DeadlockError, IndexOutOfRangeError, OutOfBoundsError, SimulationError,
+    UninitializedReadError,
 )
 from torchneuron.sim.memory import Hbm, HbmLayout
 from torchneuron.sim.profile import Profile, Roofline, StreamStats, TraceEvent
@@ -33,7 +34,8 @@ from torchneuron.sim.program import PreparedProgram, prepare
 from torchneuron.sim.simulator import run
 
 __all__ = [
-    "ConstraintError", "DeadlockError", "OutOfBoundsError", "SimulationError",
+    "ConstraintError", "DeadlockError", "IndexOutOfRangeError", "OutOfBoundsError",
+    "SimulationError",
     "UninitializedReadError", "Hbm", "HbmLayout", "Profile", "Roofline", "StreamStats",
     "TraceEvent",
     "PreparedProgram", "prepare", "run",

@@ -48,6 +48,12 @@ class OutOfBoundsError(ConstraintError):
     """An operand reaches outside its memory or its HBM tensor."""
 
 
+class IndexOutOfRangeError(OutOfBoundsError):
+    """An indirect DMA's index takes a row outside its tensor, or is one the program's own
+    bounds check rejected: a fault of the values this run was given (an index past the dim
+    it indexes), not of the program, which runs correctly on other inputs."""
+
+
 class UninitializedReadError(SimulationError):
     """An instruction reads memory that nothing has written (or an output is left unwritten)."""
 

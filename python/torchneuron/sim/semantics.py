@@ -50,7 +50,7 @@ from scipy import special
 
 from torchneuron.format import isa
 from torchneuron.sim import host_gemm
-from torchneuron.sim.errors import OutOfBoundsError, UninitializedReadError
+from torchneuron.sim.errors import IndexOutOfRangeError, UninitializedReadError
 from torchneuron.sim.memory import Access, Hbm, Store
 from torchneuron.target import Target
 
@@ -250,9 +250,10 @@ def _dma_indirect(ins, m: Machine, dst: Access, src: Access, index: Access) -> N
     bad = np.nonzero((addresses.min(axis=1) < base) | (addresses.max(axis=1) + itemsize > limit))[0]
     if bad.size:
         p = int(bad[0])
-        raise ins.error(f"{index.describe()}: index {int(idx[p])} of partition {p} takes a "
-                        f"row outside tensor {hbm.tensors[rows.tensor].name!r}",
-                        OutOfBoundsError)
+        what = f"the index of partition {p} failed the program's bounds check and" \
+            if idx[p] == isa.INDEX_OUT_OF_RANGE else f"index {int(idx[p])} of partition {p}"
+        raise ins.error(f"{index.describe()}: {what} takes a row outside tensor "
+                        f"{hbm.tensors[rows.tensor].name!r}", IndexOutOfRangeError)
     flat = hbm.data.view(np.uint8)
     element_bytes = addresses[..., None] + np.arange(itemsize, dtype=np.int64)
     if rows is src:
