@@ -10,7 +10,11 @@ Every graph AOTAutograd hands the backend (forward, backward) goes through `spli
                  functional graphs only mutate at the very end, copying into mutated inputs)
      non-tensor  ops producing a non-tensor value (SymInt, Python scalar, None) or consuming one
                  computed at run time (a NEFF only takes and returns tensors)
-     dtype       a tensor of a dtype the NeuronCore cannot store (float64, complex, uint16/32/64)
+     dtype       a tensor of a dtype the NeuronCore cannot store (float64, complex, uint16/32/64);
+                 arithmetic on uint8; integer results the engines' fp32 would not compute
+                 exactly: integer arithmetic whose values `integer_bound` cannot bound by 2^24
+                 (an int64 graph input's, a step counter's); moves, selects, conversions of
+                 floats and positions found in floats are exact
      not-aten    a call that is not an ATen/prims operator (higher-order ops such as
                  `with_effects`, Python functions); `operator.getitem` follows its producer
      layout      a sparse / non-strided tensor
@@ -48,6 +52,7 @@ import math
 import operator
 import re
 import time
+import weakref
 from collections import Counter
 from typing import Any, Callable
 
@@ -211,7 +216,149 @@ def static_reason(node: torch.fx.Node) -> Reason | None:
     if any(t.dtype == torch.uint8 for t in tensors) and not _moves_bytes(node, out):
         return Reason("dtype", f"{op_name(node)} computes on uint8, which the compiler's signless "
                       "integers treat as signed int8 (values above 127 would come out wrong)")
+    computed = [t.dtype for t in _tensors(out) if _is_integer(t.dtype)]
+    if computed and not _integer_exact(node) and _depends_on_inputs(node):
+        dtype = str(computed[0]).replace("torch.", "")
+        return Reason("dtype", f"{op_name(node)} computes {dtype} values the compiler cannot "
+                      "bound by 2^24: the engines compute in fp32, exact only that far, and "
+                      "saturate where PyTorch wraps around")
     return None
+
+
+def _is_integer(dtype: torch.dtype) -> bool:
+    return not dtype.is_floating_point and not dtype.is_complex and dtype != torch.bool
+
+
+# Integers fp32 holds exactly.
+EXACT_INTEGER_LIMIT = 1 << 24
+
+
+def _integer_exact(node: torch.fx.Node) -> bool:
+    """Whether `node`'s integer results come out exact on the NeuronCore: it only moves
+    elements (views, copies, gathers by index: DMA; a select: a predicated copy), converts
+    floats or bools to integers (computed in fp32 either way), finds positions in a float
+    tensor, or computes values `integer_bound` bounds by 2^24. Integer arithmetic beyond
+    that, and conversions between integer types, go through the engines' fp32."""
+    name = op_name(node)
+    if is_view(node) or name in _INTEGER_MOVES:
+        return True
+    if (name in _FLOAT_POSITIONS or name.endswith("_with_indices")) and all(
+                    t.dtype.is_floating_point or t.dtype == torch.bool
+                    for arg in node.all_input_nodes for t in _tensors(_val(arg))):
+        return True
+    bound = integer_bound(node)
+    limit = min([EXACT_INTEGER_LIMIT] + [torch.iinfo(t.dtype).max for t in _tensors(_val(node))
+                                         if _is_integer(t.dtype)])
+    return bound is not None and bound <= limit
+
+
+def integer_bound(node: Any) -> float | None:
+    """An upper bound of |value| over the elements of integer-valued node (or scalar) `node`,
+    from what computes it: a bool or narrow type's range, a constant's values, an arange's
+    ends, sums of bounded terms (a count of true elements is at most their number); None
+    where nothing bounds it (an int64 graph input). Remembered per node."""
+    if isinstance(node, bool):
+        return 1
+    if isinstance(node, (int, float)):
+        return abs(node)
+    if not isinstance(node, torch.fx.Node):
+        return None
+    if "torchneuron_integer_bound" in node.meta:
+        return node.meta["torchneuron_integer_bound"]
+    bound = _integer_bound(node)
+    node.meta["torchneuron_integer_bound"] = bound
+    return bound
+
+
+def _integer_bound(node: torch.fx.Node) -> float | None:
+    tensors = _tensors(_val(node))
+    if node.op != "call_function":
+        # A graph input or constant: what its dtype holds (a bool is 0 or 1).
+        if not tensors or tensors[0].dtype.is_floating_point or tensors[0].dtype.is_complex:
+            return None
+        if tensors[0].dtype == torch.bool:
+            return 1
+        bound = max(abs(torch.iinfo(tensors[0].dtype).min), torch.iinfo(tensors[0].dtype).max)
+        return bound if bound <= EXACT_INTEGER_LIMIT else None
+    if tensors and tensors[0].dtype == torch.bool:
+        return 1
+    name, args = op_name(node), node.args
+    inputs = [integer_bound(a) for a in node.all_input_nodes]
+    scalars = [abs(a) for a in args if isinstance(a, (int, float)) and not isinstance(a, bool)]
+
+    def largest(values):
+        return None if any(v is None for v in values) or not values else max(values)
+
+    if name in ("aten.arange",):
+        return max([abs(a) for a in args if isinstance(a, (int, float))], default=None)
+    if name in ("aten.full", "aten.full_like", "aten.scalar_tensor", "aten.fill"):
+        return largest(scalars) if scalars else None
+    if name in ("aten.zeros", "aten.zeros_like", "aten.ones", "aten.ones_like"):
+        return 1
+    if is_view(node) or name in _INTEGER_MOVES or name in (
+            "aten._to_copy", "aten.clamp", "aten.neg", "aten.abs", "aten.maximum",
+            "aten.minimum", "aten.amax", "aten.amin"):
+        if name == "aten.where":
+            data = [integer_bound(a) for a in args[1:3]]
+        elif name in ("aten.index", "aten.gather", "aten.index_select", "aten.embedding"):
+            data = [integer_bound(args[0])]         # the values, not the indices
+        else:
+            data = inputs
+        return largest(data + scalars)
+    if name in ("aten.add", "aten.sub", "aten.rsub"):
+        terms = inputs + scalars
+        return None if any(v is None for v in terms) else sum(terms)
+    if name == "aten.mul":
+        terms = inputs + scalars
+        if any(v is None for v in terms):
+            return None
+        product = 1
+        for v in terms:
+            product *= v
+        return product
+    if name in ("aten.sum", "aten.cumsum"):
+        source = _tensors(_val(args[0])) if isinstance(args[0], torch.fx.Node) else []
+        bound = integer_bound(args[0])
+        if bound is None or not source or not tensors:
+            return None
+        if name == "aten.sum":          # each result sums numel(source) / numel(result) terms
+            count = max(1, source[0].numel() // max(1, tensors[0].numel()))
+        else:
+            count = source[0].shape[args[1]] if source[0].dim() else 1
+        return bound * count
+    if name in ("aten.div", "aten.floor_divide", "aten.fmod"):
+        # (an integer div rounds: floor or trunc) |a // b|, |fmod(a, b)| <= |a|
+        return integer_bound(args[0])
+    if name == "aten.remainder":
+        return largest(inputs + scalars)             # |a mod b| < |b|
+    return None
+
+
+# Ops whose integer results are conversions of floats or bools, or positions found in a float
+# tensor (the indices of its extrema, of its sorted order).
+_FLOAT_POSITIONS = frozenset({
+    "aten._to_copy", "aten.convert_element_type", "aten.argmax", "aten.argmin", "aten.max",
+    "aten.min", "aten.sort", "aten.argsort", "aten.topk", "aten.kthvalue", "aten.mode",
+    "aten.median", "aten.nanmedian", "aten.cummax", "aten.cummin", "aten.adaptive_max_pool1d",
+    "aten.adaptive_max_pool2d", "aten.adaptive_max_pool3d",
+})
+
+
+# Per graph, its node count and the nodes whose value depends on a graph input (the rest are
+# constants, folded before the program is compiled: compiler/frontend/fx_import.py).
+_INPUT_DEPENDENT: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def _depends_on_inputs(node: torch.fx.Node) -> bool:
+    graph = node.graph
+    known = _INPUT_DEPENDENT.get(graph)
+    if known is None or (node not in known[1] and known[0] != len(graph.nodes)):
+        dependent: set = set()
+        for n in graph.nodes:
+            if n.op == "placeholder" or any(a in dependent for a in n.all_input_nodes):
+                dependent.add(n)
+        known = _INPUT_DEPENDENT[graph] = (len(graph.nodes), dependent)
+    return node in known[1]
 
 
 # Ops that only move elements: on uint8 data they copy bit patterns, which is exact whatever
@@ -223,6 +370,10 @@ _BYTE_MOVES = frozenset({
     "aten.embedding", "aten.alias", "aten.split", "aten.split_with_sizes", "aten.unbind",
     "aten.unfold", "aten.diagonal", "aten.as_strided", "aten.repeat", "aten.stack",
 })
+# Ops that move integer elements without computing them: DMA copies, gathers and scatters of
+# whole elements, and a select (a predicated copy, sim/semantics.py).
+_INTEGER_MOVES = _BYTE_MOVES | {"aten.index", "aten.slice_scatter", "aten.select_scatter",
+                                "aten.constant_pad_nd", "aten.where"}
 
 
 def _moves_bytes(node: torch.fx.Node, out) -> bool:

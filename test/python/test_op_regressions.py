@@ -35,12 +35,30 @@ def test_bf16_op_computes_in_fp32_and_rounds_once():
 
 
 def test_integer_floor_division():
-    a = torch.tensor([7, -7, 9, -9, 100, 0], dtype=torch.int32)
-    b = torch.tensor([2, 2, -4, -4, 7, 3], dtype=torch.int32)
-    got = _native(lambda p, q: torch.div(p, q, rounding_mode="floor"), a, b)
-    assert torch.equal(got, torch.div(a, b, rounding_mode="floor"))
-    got = _native(lambda p, q: torch.div(p, q, rounding_mode="trunc"), a, b)
-    assert torch.equal(got, torch.div(a, b, rounding_mode="trunc"))
+    # int8 data widened to int32: values the compiler bounds by 2^24 (partition.integer_bound),
+    # which the engines' fp32 computes exactly.
+    a = torch.tensor([7, -7, 9, -9, 100, 0], dtype=torch.int8)
+    b = torch.tensor([2, 2, -4, -4, 7, 3], dtype=torch.int8)
+    for mode in ("floor", "trunc"):
+        fn = lambda p, q: torch.div(p.int(), q.int(), rounding_mode=mode)  # noqa: E731
+        assert torch.equal(_native(fn, a, b), fn(a, b))
+
+
+def test_integer_arithmetic_the_compiler_cannot_bound_falls_back():
+    # int32/int64 inputs can hold any value: their arithmetic is exact on the engines only
+    # to 2^24 (and saturates where PyTorch wraps), so it runs in PyTorch, reported.
+    from torchneuron import backend
+
+    a = torch.tensor([2 ** 30, -2 ** 31 + 1, 7], dtype=torch.int32)
+    b = torch.tensor([3, 7, 2], dtype=torch.int32)
+    for fn in (lambda p, q: p // q, lambda p, q: p * q * 3, torch.fmod,
+               lambda p, q: (p.long() * 3 + 1).sum()):
+        torch._dynamo.reset()
+        first = len(backend.graph_reports())
+        assert torch.equal(torch.compile(fn, backend="neuron")(a, b), fn(a, b))
+        fallbacks = [n for r in backend.graph_reports()[first:] for n in r.fallbacks]
+        assert fallbacks and all(n.category == "dtype" and "2^24" in n.reason
+                                 for n in fallbacks)
 
 
 @pytest.mark.parametrize("fn, low, high", [
@@ -189,10 +207,13 @@ def test_reductions_of_0d_tensors():
 
 def test_integer_fmod_and_roll():
     # Integer fmod (roll's and fftshift's index arithmetic) as a - trunc(a / b) * b.
-    a = torch.tensor([7, -7, 9, -9, 100, 0], dtype=torch.int64)
-    b = torch.tensor([2, 2, -4, -4, 7, 3], dtype=torch.int64)
-    assert torch.equal(_native(torch.fmod, a, b), torch.fmod(a, b))
-    assert torch.equal(_native(lambda t: torch.fmod(t, 3), a), torch.fmod(a, 3))
+    # (int8 data widened to int64: values bounded by 2^24.)
+    a = torch.tensor([7, -7, 9, -9, 100, 0], dtype=torch.int8)
+    b = torch.tensor([2, 2, -4, -4, 7, 3], dtype=torch.int8)
+    fn = lambda p, q: torch.fmod(p.long(), q.long())   # noqa: E731
+    assert torch.equal(_native(fn, a, b), fn(a, b))
+    fn = lambda t: torch.fmod(t.long(), 3)   # noqa: E731
+    assert torch.equal(_native(fn, a), fn(a))
     x = torch.randn(5, 6, generator=torch.Generator().manual_seed(13))
     fn = lambda t: (torch.roll(t, 2, 0), torch.fft.fftshift(t))   # noqa: E731
     for g, w in zip(_native(fn, x), fn(x), strict=True):

@@ -109,6 +109,13 @@ def test_training_loop_tracks_eager(case):
     reports = backend.graph_reports()[first:]
     assert sorted(r.kind for r in reports) == ["backward", "forward"], reports
     for report in reports:
+        if case.startswith("cnn") and report.kind == "forward":
+            # All but batch norm's step counter, an int64 count (num_batches_tracked + 1)
+            # the engines' fp32 holds exactly only to 2^24: it runs in PyTorch.
+            (counter,) = report.fallbacks
+            assert counter.op == "aten.add" and counter.category == "dtype", str(report)
+            assert report.flop_fraction > 0.9999, str(report)
+            continue
         assert report.fully_compiled and report.flop_fraction == 1.0, str(report)
     # buffers (batch-norm running statistics) follow eager's too
     for (name, a), b in zip(eager.state_dict().items(), mine.state_dict().values()):

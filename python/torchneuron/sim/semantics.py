@@ -376,9 +376,16 @@ def op_iota(ins, m: Machine) -> None:
 
 
 def op_select(ins, m: Machine) -> None:
+    """dst = a where mask else b. Integer values are moved as they are (a predicated copy,
+    bit for bit, as the engines copy integer data); any other operands go through fp32."""
     dst, mask, a, b = ins.ops[0], ins.ops[1], ins.ops[2], ins.ops[3]
-    m.write(dst, np.where(m.read_f32(ins, mask) != 0, m.read_f32(ins, a),
-                          m.read_f32(ins, b)))
+    take = m.read_f32(ins, mask) != 0
+    if all(not x.isa_dtype.is_float for x in (dst, a, b)):
+        shape = (dst.partitions, dst.free_size)
+        m.write(dst, np.where(take, m.read(ins, a).reshape(shape),
+                              m.read(ins, b).reshape(shape)))
+        return
+    m.write(dst, np.where(take, m.read_f32(ins, a), m.read_f32(ins, b)))
 
 
 def _as_shape(values: np.ndarray, shape: tuple[int, ...]) -> np.ndarray | None:
