@@ -128,9 +128,13 @@ def main(argv: list[str] | None = None) -> int:
 
     filename = opts["input"]
     try:
-        source = sys.stdin.read() if filename == "-" else open(filename).read()
+        source = sys.stdin.read() if filename == "-" else open(filename, encoding="utf-8").read()
     except OSError as exc:
         print(f"neuron-opt: error: cannot read '{filename}': {exc.strerror}", file=sys.stderr)
+        return 1
+    except UnicodeDecodeError as exc:
+        print(f"neuron-opt: error: '{filename}' is not MLIR text (not UTF-8: {exc.reason} at "
+              f"byte {exc.start})", file=sys.stderr)
         return 1
     display = "<stdin>" if filename == "-" else filename
 
@@ -167,8 +171,13 @@ def main(argv: list[str] | None = None) -> int:
     if opts["output"] == "-":
         sys.stdout.write(text)
     else:
-        with open(opts["output"], "w") as f:
-            f.write(text)
+        try:
+            with open(opts["output"], "w") as f:
+                f.write(text)
+        except OSError as exc:
+            print(f"neuron-opt: error: cannot write '{opts['output']}': {exc.strerror}",
+                  file=sys.stderr)
+            return 1
     return 1 if failed else 0
 
 

@@ -28,10 +28,15 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     try:
-        source = sys.stdin.read() if args.input == "-" else open(args.input).read()
+        source = sys.stdin.read() if args.input == "-" else \
+            open(args.input, encoding="utf-8").read()
     except OSError as exc:
         print(f"neuron-translate: error: cannot read '{args.input}': {exc.strerror}",
               file=sys.stderr)
+        return 1
+    except UnicodeDecodeError as exc:
+        print(f"neuron-translate: error: '{args.input}' is not MLIR text (not UTF-8: "
+              f"{exc.reason} at byte {exc.start})", file=sys.stderr)
         return 1
     with make_context():
         try:
@@ -43,8 +48,13 @@ def main(argv: list[str] | None = None) -> int:
         except CompileError as exc:
             print(f"neuron-translate: error: {exc}", file=sys.stderr)
             return 1
-    with open(args.output, "wb") as f:
-        f.write(data)
+    try:
+        with open(args.output, "wb") as f:
+            f.write(data)
+    except OSError as exc:
+        print(f"neuron-translate: error: cannot write '{args.output}': {exc.strerror}",
+              file=sys.stderr)
+        return 1
     return 0
 
 

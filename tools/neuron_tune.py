@@ -389,11 +389,15 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     db_path = args.db or config.TUNING_DB.get() or DEFAULT_DB
     try:
-        with open(args.input) as f:
+        with open(args.input, encoding="utf-8") as f:
             text = f.read()
     except OSError as exc:
         print(f"neuron-tune: error: cannot read '{args.input}': {exc.strerror}",
               file=sys.stderr)
+        return 1
+    except UnicodeDecodeError as exc:
+        print(f"neuron-tune: error: '{args.input}' is not MLIR text (not UTF-8: {exc.reason} "
+              f"at byte {exc.start})", file=sys.stderr)
         return 1
     progress = Progress(0, enabled=not args.quiet)
     try:

@@ -37,6 +37,11 @@ def dtype_of(element_type: ir.Type | str) -> isa.DType:
 
 
 def function_to_neff(func: ir.Operation, metadata: dict | None = None) -> Neff:
+    for attribute in ("nisa.target", "nisa.num_inputs"):
+        if attribute not in func.attributes:
+            raise CompileError(f"the function is not a nisa program (no {attribute} attribute): "
+                               "a NEFF is written from the isa stage, after convert-trn-to-nisa, "
+                               "trn-plan-memory and trn-schedule")
     name = ir.StringAttr(func.attributes["sym_name"]).value
     target = ir.StringAttr(func.attributes["nisa.target"]).value
     num_inputs = U.int_attr(func, "nisa.num_inputs")

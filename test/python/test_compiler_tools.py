@@ -100,6 +100,42 @@ def test_neuron_opt_rejects_unknown_pass_and_option():
     assert "Traceback" not in result.stderr
 
 
+
+def test_tools_report_bad_files_and_targets_without_a_traceback(tmp_path):
+    # Each of these once ended in a Python traceback or an 'internal compiler error'.
+    binary = tmp_path / "binary.mlir"
+    binary.write_bytes(b"\x00\x01\x02\xff\xfe")
+    result = _neuron_opt(str(binary), "--trn-fuse")
+    assert result.returncode == 1 and "is not MLIR text (not UTF-8" in result.stderr
+    result = _neuron_opt("test/transforms/fuse.mlir", "--split-input-file", "--trn-fuse",
+                         "-o", str(tmp_path / "no" / "such" / "dir.mlir"))
+    assert result.returncode == 1 and "cannot write" in result.stderr
+    out = tmp_path / "out.mlir"
+    result = _neuron_opt("test/conversion/trn_to_nisa.mlir", "--split-input-file",
+                         "--convert-trn-to-nisa=target=trn9", "-o", str(out))
+    assert result.returncode == 1 and "unknown target 'trn9'" in result.stderr
+    assert not out.exists()              # rejected before anything is written
+    tensor_level = tmp_path / "f.mlir"      # one function, before convert-trn-to-nisa
+    tensor_level.write_text("func.func @f(%x: tensor<4xf32>) -> tensor<4xf32> {\n"
+                            "  return %x : tensor<4xf32>\n}\n")
+    translate = subprocess.run(
+        [sys.executable, "-m", "torchneuron.tools.neuron_translate", "--isa-to-neff",
+         str(tensor_level), "-o", str(tmp_path / "x.neff")],
+        capture_output=True, text=True, cwd=ROOT)
+    assert translate.returncode == 1 and "not a nisa program" in translate.stderr
+    for stderr in (result.stderr, translate.stderr):
+        assert "Traceback" not in stderr
+
+
+def test_a_npy_given_as_inputs_is_named_as_such(tmp_path):
+    import numpy as np
+
+    from torchneuron.runtime.npz import NpzError, read_npz
+
+    np.save(tmp_path / "plain.npy", np.zeros(3))
+    with pytest.raises(NpzError, match=r"one array \(\.npy\), not an \.npz archive"):
+        read_npz(str(tmp_path / "plain.npy"), "inputs file")
+
 def test_neuron_opt_pipeline_matches_pass_flags():
     via_flags = _neuron_opt("--split-input-file", "--trn-fuse", "--trn-tile",
                             "test/transforms/fuse.mlir")

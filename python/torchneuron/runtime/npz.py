@@ -25,8 +25,14 @@ class NpzError(ValueError):
 def read_npz(path: str, what: str) -> dict[str, np.ndarray]:
     """All arrays of the npz at `path`; `what` ("inputs file" ...) names it in errors."""
     try:
-        with np.load(path, allow_pickle=False) as f:
+        loaded = np.load(path, allow_pickle=False)
+        if not isinstance(loaded, np.lib.npyio.NpzFile):    # a .npy: one array, no names
+            raise NpzError(f"cannot read {what} {path}: it holds one array (.npy), not an "
+                           ".npz archive of named arrays (numpy.savez)")
+        with loaded as f:
             return {k: f[k] for k in f.files}
+    except NpzError:
+        raise
     except (OSError, ValueError, EOFError, zipfile.BadZipFile) as exc:
         raise NpzError(f"cannot read {what} {path}: {exc}") from None
     except Exception as exc:   # np.load of a damaged file can fail in many ways
