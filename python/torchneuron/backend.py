@@ -203,7 +203,11 @@ class CompiledGraph:
         # linalg is signless and has no storable i1: bool travels as ui8, uint8 as i8. The
         # bits are right; the boundary reinterprets them as the graph's dtypes.
         self._input_dtypes = [np.dtype(spec.dtype) for spec in program.inputs]
-        self._output_dtypes = [getattr(v, "dtype", None) for v in _output_values(graph_module)]
+        values = _output_values(graph_module)
+        self._output_dtypes = [getattr(v, "dtype", None) for v in values]
+        # The strides each output has in PyTorch where they are not the contiguous ones (a
+        # channels_last convolution's): the program's output is laid out afresh so.
+        self._output_strides = [_dense_strides(v) for v in values]
         self.program = program
         self.device = device
         self.graph_module = graph_module
@@ -222,8 +226,9 @@ class CompiledGraph:
         arrays = [_reinterpret_array(a, d) for a, d in zip(arrays, self._input_dtypes)]
         result = self.device.execute(self.program, arrays)
         self.last_profile = result.profile
-        outputs = tuple(_reinterpret_tensor(_to_torch(o), d)
-                        for o, d in zip(result.outputs, self._output_dtypes))
+        outputs = tuple(_laid_out(_reinterpret_tensor(_to_torch(o), d), strides)
+                        for o, d, strides in zip(result.outputs, self._output_dtypes,
+                                                 self._output_strides))
         if self.dump_dir and not self._replay_written:
             self._write_replay(args)
         return outputs
@@ -818,6 +823,34 @@ def _first_line(text: str, limit: int = 300) -> str:
     text = text.strip()
     line = text.splitlines()[0] if text else ""
     return line if len(line) <= limit else line[:limit] + "..."
+
+
+def _dense_strides(value) -> tuple[int, ...] | None:
+    """The strides of example value `value` where they lay it out densely in an order other
+    than row-major (channels_last), else None."""
+    import torch
+
+    if not isinstance(value, torch.Tensor) or value.dim() < 2 or value.is_contiguous():
+        return None
+    try:
+        shape, strides = [int(n) for n in value.shape], [int(s) for s in value.stride()]
+    except TypeError:          # symbolic sizes: left as they come
+        return None
+    expected = 1
+    for d in sorted(range(len(shape)), key=lambda d: strides[d]):
+        if shape[d] != 1 and strides[d] != expected:
+            return None        # overlapping or with gaps: not a layout to reproduce
+        expected *= shape[d]
+    return tuple(strides)
+
+
+def _laid_out(tensor, strides):
+    """`tensor` (row-major) with `strides`, its values copied, where they are given."""
+    if strides is None or tuple(tensor.stride()) == strides:
+        return tensor
+    import torch
+
+    return torch.empty_strided(tensor.shape, strides, dtype=tensor.dtype).copy_(tensor)
 
 
 def _output_values(gm) -> list:

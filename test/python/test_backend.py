@@ -262,3 +262,16 @@ def test_compiling_sets_the_older_heap_aside_from_the_cycle_collector(monkeypatc
         assert len(seen) == 2 and gc.get_freeze_count() > 0
     finally:
         gc.unfreeze()
+
+
+def test_outputs_keep_the_strides_pytorch_gives_them():
+    # A channels_last input's elementwise result and convolution are channels_last in eager;
+    # the program's row-major outputs are laid out the same way.
+    x = torch.randn(2, 4, 9, 9).to(memory_format=torch.channels_last)
+    conv = torch.nn.Conv2d(4, 4, 3, padding=1).eval()
+    with torch.no_grad():
+        for fn in (lambda t: torch.relu(t) * 2, conv, lambda t: t.contiguous() + 1):
+            torch._dynamo.reset()
+            got, want = torch.compile(fn, backend="neuron")(x), fn(x)
+            assert got.stride() == want.stride()
+            torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
