@@ -67,13 +67,20 @@ def _combine(em: Emitter, dst: Tile, a: Tile, b: Tile, kind: str,
     if kind != "logaddexp":
         em.tensor_tensor(dst, a, b, kind, engine="dve")
         return
-    # logaddexp(a, b) = max(a, b) + log(1 + exp(-|a - b|)): no exp of a large argument.
+    # logaddexp(a, b) = max(a, b) + log(1 + exp(-|a - b|)): no exp of a large argument. Where
+    # a == b the gap is 0, also for two equal infinities (whose difference is NaN): a masked
+    # row's -inf prefix stays -inf.
     f32 = ir.F32Type.get()
     pn, n = dst.partitions, dst.free
     top = em.alloc("sbuf", pn, n, f32)
     em.tensor_tensor(top, a, b, "max", engine="dve")
     gap = em.alloc("sbuf", pn, n, f32)
     em.tensor_tensor(gap, a, b, "sub", engine="dve")
+    equal = em.alloc("sbuf", pn, n, ir.IntegerType.get_signless(1))
+    em.tensor_tensor(equal, a, b, "eq", engine="dve")
+    zero = em.alloc("sbuf", pn, n, f32)
+    em.memset(zero, 0.0)
+    em.select(gap, equal, zero, gap)
     em.activation(gap, gap, "abs")
     em.activation(gap, gap, "exp", scale=-1.0)
     em.activation(gap, gap, "log", bias=consts.get(1.0, pn))

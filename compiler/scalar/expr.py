@@ -320,7 +320,21 @@ def scalar_expr(op: ir.Operation, operand) -> Expr:
             return const(1.0 if pred == "true" else 0.0)
         if pred not in _CMPF:
             raise UnsupportedOpError(f"arith.cmpf predicate '{pred}'", op.location)
-        return alu(_CMPF[pred], operand(0), operand(1))
+        a, b = operand(0), operand(1)
+        compared = alu(_CMPF[pred], a, b)
+        # The engines compare as IEEE does: eq, lt, le, gt, ge are false where an operand is
+        # NaN (ordered), ne is true (unordered). The other predicates of each kind need the
+        # operands' NaN test (a constant's is known): ueq/ult/... hold where either is NaN,
+        # one does not.
+        nans = [alu("ne", v, v) for v in (a, b) if not v.is_const()]
+        if pred == "one" and nans:
+            number = alu("eq", a, a) if len(nans) == 1 and not a.is_const() else \
+                alu("eq", b, b) if len(nans) == 1 else alu("and", alu("eq", a, a), alu("eq", b, b))
+            return alu("and", compared, number)
+        if pred.startswith("u") and pred != "une" and nans:
+            either = nans[0] if len(nans) == 1 else alu("or", nans[0], nans[1])
+            return alu("or", compared, either)
+        return compared
     if name == "arith.cmpi":
         pred = _predicate(op, _CMPI_BY_INDEX)
         if pred not in _CMPI:

@@ -57,12 +57,16 @@ def _rewrite(e: Expr) -> Expr:
     if e.kind in ("add", "mul", "max", "min") and e.args[0].is_const() \
             and not e.args[1].is_const():
         e = Expr(e.kind, (e.args[1], e.args[0]))
-    # relu: select(x > 0, x, 0) and max(x, 0).
+    # relu: select(x > 0 or isnan(x), x, 0) (torch-mlir's, an unordered x > 0: a NaN stays
+    # NaN, as relu keeps it) and max(x, 0). (An ordered select(x > 0, x, 0) gives 0 for NaN.)
     if e.kind == "select":
         mask, a, b = e.args
-        if mask.kind in ("gt", "ge") and mask.args[1].is_const(0.0) and mask.args[0] is a \
-                and b.is_const(0.0):
-            return Expr("act:relu", (a,))
+        if mask.kind == "or" and b.is_const(0.0):
+            compare, nan = mask.args if mask.args[1].kind == "ne" else mask.args[::-1]
+            if compare.kind in ("gt", "ge") and compare.args[1].is_const(0.0) and \
+                    compare.args[0] is a and nan.kind == "ne" and nan.args[0] is a and \
+                    nan.args[1] is a:
+                return Expr("act:relu", (a,))
     if e.kind == "max" and e.args[1].is_const(0.0):
         return Expr("act:relu", (e.args[0],))
     # 1 / y -> reciprocal(y)

@@ -149,6 +149,39 @@ _OVERRIDES[aten.maximum.default] = _nan_propagating(greater=True)
 _OVERRIDES[aten.minimum.default] = _nan_propagating(greater=False)
 
 
+@_register(aten.eq.Tensor)
+def eq_of_itself(self, other):
+    """x == x of a float tensor is its NaN test (false where x is NaN): torch-mlir folds it
+    to true (isfinite, written as x == x and |x| != inf, came out true for NaN)."""
+    if self is not other or not self.is_floating_point():
+        return NotImplemented
+    return torch.isnan(self).logical_not()
+
+
+@_register(aten.ne.Tensor)
+def ne_of_itself(self, other):
+    """x != x of a float tensor is isnan(x) (see eq_of_itself)."""
+    if self is not other or not self.is_floating_point():
+        return NotImplemented
+    return torch.isnan(self)
+
+
+@_register(aten.clamp.default, aten.clamp.Tensor)
+def clamp_keeping_nan(self, min=None, max=None):
+    """clamp with PyTorch's NaN semantics (a NaN input or tensor bound gives NaN): torch-mlir
+    lowers it with unordered compares (x <u min ? min : x), which give the bound for a NaN."""
+    if not self.is_floating_point():
+        return NotImplemented
+    out = self
+    for bound, below in ((min, True), (max, False)):
+        if bound is None:
+            continue
+        out = torch.where(out < bound if below else out > bound, bound, out)
+        if isinstance(bound, torch.Tensor):
+            out = torch.where(torch.isnan(bound), bound, out)
+    return out.to(self.dtype) if out.dtype != self.dtype else out
+
+
 @_register(aten.hardtanh.default)
 def hardtanh(self, min_val=-1.0, max_val=1.0):
     """hardtanh (and relu6) as clamp, which keeps a NaN: torch-mlir lowers it to two
@@ -378,6 +411,27 @@ def addmv(self, mat, vec, beta=1, alpha=1):
     if beta == 0:
         return out.expand(torch.broadcast_shapes(self.shape, out.shape)).clone()
     return (self if beta == 1 else self * beta) + out
+
+
+@_register(aten.addmm.default)
+def addmm_without_input(self, mat1, mat2, beta=1, alpha=1):
+    """addmm with beta = 0 ignores its input, NaN and inf included (as eager does): the
+    product alone. Other betas are left to the lowering."""
+    if beta != 0:
+        return NotImplemented
+    out = torch.mm(mat1, mat2)
+    if alpha != 1:
+        out = out * alpha
+    return out.expand(torch.broadcast_shapes(self.shape, out.shape)).clone()
+
+
+@_register(aten.linalg_vector_norm.default)
+def vector_norm_in_fp32(self, ord=2, dim=None, keepdim=False, *, dtype=None):
+    """An fp16/bf16 vector norm accumulated in fp32 and rounded once, as eager computes it:
+    torch-mlir's lowering sums the powers in the input's dtype (fp16 1000s: inf)."""
+    if self.dtype not in (torch.float16, torch.bfloat16) or dtype is not None:
+        return NotImplemented
+    return torch.linalg.vector_norm(self.float(), ord, dim, keepdim).to(self.dtype)
 
 
 @_register(aten.empty_permuted.default)

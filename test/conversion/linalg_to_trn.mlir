@@ -37,7 +37,8 @@ func.func @bias_add(%b: tensor<16xf32>, %x: tensor<4x16xf32>) -> tensor<4x16xf32
 
 // -----
 
-// Tests that torch-mlir's relu body (cmpf + select) is recognised as one activation.
+// Tests that torch-mlir's relu body (an unordered cmpf ugt + select: a NaN is selected, as relu
+// keeps it) is recognised as one activation.
 // CHECK-LABEL: func.func @relu
 // CHECK: "trn.activation"(%arg0) {bias = 0.000000e+00 : f32, func = "relu", scale = 1.000000e+00 : f32}
 // CHECK-NOT: trn.select
@@ -139,6 +140,41 @@ func.func @sum_of_squares(%x: tensor<4x16xf32>) -> tensor<4x1xf32> {
     linalg.yield %1 : f32
   } -> tensor<4x1xf32>
   return %r : tensor<4x1xf32>
+}
+
+// -----
+
+// Tests that an ordered compare and select (x >o 0 ? x : 0, where(x > 0, x, 0): 0 for a NaN) is
+// not taken for relu, and that an unordered one (x <u c: true for a NaN) tests NaN itself.
+// CHECK-LABEL: func.func @ordered_select
+// CHECK: "trn.tensor_scalar"(%arg0) {op = "gt", reverse = false, scalar = 0.000000e+00 : f32}
+// CHECK: "trn.select"
+// CHECK-NOT: "relu"
+// CHECK-LABEL: func.func @unordered_compare
+// CHECK: %[[LT:.*]] = "trn.tensor_scalar"(%arg0) {op = "lt", reverse = false, scalar = 5.000000e-01 : f32}
+// CHECK: %[[NAN:.*]] = "trn.tensor_tensor"(%arg0, %arg0) {op = "ne"}
+// CHECK: "trn.tensor_tensor"(%[[LT]], %[[NAN]]) {op = "or"}
+#map = affine_map<(d0) -> (d0)>
+func.func @ordered_select(%x: tensor<8xf32>) -> tensor<8xf32> {
+  %cst = arith.constant 0.000000e+00 : f32
+  %e = tensor.empty() : tensor<8xf32>
+  %r = linalg.generic {indexing_maps = [#map, #map], iterator_types = ["parallel"]} ins(%x : tensor<8xf32>) outs(%e : tensor<8xf32>) {
+  ^bb0(%in: f32, %out: f32):
+    %c = arith.cmpf ogt, %in, %cst : f32
+    %s = arith.select %c, %in, %cst : f32
+    linalg.yield %s : f32
+  } -> tensor<8xf32>
+  return %r : tensor<8xf32>
+}
+func.func @unordered_compare(%x: tensor<8xf32>) -> tensor<8xi1> {
+  %cst = arith.constant 5.000000e-01 : f32
+  %e = tensor.empty() : tensor<8xi1>
+  %r = linalg.generic {indexing_maps = [#map, #map], iterator_types = ["parallel"]} ins(%x : tensor<8xf32>) outs(%e : tensor<8xi1>) {
+  ^bb0(%in: f32, %out: i1):
+    %c = arith.cmpf ult, %in, %cst : f32
+    linalg.yield %c : i1
+  } -> tensor<8xi1>
+  return %r : tensor<8xi1>
 }
 
 // -----

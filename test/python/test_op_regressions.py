@@ -369,3 +369,32 @@ def test_gather_from_a_computed_tensor_waits_for_its_writes(fn, shape):
     x = torch.randn(*shape, generator=torch.Generator().manual_seed(0))
     i, j = torch.tensor([1, 0, 1, 2, 3, 2]), torch.tensor([1, 0, 1, 2, 3, 4, 3])
     torch.testing.assert_close(_native(fn, x, i, j), fn(x, i, j), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("fn", [
+    lambda a, b: torch.isfinite(a), lambda a, b: a == a, lambda a, b: a != a,
+    lambda a, b: torch.clamp(a, min=b), lambda a, b: torch.clamp(a, max=b),
+    lambda a, b: torch.clamp(a, -1.0, 2.0), lambda a, b: torch.where(a > 0, a, 0.0),
+    lambda a, b: torch.relu(a), lambda a, b: torch.logcumsumexp(a, -1),
+    lambda a, b: torch.addmm(torch.full((3, 3), _NAN), a[:, :3].nan_to_num(), b[:3, :3].t()
+                             .nan_to_num(), beta=0),
+], ids=["isfinite", "eq_self", "ne_self", "clamp_min_tensor", "clamp_max_tensor", "clamp",
+        "where_ordered", "relu", "logcumsumexp", "addmm_beta0"])
+def test_unordered_compares_and_special_values_as_eager(fn):
+    # The engines compare as IEEE does; arith.cmpf's unordered predicates (ult, ugt, ...)
+    # were taken for the ordered ones; torch-mlir folds x == x to true and lowers clamp with
+    # unordered compares (a NaN became the bound); logaddexp of two equal infinities was
+    # inf - inf; addmm with beta 0 let a NaN input through.
+    a = torch.tensor([[_NAN, 1.0, -2.0, _INF, 0.7], [-_INF, -_INF, 0.5, 3.0, -0.2],
+                      [_INF, 1.0, _INF, -1.0, 0.0]])
+    b = torch.tensor([[0.0, _NAN, -3.0, 1.0, 0.5], [1.0, 2.0, _NAN, -_INF, 0.1],
+                      [0.5, 0.5, 0.5, 0.5, 0.5]])
+    got, want = _native(fn, a, b), fn(a, b)
+    assert got.dtype == want.dtype
+    torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-6, equal_nan=True)
+
+
+def test_half_precision_norm_accumulates_in_fp32():
+    x = torch.full((2, 200), 1000.0).half()
+    for fn in (lambda t: t.norm(dim=1), lambda t: torch.linalg.vector_norm(t, 3, 1)):
+        torch.testing.assert_close(_native(fn, x), fn(x))
