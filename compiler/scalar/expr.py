@@ -130,14 +130,27 @@ _SMALL = 0.125          # |x| below which the odd series are used
 _LARGE = 4096.0         # |x| above which asinh/acosh are log(2|x|) (x^2 + 1 rounds to x^2)
 
 
+def _negative(v: Expr) -> Expr:
+    """v < 0 or v is -0.0 (whose reciprocal is -inf): its sign bit."""
+    return alu("or", alu("lt", v, const(0.0)),
+               alu("lt", alu("div", const(1.0), v), const(0.0)))
+
+
 def atan2(y: Expr, x: Expr) -> Expr:
-    """arctan(y / x), moved by +-pi into the left half plane; atan2(0, 0) = 0."""
+    """arctan(y / x), moved by +-pi (the sign of y, -0.0 included) into the left half plane
+    (x negative, -0.0 included). At the origin the ratio is y itself (+-0), and two
+    infinities have the ratio +-1 of their signs: atan2(+-0, -0) = +-pi, atan2(inf, -inf)
+    = 3 pi / 4, as IEEE and PyTorch define them."""
     y, x = to_f32(y), to_f32(x)
-    r = _act("arctan", alu("div", y, x))
-    half_turn = _select(alu("lt", y, const(0.0)), const(-math.pi), const(math.pi))
-    r = _select(alu("lt", x, const(0.0)), alu("add", r, half_turn), r)
+    ratio = alu("div", y, x)
     origin = alu("eq", alu("add", _act("abs", x), _act("abs", y)), const(0.0))
-    return _select(origin, const(0.0), r)
+    infinite = alu("and", alu("eq", _act("abs", y), const(math.inf)),
+                   alu("eq", _act("abs", x), const(math.inf)))
+    ratio = _select(origin, y, _select(infinite, alu("mul", _act("sign", y), _act("sign", x)),
+                                       ratio))
+    r = _act("arctan", ratio)
+    half_turn = _select(_negative(y), const(-math.pi), const(math.pi))
+    return _select(_negative(x), alu("add", r, half_turn), r)
 
 
 def asin(x: Expr) -> Expr:

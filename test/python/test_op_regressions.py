@@ -398,3 +398,16 @@ def test_half_precision_norm_accumulates_in_fp32():
     x = torch.full((2, 200), 1000.0).half()
     for fn in (lambda t: t.norm(dim=1), lambda t: torch.linalg.vector_norm(t, 3, 1)):
         torch.testing.assert_close(_native(fn, x), fn(x))
+
+
+def test_atan2_of_signed_zeros_and_infinities():
+    # The quadrant came from x < 0 and y < 0, which miss -0.0; at the origin the result was
+    # 0 whatever the signs, and two infinities gave NaN.
+    import itertools
+
+    values = [0.0, -0.0, 1.0, -1.0, 2.5, -3.0, _INF, -_INF, _NAN, 1e-30, -1e30]
+    y = torch.tensor([a for a, _ in itertools.product(values, values)])
+    x = torch.tensor([b for _, b in itertools.product(values, values)])
+    got, want = _native(torch.atan2, y, x), torch.atan2(y, x)
+    torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-7, equal_nan=True)
+    assert torch.equal(torch.signbit(got[~got.isnan()]), torch.signbit(want[~want.isnan()]))
