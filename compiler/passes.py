@@ -47,7 +47,7 @@ class Pass:
                 known = ", ".join(fields) or "none"
                 raise PassOptionError(f"pass '{cls.NAME}' has no option '{key}' (options: {known})")
             kwargs[f.name] = _parse_value(cls.NAME, key, raw, f.type)
-        if "target" in {f.name for f in cls.options()}:
+        if "target" in fields:
             # The target it names (or TORCHNEURON_TARGET names) exists: checked before any
             # pass runs, as every other option is.
             from torchneuron.target import get_target

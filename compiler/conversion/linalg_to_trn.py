@@ -29,6 +29,7 @@ from torchneuron.compiler.scalar.emit import TrnEmitter, storage_element_type, t
 from torchneuron.compiler.scalar.expr import Expr, const, scalar_expr
 from torchneuron.compiler.scalar.idioms import recognise_idioms
 from torchneuron.dialects.trn import affine_coefficients
+from torchneuron.format import isa
 
 
 @register
@@ -85,13 +86,7 @@ def _always_fails(assertion: ir.Operation) -> bool:
     """Whether a cf.assert's condition is the constant false: torch-mlir's way of saying that
     it has no correct lowering for the op's arguments (an adaptive pooling whose windows
     differ in size lowers to one fixed-size window, asserted false), not an index check."""
-    condition = U.defining_op(assertion.operands[0])
-    if condition is None or condition.name != "arith.constant":
-        return False
-    value = condition.attributes["value"]
-    if isinstance(value, ir.BoolAttr):      # (the bindings give an i1 constant as a BoolAttr)
-        return not value.value
-    return isinstance(value, ir.IntegerAttr) and value.value == 0
+    return U.constant_scalar(assertion.operands[0]) == 0
 
 
 def _assert_message(assertion: ir.Operation) -> str:
@@ -583,7 +578,7 @@ def _emit_select_match(emitter: TrnEmitter, first: bool, cond: Expr, x: Expr, se
             term = Expr("mul", (term, const(count)))
         position = term if position is None else Expr("add", (term, position))
         count *= bounds[d]
-    if count > 1 << 24:
+    if count > isa.FP32_EXACT_INTEGERS:
         raise UnsupportedOpError(f"a select reduction over {count} positions (fp32 counts "
                                  "exactly to 2^24)", op.location)
     hit = cond if sentinel is None else \

@@ -9,13 +9,10 @@ from torch_mlir import ir
 
 from torchneuron.compiler import ir_utils as U
 from torchneuron.compiler.errors import CompileError, UnsupportedOpError
-from torchneuron.format import isa
 from torchneuron.compiler.scalar.expr import (
     COMPARISONS, Expr, const, fold, fold_activation, loop_dims_of, split_index,
 )
-
-# Integers the engines' fp32 arithmetic represents exactly: 0 .. 2^24.
-_EXACT_INDEX_LIMIT = 1 << 24
+from torchneuron.format import isa
 
 
 def trn_op(name: str, result_type: ir.Type, operands, **attrs) -> ir.Value:
@@ -56,7 +53,7 @@ class TrnEmitter:
         reports when the program runs, instead of reading the neighbouring row the
         flattened offset lands on."""
         self.leaves = leaves
-        self.index_checks = [c for c in index_checks if not (c.kind == "const" and c.value)]
+        self.index_checks = [c for c in index_checks if not (c.is_const() and c.value)]
         self.shape = list(shape)
         # The loop dims each leaf varies along (it is broadcast along the others).
         self.leaf_dims = leaf_dims if leaf_dims is not None else \
@@ -170,7 +167,7 @@ class TrnEmitter:
         checked = not (len(row_terms) == 1 and data_dims == [0])
         row_stride = math.gcd(*[m for m, _ in row_terms]) or 1
         rows_addressed = math.prod(U.shape(source)) // row_stride
-        if rows_addressed > _EXACT_INDEX_LIMIT:
+        if rows_addressed > isa.FP32_EXACT_INTEGERS:
             # The engines compute the index (its terms, the wrap of a negative one) in fp32,
             # exact only up to 2^24: a larger one would pick a neighbouring row.
             raise UnsupportedOpError(f"a gather over {rows_addressed} rows (its row index is "

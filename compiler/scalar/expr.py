@@ -84,7 +84,6 @@ def ceil(x: Expr) -> Expr:
     return alu("add", t, as_float(alu("gt", x, t)))
 
 
-
 def round_even(x: Expr) -> Expr:
     """Round half to even: adding and removing 2^23 in fp32 rounds to an integer (the
     engines round each result to nearest even); |x| >= 2^23 is an integer already."""
@@ -143,9 +142,9 @@ def atan2(y: Expr, x: Expr) -> Expr:
     = 3 pi / 4, as IEEE and PyTorch define them."""
     y, x = to_f32(y), to_f32(x)
     ratio = alu("div", y, x)
-    origin = alu("eq", alu("add", _act("abs", x), _act("abs", y)), const(0.0))
-    infinite = alu("and", alu("eq", _act("abs", y), const(math.inf)),
-                   alu("eq", _act("abs", x), const(math.inf)))
+    abs_y, abs_x = _act("abs", y), _act("abs", x)
+    origin = alu("eq", alu("add", abs_x, abs_y), const(0.0))
+    infinite = alu("and", alu("eq", abs_y, const(math.inf)), alu("eq", abs_x, const(math.inf)))
     ratio = _select(origin, y, _select(infinite, alu("mul", _act("sign", y), _act("sign", x)),
                                        ratio))
     r = _act("arctan", ratio)

@@ -63,6 +63,9 @@ from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
 from torch.fx.passes.operator_support import OperatorSupportBase
 from torch.fx.passes.utils.fuser_utils import fuse_by_partitions
 
+from torchneuron.format import isa
+from torchneuron.sim.errors import IndexOutOfRangeError
+
 log = logging.getLogger("torchneuron")
 
 CATEGORIES = {
@@ -229,10 +232,6 @@ def _is_integer(dtype: torch.dtype) -> bool:
     return not dtype.is_floating_point and not dtype.is_complex and dtype != torch.bool
 
 
-# Integers fp32 holds exactly.
-EXACT_INTEGER_LIMIT = 1 << 24
-
-
 def _integer_exact(node: torch.fx.Node) -> bool:
     """Whether `node`'s integer results come out exact on the NeuronCore: it only moves
     elements (views, copies, gathers by index: DMA; a select: a predicated copy), converts
@@ -247,8 +246,9 @@ def _integer_exact(node: torch.fx.Node) -> bool:
                     for arg in node.all_input_nodes for t in _tensors(_val(arg))):
         return True
     bound = integer_bound(node)
-    limit = min([EXACT_INTEGER_LIMIT] + [torch.iinfo(t.dtype).max for t in _tensors(_val(node))
-                                         if _is_integer(t.dtype)])
+    limit = min([isa.FP32_EXACT_INTEGERS] + [torch.iinfo(t.dtype).max
+                                             for t in _tensors(_val(node))
+                                             if _is_integer(t.dtype)])
     return bound is not None and bound <= limit
 
 
@@ -279,7 +279,7 @@ def _integer_bound(node: torch.fx.Node) -> float | None:
         if tensors[0].dtype == torch.bool:
             return 1
         bound = max(abs(torch.iinfo(tensors[0].dtype).min), torch.iinfo(tensors[0].dtype).max)
-        return bound if bound <= EXACT_INTEGER_LIMIT else None
+        return bound if bound <= isa.FP32_EXACT_INTEGERS else None
     if tensors and tensors[0].dtype == torch.bool:
         return 1
     name, args = op_name(node), node.args
@@ -289,7 +289,7 @@ def _integer_bound(node: torch.fx.Node) -> float | None:
     def largest(values):
         return None if any(v is None for v in values) or not values else max(values)
 
-    if name in ("aten.arange",):
+    if name == "aten.arange":
         return max([abs(a) for a in args if isinstance(a, (int, float))], default=None)
     if name in ("aten.full", "aten.full_like", "aten.scalar_tensor", "aten.fill"):
         return largest(scalars) if scalars else None
@@ -310,12 +310,7 @@ def _integer_bound(node: torch.fx.Node) -> float | None:
         return None if any(v is None for v in terms) else sum(terms)
     if name == "aten.mul":
         terms = inputs + scalars
-        if any(v is None for v in terms):
-            return None
-        product = 1
-        for v in terms:
-            product *= v
-        return product
+        return None if any(v is None for v in terms) else math.prod(terms)
     if name in ("aten.sum", "aten.cumsum"):
         source = _tensors(_val(args[0])) if isinstance(args[0], torch.fx.Node) else []
         bound = integer_bound(args[0])
@@ -565,8 +560,6 @@ class _Runner:
         self.graph = graph
 
     def __call__(self, *args):
-        from torchneuron.sim.errors import IndexOutOfRangeError
-
         if self.info.runtime_failure is None:
             try:
                 return self.info.compiled(*args)

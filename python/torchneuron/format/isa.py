@@ -307,11 +307,15 @@ FLAG_NEGATE = 1 << 4       # TENSOR_SCALAR_REDUCE: the reduction is written nega
 
 NO_SIGNAL = -1
 
+# The engines compute in fp32 (ACT/DVE/POOL read every operand as fp32): integers, indices
+# and counts among them, are exact up to this magnitude.
+FP32_EXACT_INTEGERS = 1 << 24
+
 # The index value a program gives an indirect DMA's row when the bounds check the program
 # computed for it failed (an index past the dim it indexes, which can still land inside the
 # tensor): it takes the row outside every tensor, so the DMA reports it rather than reading
 # a neighbouring row. Exact in fp32, whose arithmetic computes indices on the engines.
-INDEX_OUT_OF_RANGE = -(1 << 24)
+INDEX_OUT_OF_RANGE = -FP32_EXACT_INTEGERS
 
 # -- Binary layout -------------------------------------------------------------------------
 
