@@ -125,28 +125,22 @@ def integer_fmod(self, other):
     return self - torch.div(self, other, rounding_mode="trunc") * other
 
 
-def _nan_losing(pick):
-    def decomposition(self, other):
-        if not (self.is_floating_point() or other.is_floating_point()):
-            return NotImplemented
-        return torch.where(torch.isnan(self), other,
-                           torch.where(torch.isnan(other), self, pick(self, other)))
-    return decomposition
-
-
-def _nan_propagating(greater: bool):
+def _extremum(greater: bool, nan_wins: bool):
+    """maximum/minimum (a NaN wins) or fmax/fmin (a NaN loses to a number) of floats, from
+    a compare and select and a where on each operand's NaN test."""
     def decomposition(self, other):
         if not (self.is_floating_point() or other.is_floating_point()):
             return NotImplemented
         picked = torch.where(self > other if greater else self < other, self, other)
-        return torch.where(torch.isnan(self), self, torch.where(torch.isnan(other), other, picked))
+        return torch.where(torch.isnan(self), self if nan_wins else other,
+                           torch.where(torch.isnan(other), other if nan_wins else self, picked))
     return decomposition
 
 
-# maximum/minimum (a NaN wins): torch-mlir lowers them to a compare and select, which gives
-# the second operand where the first is NaN (minimum(nan, 0) came out 0).
-_OVERRIDES[aten.maximum.default] = _nan_propagating(greater=True)
-_OVERRIDES[aten.minimum.default] = _nan_propagating(greater=False)
+# maximum/minimum: torch-mlir lowers them to a compare and select, which gives the second
+# operand where the first is NaN (minimum(nan, 0) came out 0).
+_OVERRIDES[aten.maximum.default] = _extremum(greater=True, nan_wins=True)
+_OVERRIDES[aten.minimum.default] = _extremum(greater=False, nan_wins=True)
 
 
 @_register(aten.eq.Tensor)
@@ -189,10 +183,9 @@ def hardtanh(self, min_val=-1.0, max_val=1.0):
     return aten.clamp.default(self, min_val, max_val)
 
 
-# fmax/fmin (a NaN loses to a number) from the compare and select and where: torch-mlir's own
-# lowering miscasts a broadcast 0-d operand.
-_OVERRIDES[aten.fmax.default] = _nan_losing(lambda a, b: torch.where(a > b, a, b))
-_OVERRIDES[aten.fmin.default] = _nan_losing(lambda a, b: torch.where(a < b, a, b))
+# fmax/fmin: torch-mlir's own lowering miscasts a broadcast 0-d operand.
+_OVERRIDES[aten.fmax.default] = _extremum(greater=True, nan_wins=False)
+_OVERRIDES[aten.fmin.default] = _extremum(greater=False, nan_wins=False)
 
 
 def _erfc_parts(self):
@@ -712,20 +705,8 @@ def flash_attention_for_cpu(query, key, value, dropout_p=0.0, is_causal=False, *
     into its math form before AOTAutograd; this covers the op where it is reached anyway.)"""
     if dropout_p != 0.0:
         return NotImplemented
-    wide = torch.float32 if query.dtype in (torch.float16, torch.bfloat16) else query.dtype
-    q, k, v = query.to(wide), key.to(wide), value.to(wide)
-    if k.size(1) != q.size(1):
-        k = k.repeat_interleave(q.size(1) // k.size(1), 1)
-        v = v.repeat_interleave(q.size(1) // v.size(1), 1)
-    factor = 1.0 / math.sqrt(query.size(-1)) if scale is None else scale
-    scores = torch.matmul(q, k.transpose(-2, -1)) * factor
-    if is_causal:
-        causal = torch.ones(q.size(-2), k.size(-2), dtype=torch.bool,
-                            device=query.device).tril()
-        scores = scores.masked_fill(causal.logical_not(), float("-inf"))
-    if attn_mask is not None:
-        scores = scores.masked_fill(attn_mask.logical_not(), float("-inf")) \
-            if attn_mask.dtype == torch.bool else scores + attn_mask.to(wide)
+    scores, v = _attention_scores(query, key, value, _additive_mask(attn_mask, query.dtype),
+                                  is_causal, scale, enable_gqa=key.size(1) != query.size(1))
     logsumexp = torch.logsumexp(scores, -1)
     probs = torch.exp(scores - logsumexp.unsqueeze(-1))
     probs = torch.where((logsumexp == float("-inf")).unsqueeze(-1), torch.zeros_like(probs),
@@ -752,13 +733,32 @@ def sdpa_math(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False,
     scores' row maximum serves both the softmax and the test for an all -inf row (the math
     kernel compares every score with -inf and reduces that over the row), and the matmuls
     read the inputs' fp32 conversions, which PE takes as the bf16 values themselves."""
-    if attn_mask is not None and attn_mask.dtype == torch.bool:
-        attn_mask = torch.zeros_like(attn_mask, dtype=query.dtype).masked_fill(
-            attn_mask.logical_not(), float("-inf"))
+    attn_mask = _additive_mask(attn_mask, query.dtype)
     if dropout_p != 0.0:
         return aten._scaled_dot_product_attention_math.default(
             query, key, value, attn_mask, dropout_p, is_causal, None, scale=scale,
             enable_gqa=enable_gqa)[0]
+    scores, v = _attention_scores(query, key, value, attn_mask, is_causal, scale, enable_gqa)
+    top = scores.amax(-1, keepdim=True)
+    exp = torch.exp(scores - top)
+    probs = exp / exp.sum(-1, keepdim=True)
+    probs = torch.where(top == float("-inf"), torch.zeros_like(probs), probs)
+    return torch.matmul(probs, v).to(query.dtype)
+
+
+def _additive_mask(attn_mask, dtype):
+    """A boolean attention mask as the additive 0 / -inf mask of `dtype` (others as they are),
+    as scaled_dot_product_attention turns it before choosing a kernel."""
+    if attn_mask is None or attn_mask.dtype != torch.bool:
+        return attn_mask
+    return torch.zeros_like(attn_mask, dtype=dtype).masked_fill(attn_mask.logical_not(),
+                                                                float("-inf"))
+
+
+def _attention_scores(query, key, value, attn_mask, is_causal, scale, enable_gqa):
+    """The math form's scaled, masked scores (fp16/bf16 inputs widened to fp32) and the
+    widened values: key and value heads repeated for grouped queries, the causal mask and
+    the additive `attn_mask` applied."""
     if enable_gqa:
         key = key.repeat_interleave(query.size(-3) // key.size(-3), -3)
         value = value.repeat_interleave(query.size(-3) // value.size(-3), -3)
@@ -772,11 +772,7 @@ def sdpa_math(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False,
         scores = scores.masked_fill(causal.logical_not(), float("-inf"))
     if attn_mask is not None:
         scores = scores + attn_mask.to(wide)
-    top = scores.amax(-1, keepdim=True)
-    exp = torch.exp(scores - top)
-    probs = exp / exp.sum(-1, keepdim=True)
-    probs = torch.where(top == float("-inf"), torch.zeros_like(probs), probs)
-    return torch.matmul(probs, v).to(query.dtype)
+    return scores, v
 
 
 _SDPA_TARGETS = (torch._C._nn.scaled_dot_product_attention,
