@@ -167,10 +167,7 @@ class CompileOptions:
         wrong type or an unknown target (given here or by TORCHNEURON_TARGET) raises
         ValueError (TypeError for options that are not a dict) naming it, before anything is
         compiled."""
-        if options is not None and not isinstance(options, Mapping):
-            raise TypeError(f"torchneuron options must be a dict of option names to values, "
-                            f"not {type(options).__name__}")
-        options = dict(options or {})
+        options = options_dict(options)
         fields = {f.name: f for f in dataclasses.fields(CompileOptions)}
         unknown = sorted(set(options) - set(fields))
         if unknown:
@@ -192,6 +189,15 @@ class CompileOptions:
     @property
     def tuning_db_path(self) -> str:
         return self.tuning_db
+
+
+def options_dict(options) -> dict:
+    """A copy of torch.compile's `options` (None: none) as a dict; TypeError where they are
+    not a mapping of option names to values."""
+    if options is not None and not isinstance(options, Mapping):
+        raise TypeError(f"torchneuron options must be a dict of option names to values, "
+                        f"not {type(options).__name__}")
+    return dict(options or {})
 
 
 @dataclasses.dataclass(frozen=True)

@@ -49,6 +49,22 @@ def _format_location(loc, filename: str) -> str:
     return text[len("loc("):-1] if text.startswith("loc(") else text
 
 
+def read_text(tool: str, filename: str) -> str | None:
+    """The MLIR text of `filename` ('-': stdin), or None after printing `tool`'s error for a
+    file that cannot be read or is not UTF-8 text."""
+    try:
+        if filename == "-":
+            return sys.stdin.read()
+        with open(filename, encoding="utf-8") as f:
+            return f.read()
+    except OSError as exc:
+        print(f"{tool}: error: cannot read '{filename}': {exc.strerror}", file=sys.stderr)
+    except UnicodeDecodeError as exc:
+        print(f"{tool}: error: '{filename}' is not MLIR text (not UTF-8: {exc.reason} at byte "
+              f"{exc.start})", file=sys.stderr)
+    return None
+
+
 def _print_diagnostics(exc, filename: str) -> None:
     for diag in exc.error_diagnostics:
         _print_diagnostic(diag, filename, "error")
@@ -127,14 +143,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
     filename = opts["input"]
-    try:
-        source = sys.stdin.read() if filename == "-" else open(filename, encoding="utf-8").read()
-    except OSError as exc:
-        print(f"neuron-opt: error: cannot read '{filename}': {exc.strerror}", file=sys.stderr)
-        return 1
-    except UnicodeDecodeError as exc:
-        print(f"neuron-opt: error: '{filename}' is not MLIR text (not UTF-8: {exc.reason} at "
-              f"byte {exc.start})", file=sys.stderr)
+    source = read_text("neuron-opt", filename)
+    if source is None:
         return 1
     display = "<stdin>" if filename == "-" else filename
 

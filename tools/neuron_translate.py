@@ -18,7 +18,7 @@ def main(argv: list[str] | None = None) -> int:
     from torchneuron.compiler.codegen.neff_writer import emit_neff
     from torchneuron.compiler.errors import CompileError
     from torchneuron.dialects import make_context
-    from torchneuron.tools.neuron_opt import _print_diagnostics
+    from torchneuron.tools.neuron_opt import _print_diagnostics, read_text
 
     parser = argparse.ArgumentParser(prog="neuron-translate", description=__doc__.split("\n")[0])
     parser.add_argument("--isa-to-neff", action="store_true", required=True,
@@ -27,16 +27,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("-o", dest="output", required=True, help="output .neff")
     args = parser.parse_args(argv)
 
-    try:
-        source = sys.stdin.read() if args.input == "-" else \
-            open(args.input, encoding="utf-8").read()
-    except OSError as exc:
-        print(f"neuron-translate: error: cannot read '{args.input}': {exc.strerror}",
-              file=sys.stderr)
-        return 1
-    except UnicodeDecodeError as exc:
-        print(f"neuron-translate: error: '{args.input}' is not MLIR text (not UTF-8: "
-              f"{exc.reason} at byte {exc.start})", file=sys.stderr)
+    source = read_text("neuron-translate", args.input)
+    if source is None:
         return 1
     with make_context():
         try:

@@ -375,6 +375,7 @@ def main(argv: list[str] | None = None) -> int:
     from torchneuron import config
     from torchneuron.compiler.tuning import TuningDBError
     from torchneuron.target import TARGETS
+    from torchneuron.tools.neuron_opt import read_text
 
     parser = argparse.ArgumentParser(prog="neuron-tune", description=__doc__.split("\n")[0])
     parser.add_argument("input", help="a .trn.mlir (or .linalg.mlir) graph")
@@ -388,16 +389,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true", help="print the results as JSON")
     args = parser.parse_args(argv)
     db_path = args.db or config.TUNING_DB.get() or DEFAULT_DB
-    try:
-        with open(args.input, encoding="utf-8") as f:
-            text = f.read()
-    except OSError as exc:
-        print(f"neuron-tune: error: cannot read '{args.input}': {exc.strerror}",
-              file=sys.stderr)
-        return 1
-    except UnicodeDecodeError as exc:
-        print(f"neuron-tune: error: '{args.input}' is not MLIR text (not UTF-8: {exc.reason} "
-              f"at byte {exc.start})", file=sys.stderr)
+    text = read_text("neuron-tune", args.input)
+    if text is None:
         return 1
     progress = Progress(0, enabled=not args.quiet)
     try:

@@ -57,12 +57,9 @@ class BackendOptions:
 
     @staticmethod
     def from_dict(options: dict | None) -> "BackendOptions":
-        from torchneuron.compiler.pipeline import CompileOptions
+        from torchneuron.compiler.pipeline import CompileOptions, options_dict
 
-        if options is not None and not isinstance(options, dict):
-            raise TypeError(f"torchneuron options must be a dict of option names to values, "
-                            f"not {type(options).__name__}")
-        options = dict(options or {})
+        options = options_dict(options)
         fallback = options.pop("fallback", True)
         if not isinstance(fallback, bool):
             raise ValueError(f"torchneuron option fallback must be a bool, not {fallback!r}")
